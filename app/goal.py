@@ -1,0 +1,256 @@
+"""The Goal: what to optimise, how to judge it, when to stop. TOML in and out, with validation
+errors that name the field."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+import tomli_w
+
+BACKENDS = ("replay", "cpu", "cuda")
+OBJECTIVES = ("time", "throughput", "energy")
+DIRECTIONS = ("minimize", "maximize")
+TARGET_KINDS = ("none", "speedup", "fraction_of_limit", "absolute")
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
+KNOWN_AGENTS = ("explorer", "local", "evolution", "model", "llm")
+DEFAULT_AGENTS = ["explorer", "local", "evolution", "model"]
+
+
+class GoalError(ValueError):
+    """A goal is invalid. `field` names the offending field (dotted), `problem` says why."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
+
+
+@dataclass
+class Objective:
+    metric: str = "time"
+    direction: str = ""  # empty: derived from the metric (time/energy minimise, throughput maximise)
+
+    @property
+    def minimize(self) -> bool:
+        if self.direction:
+            return self.direction == "minimize"
+        return self.metric != "throughput"
+
+
+@dataclass
+class Target:
+    kind: str = "none"
+    value: float = 0.0
+
+
+@dataclass
+class StopRules:
+    max_evals: int = 200
+    time_budget_s: float = 0.0  # 0: no wall-clock budget
+    plateau_patience: int = 0  # evaluations without improvement; 0: off
+
+
+@dataclass
+class Tolerance:
+    rtol: float | None = None  # None: the dtype's default
+    atol: float | None = None
+
+
+@dataclass
+class Constraints:
+    restrictions: list[str] = field(default_factory=list)
+    max_registers: int | None = None
+    max_shared_memory_bytes: int | None = None
+    forbid: list[str] = field(default_factory=list)  # e.g. "precision_lowering", "atomics"
+
+
+@dataclass
+class SwarmSettings:
+    agents: list[str] = field(default_factory=lambda: list(DEFAULT_AGENTS))
+    workers: int = 4
+    seed: int = 0
+
+
+@dataclass
+class Goal:
+    name: str = "untitled goal"
+    operator: str = ""  # catalog operator (cpu/cuda) ...
+    space: str = ""  # ... or a recorded space: a Kernel Tuner cache file (replay)
+    backend: str = "replay"
+    dtype: str = "float32"
+    shapes: list[list[int]] = field(default_factory=list)
+    device: int | None = None
+    objective: Objective = field(default_factory=Objective)
+    target: Target = field(default_factory=Target)
+    stop: StopRules = field(default_factory=StopRules)
+    tolerance: Tolerance = field(default_factory=Tolerance)
+    constraints: Constraints = field(default_factory=Constraints)
+    swarm: SwarmSettings = field(default_factory=SwarmSettings)
+    simulate_time: bool = True  # replay: charge recorded compile/verify/benchmark times
+    source_path: str = ""  # where the goal was loaded from (not saved)
+
+    # ---- validation -------------------------------------------------------------------
+    def validate(self) -> "Goal":
+        """Raise GoalError naming the first field that is wrong; return self when valid."""
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise GoalError("name", "must be a non-empty string")
+        if self.backend not in BACKENDS:
+            raise GoalError("backend", f"unknown backend {self.backend!r}; choose one of {', '.join(BACKENDS)}")
+        if self.backend == "replay":
+            if not self.space:
+                raise GoalError("space", "a replay goal needs a recorded space (Kernel Tuner cache file)")
+        else:
+            if not self.operator:
+                raise GoalError("operator", f"a {self.backend} goal needs an operator from the catalog")
+            from app.catalog import known_operators
+
+            ops = known_operators(self.backend)
+            if self.operator not in ops:
+                raise GoalError("operator", f"unknown operator {self.operator!r} for backend "
+                                f"{self.backend}; known: {', '.join(sorted(ops)) or 'none'}")
+        if self.dtype not in DTYPES:
+            raise GoalError("dtype", f"unknown dtype {self.dtype!r}; choose one of {', '.join(DTYPES)}")
+        if not isinstance(self.shapes, list):
+            raise GoalError("shapes", "must be a list of shapes, e.g. [[4096, 4096]]")
+        for i, shape in enumerate(self.shapes):
+            if not isinstance(shape, list) or not shape:
+                raise GoalError(f"shapes[{i}]", "must be a non-empty list of positive integers")
+            for d in shape:
+                if isinstance(d, bool) or not isinstance(d, int) or d <= 0:
+                    raise GoalError(f"shapes[{i}]", f"dimension {d!r} is not a positive integer")
+                if d > 1 << 31:
+                    raise GoalError(f"shapes[{i}]", f"dimension {d} is larger than 2^31")
+        if self.backend != "replay" and not self.shapes:
+            raise GoalError("shapes", "give at least one shape")
+        if self.device is not None and (not isinstance(self.device, int) or self.device < 0):
+            raise GoalError("device", "must be a device index >= 0")
+        if self.objective.metric not in OBJECTIVES:
+            raise GoalError("objective.metric", f"unknown metric {self.objective.metric!r}; "
+                            f"choose one of {', '.join(OBJECTIVES)}")
+        if self.objective.direction not in ("",) + DIRECTIONS:
+            raise GoalError("objective.direction", "must be 'minimize' or 'maximize'")
+        if self.target.kind not in TARGET_KINDS:
+            raise GoalError("target.kind", f"unknown target {self.target.kind!r}; "
+                            f"choose one of {', '.join(TARGET_KINDS)}")
+        if self.target.kind != "none" and not _positive(self.target.value):
+            raise GoalError("target.value", "must be a positive number")
+        if self.target.kind == "fraction_of_limit" and self.target.value > 1.0:
+            raise GoalError("target.value", "a fraction of the hardware limit is at most 1.0 (e.g. 0.9)")
+        if isinstance(self.stop.max_evals, bool) or not isinstance(self.stop.max_evals, int) \
+                or self.stop.max_evals < 1:
+            raise GoalError("stop.max_evals", "must be an integer >= 1")
+        if not _non_negative(self.stop.time_budget_s):
+            raise GoalError("stop.time_budget_s", "must be a number >= 0 (0 means no budget)")
+        if isinstance(self.stop.plateau_patience, bool) or not isinstance(self.stop.plateau_patience, int) \
+                or self.stop.plateau_patience < 0:
+            raise GoalError("stop.plateau_patience", "must be an integer >= 0 (0 means off)")
+        for name in ("rtol", "atol"):
+            v = getattr(self.tolerance, name)
+            if v is not None and not _non_negative(v):
+                raise GoalError(f"tolerance.{name}", "must be a number >= 0")
+        for name in ("max_registers", "max_shared_memory_bytes"):
+            v = getattr(self.constraints, name)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise GoalError(f"constraints.{name}", "must be a positive integer")
+        if not isinstance(self.constraints.restrictions, list) or not all(
+                isinstance(r, str) for r in self.constraints.restrictions):
+            raise GoalError("constraints.restrictions", "must be a list of expressions (strings)")
+        if not self.swarm.agents:
+            raise GoalError("swarm.agents", "choose at least one agent")
+        for a in self.swarm.agents:
+            if a not in KNOWN_AGENTS:
+                raise GoalError("swarm.agents", f"unknown agent {a!r}; known: {', '.join(KNOWN_AGENTS)}")
+        if isinstance(self.swarm.workers, bool) or not isinstance(self.swarm.workers, int) \
+                or not 1 <= self.swarm.workers <= 256:
+            raise GoalError("swarm.workers", "must be an integer between 1 and 256")
+        if isinstance(self.swarm.seed, bool) or not isinstance(self.swarm.seed, int):
+            raise GoalError("swarm.seed", "must be an integer")
+        return self
+
+    # ---- TOML --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data.pop("source_path", None)
+        return _drop_none(data)
+
+    def to_toml(self) -> str:
+        return tomli_w.dumps(self.to_dict())
+
+    def save(self, path: str | Path) -> None:
+        path = Path(path)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(self.to_toml(), encoding="utf-8")
+        tmp.replace(path)  # atomic: a crash never leaves half a goal file
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "Goal":
+        if not isinstance(data, dict):
+            raise GoalError("goal", "must be a table")
+        sections = {"objective": Objective, "target": Target, "stop": StopRules,
+                    "tolerance": Tolerance, "constraints": Constraints, "swarm": SwarmSettings}
+        top = {f.name for f in fields(cls)} - {"source_path"}
+        kwargs: dict[str, Any] = {}
+        for key, value in data.items():
+            if key not in top:
+                raise GoalError(key, f"unknown field; known fields: {', '.join(sorted(top))}")
+            if key in sections:
+                if not isinstance(value, dict):
+                    raise GoalError(key, "must be a table, e.g. [" + key + "]")
+                sub = sections[key]
+                allowed = {f.name for f in fields(sub)}
+                for k in value:
+                    if k not in allowed:
+                        raise GoalError(f"{key}.{k}", f"unknown field; known: {', '.join(sorted(allowed))}")
+                kwargs[key] = sub(**value)
+            else:
+                kwargs[key] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_toml(cls, text: str, source_path: str = "") -> "Goal":
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise GoalError("toml", f"malformed TOML: {exc}") from None
+        goal = cls.from_dict(data)
+        goal.source_path = source_path
+        return goal
+
+    @classmethod
+    def load(cls, path: str | Path) -> "Goal":
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise GoalError("file", f"goal file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise GoalError("file", f"cannot read goal file {str(path)!r}: {exc}") from None
+        return cls.from_toml(text, source_path=str(path.resolve()))
+
+    def resolve_space_path(self) -> Path:
+        """Find the goal's recorded space: absolute, beside the goal file, in the bundled
+        resources/spaces, or in the directories named by KERNELSWARM_SPACES."""
+        from app.paths import find_space
+
+        return find_space(self.space, Path(self.source_path).parent if self.source_path else None)
+
+
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
+
+
+def _non_negative(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
+
+
+def _drop_none(d: Any) -> Any:
+    if isinstance(d, dict):
+        return {k: _drop_none(v) for k, v in d.items() if v is not None}
+    return d

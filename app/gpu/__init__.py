@@ -1,0 +1,1 @@
+"""Evaluation backends (replay, cpu, cuda) and everything that touches a device. No Qt."""

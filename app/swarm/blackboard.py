@@ -1,0 +1,110 @@
+"""The blackboard: everything the swarm knows during a run, shared by all agents.
+
+Dedupes candidates by key (each configuration is evaluated at most once per run), keeps the
+global and per-agent elites, the evidence (every evaluation so far) and the lessons. All
+methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from typing import Iterable
+
+from app.swarm.space import SearchSpace
+from app.swarm.types import Evaluation, Lesson
+
+
+class Blackboard:
+    def __init__(self, space: SearchSpace, minimize: bool = True) -> None:
+        self.space = space
+        self.minimize = minimize
+        self._lock = threading.RLock()
+        self._evaluations: list[Evaluation] = []
+        self._by_key: dict[str, Evaluation] = {}
+        self._in_flight: set[str] = set()
+        self._lessons: list[Lesson] = []
+        self._best: Evaluation | None = None
+        self._by_agent: dict[str, list[Evaluation]] = defaultdict(list)
+
+    # ---- ordering ----------------------------------------------------------------------
+    def better(self, a: float, b: float | None) -> bool:
+        """True when objective value `a` beats `b` (None is beaten by anything)."""
+        if b is None:
+            return True
+        return a < b if self.minimize else a > b
+
+    def sort_key(self, e: Evaluation) -> float:
+        assert e.value is not None
+        return e.value if self.minimize else -e.value
+
+    # ---- dedupe ------------------------------------------------------------------------
+    def claim(self, key: str) -> bool:
+        """Reserve a key for evaluation; False when it was already evaluated or is in flight."""
+        with self._lock:
+            if key in self._by_key or key in self._in_flight:
+                return False
+            self._in_flight.add(key)
+            return True
+
+    def release(self, key: str) -> None:
+        with self._lock:
+            self._in_flight.discard(key)
+
+    def known(self, key: str) -> bool:
+        with self._lock:
+            return key in self._by_key or key in self._in_flight
+
+    # ---- evidence ----------------------------------------------------------------------
+    def record(self, evaluation: Evaluation) -> bool:
+        """Add an evaluation; return True when it is a new global best."""
+        with self._lock:
+            self._in_flight.discard(evaluation.key)
+            if evaluation.key in self._by_key:
+                return False
+            self._by_key[evaluation.key] = evaluation
+            self._evaluations.append(evaluation)
+            self._by_agent[evaluation.agent].append(evaluation)
+            if evaluation.ok and evaluation.value is not None and self.better(
+                    evaluation.value, self._best.value if self._best else None):
+                self._best = evaluation
+                return True
+            return False
+
+    def add_lesson(self, lesson: Lesson) -> None:
+        with self._lock:
+            self._lessons.append(lesson)
+
+    @property
+    def best(self) -> Evaluation | None:
+        with self._lock:
+            return self._best
+
+    @property
+    def evaluations(self) -> list[Evaluation]:
+        with self._lock:
+            return list(self._evaluations)
+
+    @property
+    def lessons(self) -> list[Lesson]:
+        with self._lock:
+            return list(self._lessons)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._evaluations)
+
+    def get(self, key: str) -> Evaluation | None:
+        with self._lock:
+            return self._by_key.get(key)
+
+    def successes(self) -> list[Evaluation]:
+        with self._lock:
+            return [e for e in self._evaluations if e.ok and e.value is not None]
+
+    def elites(self, k: int, agent: str | None = None) -> list[Evaluation]:
+        """The k best correct evaluations, globally or of one agent."""
+        with self._lock:
+            pool: Iterable[Evaluation] = self._by_agent.get(agent, []) if agent else self._evaluations
+            ok = [e for e in pool if e.ok and e.value is not None]
+        return sorted(ok, key=self.sort_key)[:k]

@@ -1,0 +1,120 @@
+"""Typed engine events and a thread-safe publisher.
+
+Events are plain dataclasses published from engine threads. Subscribers are called
+synchronously, in subscription order, under one lock, so a store subscriber has committed an
+evaluation before the coordinator accepts the next result. The UI subscribes through a single
+bridge object that turns events into queued Qt signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from app.swarm.types import Evaluation, Lesson
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Event:
+    run_id: int | None = field(default=None, kw_only=True)
+    at: float = field(default_factory=time.time, kw_only=True)
+
+
+@dataclass
+class RunStarted(Event):
+    goal_name: str
+    backend: str
+    agents: list[str]
+    max_evals: int | None
+    time_budget_s: float | None
+    baseline_value: float | None = None
+    limit_value: float | None = None
+    target_value: float | None = None
+    resumed_evals: int = 0
+
+
+@dataclass
+class Proposed(Event):
+    agent: str
+    key: str
+    config: dict[str, Any]
+
+
+@dataclass
+class Evaluated(Event):
+    index: int  # 1-based position of this evaluation in the run
+    evaluation: Evaluation
+    elapsed_s: float  # run clock (simulated for replay) when it completed
+    best_value: float | None  # best-so-far after this evaluation
+
+
+@dataclass
+class NewBest(Event):
+    index: int
+    evaluation: Evaluation
+    elapsed_s: float
+    previous_value: float | None
+
+
+@dataclass
+class LessonLearned(Event):
+    lesson: Lesson
+
+
+@dataclass
+class Telemetry(Event):
+    device: str
+    readings: dict[str, float]
+
+
+@dataclass
+class AgentCredit(Event):
+    credits: dict[str, dict[str, float]]  # agent -> {"proposed", "evaluated", "improvements", "share"}
+
+
+@dataclass
+class RunFinished(Event):
+    reason: str  # "max_evals", "time_budget", "plateau", "target", "exhausted", "stopped", "error"
+    evaluations: int
+    best: Evaluation | None
+    elapsed_s: float
+    message: str = ""
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Publish events to subscribers; thread-safe; a failing subscriber is logged, not fatal
+    (except for subscribers registered with critical=True, whose errors propagate: the store
+    must not silently lose evaluations)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._subs: list[tuple[Subscriber, bool]] = []
+
+    def subscribe(self, fn: Subscriber, critical: bool = False) -> Callable[[], None]:
+        with self._lock:
+            self._subs.append((fn, critical))
+
+        def unsubscribe() -> None:
+            with self._lock:
+                self._subs[:] = [(f, c) for f, c in self._subs if f is not fn]
+
+        return unsubscribe
+
+    def publish(self, event: Event) -> None:
+        with self._lock:
+            subs = list(self._subs)
+            for fn, critical in subs:
+                try:
+                    fn(event)
+                except Exception:
+                    if critical:
+                        raise
+                    log.exception("event subscriber %r failed on %s", fn, type(event).__name__)
