@@ -68,6 +68,9 @@ class Evaluation:
     metrics: dict[str, float] = field(default_factory=dict)  # GFLOP/s, GB/s, % of limit, ...
     log: str = ""
     sim_seconds: float = 0.0
+    # The input case that broke verification (shape, distribution, seed, ...): it joins the
+    # goal's validation set in the store so later candidates are checked against it too.
+    failing_case: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
