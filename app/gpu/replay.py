@@ -120,7 +120,7 @@ class ReplayEvaluator(Evaluator):
     """Evaluates configurations by looking up their recorded measurements."""
 
     def __init__(self, recorded: RecordedSpace, restrictions: list[str] | None = None,
-                 simulate_time: bool = True, max_parallel: int = 1) -> None:
+                 simulate_time: bool = True, max_parallel: int = 64) -> None:
         self.recorded = recorded
         self.space = recorded.space(restrictions)
         self.simulate_time = simulate_time

@@ -1,0 +1,346 @@
+"""The coordinator: runs the swarm's agents over a shared blackboard until a stop rule fires.
+
+One coordinator thread owns the loop: it asks agents for proposals (budget moves toward agents
+that recently improved), dedupes them on the blackboard, hands candidates to a thread pool that
+calls the evaluator (up to `workers` at once, capped by the evaluator's evaluation workers) and
+accepts results one at a time: publish (the store commits it), record on the board, let every
+agent observe it, update credits and lessons. With one worker the run is deterministic for a
+seed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import logging
+import random
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Sequence
+
+from app.goal import StopRules
+from app.gpu.base import Evaluator
+from app.swarm.agents.base import Agent
+from app.swarm.allocation import BudgetAllocator
+from app.swarm.blackboard import Blackboard
+from app.swarm.events import (
+    AgentCredit, EventBus, Evaluated, LessonLearned, NewBest, Proposed, RunFinished, RunStarted,
+)
+from app.swarm.lessons import failure_regions, good_regions
+from app.swarm.space import SearchSpace
+from app.swarm.types import CRASH, Candidate, Evaluation
+
+log = logging.getLogger(__name__)
+
+LESSON_EVERY = 10  # evaluations between lesson distillations
+PROPOSAL_ATTEMPTS = 8  # fresh proposals asked of one agent before trying another
+
+
+@dataclass
+class RunResult:
+    reason: str
+    evaluations: int
+    best: Evaluation | None
+    elapsed_s: float
+    credits: dict[str, dict[str, float]]
+    history: list[Evaluation] = field(default_factory=list)
+    lessons: list = field(default_factory=list)
+
+
+def _derive_seed(seed: int, name: str) -> int:
+    digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")
+
+
+class Coordinator:
+    def __init__(self, space: SearchSpace, evaluator: Evaluator, *, agents: Sequence[str | Agent],
+                 minimize: bool = True, stop: StopRules | None = None, workers: int = 1,
+                 seed: int = 0, bus: EventBus | None = None, run_id: int | None = None,
+                 prior: Sequence[Evaluation] = (), prior_elapsed_s: float = 0.0,
+                 simulated_clock: bool = False, target_value: float | None = None,
+                 baseline_value: float | None = None, limit_value: float | None = None,
+                 goal_name: str = "", backend: str = "") -> None:
+        self.space = space
+        self.evaluator = evaluator
+        self.minimize = minimize
+        self.stop_rules = stop or StopRules()
+        self.bus = bus or EventBus()
+        self.run_id = run_id
+        self.seed = seed
+        self.goal_name = goal_name
+        self.backend = backend
+        self.target_value = target_value
+        self.baseline_value = baseline_value
+        self.limit_value = limit_value
+        self.simulated_clock = simulated_clock
+        self.board = Blackboard(space, minimize=minimize)
+        self.rng = random.Random(_derive_seed(seed, "coordinator"))
+        self.agents: dict[str, Agent] = {}
+        for a in agents:
+            agent = a if isinstance(a, Agent) else self._make_agent(a, seed)
+            self.agents[agent.name] = agent
+        if not self.agents:
+            raise ValueError("the swarm needs at least one agent")
+        self.allocator = BudgetAllocator(list(self.agents))
+        cap = getattr(evaluator, "max_parallel", 1) or 1
+        self.slots = max(1, min(int(workers), int(cap)))
+        self._credits = {name: {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0}
+                         for name in self.agents}
+        self._prior = list(prior)
+        self._elapsed0 = float(prior_elapsed_s)
+        self._sim_clock = float(prior_elapsed_s)
+        self._t0 = 0.0
+        self._stop = threading.Event()
+        self._running = threading.Event()
+        self._running.set()
+        self._lesson_texts: set[str] = set()
+        self._since_improvement = 0
+        self._index = 0
+        self._lock = threading.Lock()
+
+    def _make_agent(self, name: str, seed: int) -> Agent:
+        from app.swarm.agents import make_agent
+
+        return make_agent(name, self.space, random.Random(_derive_seed(seed, name)), self.minimize)
+
+    # ---- control (thread-safe) -------------------------------------------------------------
+    def pause(self) -> None:
+        self._running.clear()
+
+    def resume(self) -> None:
+        self._running.set()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._running.set()
+
+    @property
+    def paused(self) -> bool:
+        return not self._running.is_set()
+
+    @property
+    def credits(self) -> dict[str, dict[str, float]]:
+        shares = self.allocator.shares()
+        with self._lock:
+            total_impr = sum(c["improvements"] for c in self._credits.values())
+            return {a: {**c, "share": shares[a],
+                        "improvement_share": (c["improvements"] / total_impr) if total_impr else 0.0}
+                    for a, c in self._credits.items()}
+
+    def elapsed(self) -> float:
+        if self.simulated_clock:
+            return self._sim_clock
+        return self._elapsed0 + (time.monotonic() - self._t0)
+
+    # ---- the loop ------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        self._t0 = time.monotonic()
+        self._replay_prior()
+        self.bus.publish(RunStarted(
+            goal_name=self.goal_name, backend=self.backend, agents=list(self.agents),
+            max_evals=self.stop_rules.max_evals, time_budget_s=self.stop_rules.time_budget_s or None,
+            baseline_value=self.baseline_value, limit_value=self.limit_value,
+            target_value=self.target_value, resumed_evals=len(self._prior), run_id=self.run_id))
+        reason = "error"
+        message = ""
+        try:
+            reason = self._loop()
+        except Exception as exc:  # an engine bug must end the run visibly, not hang it
+            log.exception("swarm run failed")
+            message = f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            for agent in self.agents.values():
+                agent.close()
+            self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
+            self.bus.publish(RunFinished(reason=reason, evaluations=len(self.board),
+                                         best=self.board.best, elapsed_s=self.elapsed(),
+                                         message=message, run_id=self.run_id))
+        return RunResult(reason=reason, evaluations=len(self.board), best=self.board.best,
+                         elapsed_s=self.elapsed(), credits=self.credits,
+                         history=self.board.evaluations, lessons=self.board.lessons)
+
+    def _replay_prior(self) -> None:
+        """Resume: the evidence of the interrupted run goes back on the board, unevaluated."""
+        for e in self._prior:
+            improved = self.board.record(e)
+            self._since_improvement = 0 if improved else self._since_improvement + 1
+            for agent in self.agents.values():
+                agent.observe(e)
+            if e.agent in self._credits:
+                c = self._credits[e.agent]
+                c["proposed"] += 1
+                c["evaluated"] += 1
+                c["failed"] += 0 if e.ok else 1
+                c["improvements"] += 1 if improved else 0
+        self._index = len(self._prior)
+
+    def _budget_left(self) -> int:
+        return self.stop_rules.max_evals - self._index
+
+    def _loop(self) -> str:
+        in_flight: dict[cf.Future, tuple[int, Candidate]] = {}
+        issued = 0
+        exhausted = False
+        reason = self._check_stop()
+        if reason:
+            return reason
+        with cf.ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="swarm-eval") as pool:
+            while True:
+                while (not self._stop.is_set() and self._running.is_set() and not exhausted
+                       and len(in_flight) < self.slots and issued + len(in_flight) < self._budget_left()):
+                    cand = self._next_candidate()
+                    if cand is None:
+                        exhausted = True
+                        break
+                    in_flight[pool.submit(self._evaluate, cand)] = (issued, cand)
+                    issued += 1
+                if not in_flight:
+                    if self._stop.is_set():
+                        return "stopped"
+                    if exhausted:
+                        return "exhausted"
+                    if not self._running.is_set():
+                        self._running.wait(0.1)
+                        continue
+                    return self._check_stop() or "max_evals"
+                done, _ = cf.wait(list(in_flight), timeout=0.2, return_when=cf.FIRST_COMPLETED)
+                # Accept in submission order so one-worker runs are reproducible.
+                for fut in sorted(done, key=lambda f: in_flight[f][0]):
+                    _, cand = in_flight.pop(fut)
+                    issued -= 1
+                    self._accept(cand, fut.result())
+                    reason = self._check_stop()
+                    if reason:
+                        self._stop.set()
+                        for f in list(in_flight):
+                            f.cancel()
+                        # Results already running are accepted, so nothing measured is lost.
+                        for f in cf.as_completed([f for f in in_flight if not f.cancelled()]):
+                            _, c = in_flight.pop(f)
+                            self._accept(c, f.result())
+                        for _, c in in_flight.values():
+                            self.board.release(c.key)
+                        return reason
+                if self._stop.is_set() and not in_flight:
+                    return "stopped"
+
+    def _evaluate(self, cand: Candidate) -> Evaluation:
+        try:
+            return self.evaluator.evaluate(cand)
+        except Exception:
+            return Evaluation(key=cand.key, config=dict(cand.config), ok=False, reason=CRASH,
+                              detail="the evaluator raised an exception", agent=cand.agent,
+                              source=cand.source, parent_key=cand.parent_key,
+                              log=traceback.format_exc())
+
+    def _next_candidate(self) -> Candidate | None:
+        tried: set[str] = set()
+        while True:
+            name = self.allocator.pick(self.rng, exclude=tried)
+            if name is None:
+                break
+            agent = self.agents[name]
+            for _ in range(PROPOSAL_ATTEMPTS):
+                proposals = agent.propose(self.board, 1)
+                if not proposals:
+                    break
+                for proposal in proposals:
+                    cand = self._as_candidate(proposal, name)
+                    if cand is not None and self.board.claim(cand.key):
+                        with self._lock:
+                            self._credits[name]["proposed"] += 1
+                        self.bus.publish(Proposed(agent=name, key=cand.key, config=cand.config,
+                                                  run_id=self.run_id))
+                        return cand
+            tried.add(name)
+        # Every agent is out of fresh ideas: a last uniform draw before calling it exhausted.
+        for _ in range(200):
+            cfg = self.space.sample(self.rng)
+            if cfg is None:
+                return None
+            key = self.space.key(cfg)
+            if self.board.claim(key):
+                return Candidate(config=cfg, key=key, agent=next(iter(self.agents)))
+        return None
+
+    def _as_candidate(self, proposal: object, agent: str) -> Candidate | None:
+        if isinstance(proposal, Candidate):
+            proposal.agent = proposal.agent or agent
+            return proposal
+        if isinstance(proposal, dict) and self.space.is_valid(proposal):
+            return Candidate(config=dict(proposal), key=self.space.key(proposal), agent=agent)
+        return None
+
+    def _accept(self, cand: Candidate, evaluation: Evaluation) -> None:
+        evaluation.agent = evaluation.agent or cand.agent
+        evaluation.key = cand.key
+        previous = self.board.best
+        if self.simulated_clock:
+            self._sim_clock += evaluation.sim_seconds / self.slots
+        self._index += 1
+        improved = self.board.record(evaluation)
+        best = self.board.best
+        elapsed = self.elapsed()
+        # The store commits inside this publish, before anything else sees the result.
+        self.bus.publish(Evaluated(index=self._index, evaluation=evaluation, elapsed_s=elapsed,
+                                   best_value=best.value if best else None, run_id=self.run_id))
+        if improved:
+            self._since_improvement = 0
+            self.bus.publish(NewBest(index=self._index, evaluation=evaluation, elapsed_s=elapsed,
+                                     previous_value=previous.value if previous else None,
+                                     run_id=self.run_id))
+        else:
+            self._since_improvement += 1
+        for agent in self.agents.values():
+            agent.observe(evaluation)
+        with self._lock:
+            c = self._credits.setdefault(evaluation.agent, {"proposed": 0, "evaluated": 0,
+                                                            "failed": 0, "improvements": 0})
+            c["evaluated"] += 1
+            c["failed"] += 0 if evaluation.ok else 1
+            c["improvements"] += 1 if improved else 0
+        self.allocator.update(evaluation.agent, self._reward(evaluation, improved))
+        if improved:
+            self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
+        if self._index % LESSON_EVERY == 0:
+            self._distil_lessons()
+
+    def _reward(self, evaluation: Evaluation, improved: bool) -> float:
+        if improved:
+            return 1.0
+        if not evaluation.ok or evaluation.value is None:
+            return 0.0
+        elites = self.board.elites(max(3, len(self.board) // 10))
+        threshold = elites[-1].value if elites else None
+        if threshold is not None and not self.board.better(threshold, evaluation.value):
+            return 0.25  # in the top decile, without beating the best
+        return 0.0
+
+    def _distil_lessons(self) -> None:
+        evidence = self.board.evaluations
+        for lesson in failure_regions(evidence) + good_regions(self.board.elites(5)):
+            if lesson.text in self._lesson_texts:
+                continue
+            self._lesson_texts.add(lesson.text)
+            self.board.add_lesson(lesson)
+            self.bus.publish(LessonLearned(lesson=lesson, run_id=self.run_id))
+
+    def _check_stop(self) -> str | None:
+        if self._stop.is_set():
+            return "stopped"
+        if self._index >= self.stop_rules.max_evals:
+            return "max_evals"
+        budget = self.stop_rules.time_budget_s
+        if budget and self.elapsed() >= budget:
+            return "time_budget"
+        patience = self.stop_rules.plateau_patience
+        if patience and self._since_improvement >= patience and self.board.best is not None:
+            return "plateau"
+        best = self.board.best
+        if self.target_value is not None and best is not None and best.value is not None \
+                and not self.board.better(self.target_value, best.value):
+            return "target"
+        return None
