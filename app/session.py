@@ -1,0 +1,142 @@
+"""One run of a goal, end to end: goal -> evaluator -> coordinator -> store and events.
+
+Used by the CLI, the GUI and the benchmarks alike, so a run behaves the same everywhere.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Sequence
+
+from app.goal import Goal
+from app.gpu.base import Evaluator
+from app.swarm.coordinator import Coordinator, RunResult
+from app.swarm.events import EventBus, Evaluated, Telemetry
+
+if TYPE_CHECKING:  # the store is optional: benchmarks run without one
+    from app.store import Store
+
+log = logging.getLogger(__name__)
+
+TELEMETRY_PERIOD_S = 1.0
+
+
+def build_evaluator(goal: Goal, validation_cases: Sequence[dict] = ()) -> Evaluator:
+    """The backend a goal asks for. Raises BackendUnavailable / CacheFileError / GoalError with
+    a message that names the problem."""
+    goal.validate()
+    if goal.backend == "replay":
+        from app.gpu.replay import ReplayEvaluator, load_cache_file
+
+        recorded = load_cache_file(goal.resolve_space_path())
+        return ReplayEvaluator(recorded, restrictions=goal.constraints.restrictions,
+                               simulate_time=goal.simulate_time)
+    if goal.backend == "cpu":
+        from app.gpu.cpu import CpuEvaluator
+
+        return CpuEvaluator(goal, validation_cases=list(validation_cases))
+    if goal.backend == "cuda":
+        from app.gpu.cuda import CudaEvaluator
+
+        return CudaEvaluator(goal, validation_cases=list(validation_cases))
+    raise ValueError(f"unknown backend {goal.backend!r}")
+
+
+def target_value(goal: Goal, baseline: float | None, limit: float | None) -> float | None:
+    """The goal's target in the objective's unit, when it can be computed."""
+    kind, value = goal.target.kind, goal.target.value
+    minimize = goal.objective.minimize
+    if kind == "absolute":
+        return value
+    if kind == "speedup" and baseline:
+        return baseline / value if minimize else baseline * value
+    if kind == "fraction_of_limit" and limit:
+        return limit / value if minimize else limit * value
+    return None
+
+
+class RunSession:
+    """Runs a goal (or resumes a run) with its evaluator, coordinator and store subscriber."""
+
+    def __init__(self, goal: Goal | None = None, store: "Store | None" = None,
+                 bus: EventBus | None = None, resume_run_id: int | None = None,
+                 evaluator: Evaluator | None = None) -> None:
+        if goal is None and resume_run_id is None:
+            raise ValueError("give a goal to run or a run to resume")
+        if resume_run_id is not None and store is None:
+            raise ValueError("resuming a run needs the store it was recorded in")
+        self.store = store
+        self.bus = bus or EventBus()
+        prior: list[Any] = []
+        prior_elapsed = 0.0
+        if resume_run_id is not None:
+            assert store is not None
+            run = store.get_run(resume_run_id)  # raises a clear error for an unknown run
+            goal = goal or store.goal_of_run(resume_run_id)
+            rows = store.load_evaluations(resume_run_id)
+            prior = [e for _, e, _ in rows]
+            prior_elapsed = max((t for _, _, t in rows), default=0.0)
+            self.run_id: int | None = resume_run_id
+            self._resumed_from = run
+        assert goal is not None
+        self.goal = goal.validate()
+        cases = store.validation_cases(goal) if store is not None else []
+        self.evaluator = evaluator or build_evaluator(goal, cases)
+        device = self.evaluator.device()
+        if resume_run_id is None:
+            self.run_id = store.create_run(goal, {"kind": device.kind, "name": device.name,
+                                                  **device.details}) if store else None
+        baseline = self.evaluator.baseline()
+        limit = self.evaluator.limit()
+        self.coordinator = Coordinator(
+            self.evaluator.space, self.evaluator, agents=goal.swarm.agents,
+            minimize=goal.objective.minimize, stop=goal.stop, workers=goal.swarm.workers,
+            seed=goal.swarm.seed, bus=self.bus, run_id=self.run_id, prior=prior,
+            prior_elapsed_s=prior_elapsed,
+            simulated_clock=goal.backend == "replay" and goal.simulate_time,
+            target_value=target_value(goal, baseline, limit), baseline_value=baseline,
+            limit_value=limit, goal_name=goal.name, backend=goal.backend,
+        )
+        self._unsubscribe: list = []
+        if store is not None and self.run_id is not None:
+            # critical: a failed commit must stop the run, never silently drop an evaluation
+            self._unsubscribe.append(self.bus.subscribe(store.subscriber(self.run_id), critical=True))
+            self._unsubscribe.append(self.bus.subscribe(self._keep_failing_cases))
+        self._telemetry_stop = threading.Event()
+
+    def _keep_failing_cases(self, event: Any) -> None:
+        if isinstance(event, Evaluated) and event.evaluation.failing_case and self.store:
+            self.store.add_validation_case(self.goal, event.evaluation.failing_case)
+
+    def _telemetry_loop(self) -> None:
+        sample = getattr(self.evaluator, "sample_telemetry", None)
+        while sample and not self._telemetry_stop.wait(TELEMETRY_PERIOD_S):
+            try:
+                readings = sample()
+            except Exception:  # telemetry is best effort; the run goes on without it
+                log.exception("telemetry sampling failed")
+                return
+            if readings:
+                self.bus.publish(Telemetry(device=self.evaluator.device().name,
+                                           readings=readings, run_id=self.run_id))
+
+    def run(self) -> RunResult:
+        telemetry = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
+        telemetry.start()
+        try:
+            return self.coordinator.run()
+        finally:
+            self._telemetry_stop.set()
+            self.evaluator.close()
+            for unsubscribe in self._unsubscribe:
+                unsubscribe()
+
+    def pause(self) -> None:
+        self.coordinator.pause()
+
+    def resume(self) -> None:
+        self.coordinator.resume()
+
+    def stop(self) -> None:
+        self.coordinator.stop()
