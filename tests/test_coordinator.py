@@ -1,0 +1,190 @@
+"""The coordinator on a real recorded space: dedupe, budgets, stop rules, determinism, events."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter
+
+import pytest
+
+from app.goal import StopRules
+from app.gpu.replay import ReplayEvaluator, load_cache_file
+from app.swarm.agents.base import Agent
+from app.swarm.coordinator import Coordinator
+from app.swarm.events import EventBus, Evaluated, NewBest, Proposed, RunFinished, RunStarted
+from app.swarm.types import Evaluation
+
+
+class RandomAgent(Agent):
+    name = "random"
+
+    def propose(self, board, n=1):
+        return [self.space.sample(self.rng) for _ in range(n)]
+
+
+class RepeatingAgent(Agent):
+    """Keeps proposing the same configuration: the board must refuse duplicates."""
+    name = "repeater"
+
+    def __init__(self, space, rng, minimize=True):
+        super().__init__(space, rng, minimize)
+        self.fixed = space.sample(random.Random(0))
+
+    def propose(self, board, n=1):
+        return [dict(self.fixed)]
+
+
+@pytest.fixture(scope="module")
+def pnpoly(spaces_dir_path):
+    return load_cache_file(spaces_dir_path / "pnpoly_RTX_3090.json.gz")
+
+
+@pytest.fixture(scope="module")
+def spaces_dir_path():
+    from app.paths import resources_dir
+    return resources_dir() / "spaces"
+
+
+def run(recorded, agents, workers=1, seed=0, **stop):
+    ev = ReplayEvaluator(recorded)
+    bus = EventBus()
+    events = []
+    bus.subscribe(events.append)
+    coord = Coordinator(ev.space, ev, agents=[a(ev.space, random.Random(seed)) for a in agents],
+                        stop=StopRules(**stop), workers=workers, seed=seed, bus=bus,
+                        simulated_clock=True)
+    return coord, coord.run(), events
+
+
+def test_each_configuration_evaluated_once_and_budget_respected(pnpoly):
+    coord, result, events = run(pnpoly, [RandomAgent, RepeatingAgent], workers=4, max_evals=150)
+    keys = [e.key for e in result.history]
+    assert len(keys) == 150 == len(set(keys))
+    assert result.reason == "max_evals"
+    assert sum(isinstance(e, Evaluated) for e in events) == 150
+    # indices are 1..N without gaps, and best-so-far never gets worse
+    evaluated = [e for e in events if isinstance(e, Evaluated)]
+    assert [e.index for e in evaluated] == list(range(1, 151))
+    bests = [e.best_value for e in evaluated if e.best_value is not None]
+    assert all(b2 <= b1 for b1, b2 in zip(bests, bests[1:]))
+
+
+def test_failures_recorded_with_recorded_reason(pnpoly):
+    _, result, _ = run(pnpoly, [RandomAgent], max_evals=300)
+    reasons = Counter(e.reason for e in result.history if not e.ok)
+    assert reasons and set(reasons) == {"runtime_failed"}  # pnpoly's only failure marker
+    assert all(e.value is None for e in result.history if not e.ok)
+
+
+def test_deterministic_with_one_worker(pnpoly):
+    _, a, _ = run(pnpoly, [RandomAgent], seed=7, max_evals=60)
+    _, b, _ = run(pnpoly, [RandomAgent], seed=7, max_evals=60)
+    _, c, _ = run(pnpoly, [RandomAgent], seed=8, max_evals=60)
+    assert [e.key for e in a.history] == [e.key for e in b.history]
+    assert [e.key for e in a.history] != [e.key for e in c.history]
+
+
+def test_event_sequence(pnpoly):
+    _, result, events = run(pnpoly, [RandomAgent], max_evals=20)
+    assert isinstance(events[0], RunStarted)
+    assert isinstance(events[-1], RunFinished) and events[-1].reason == "max_evals"
+    assert sum(isinstance(e, Proposed) for e in events) == 20
+    new_best = [e for e in events if isinstance(e, NewBest)]
+    assert new_best and new_best[-1].evaluation.value == result.best.value
+
+
+def test_plateau_stops_run(pnpoly):
+    _, result, _ = run(pnpoly, [RandomAgent], max_evals=4000, plateau_patience=25)
+    assert result.reason == "plateau"
+    last_best = max(i for i, e in enumerate(result.history) if e.key == result.best.key)
+    assert len(result.history) - 1 - last_best == 25
+
+
+def test_time_budget_on_simulated_clock(pnpoly):
+    _, result, _ = run(pnpoly, [RandomAgent], max_evals=4000, time_budget_s=30.0)
+    assert result.reason == "time_budget"
+    assert 30.0 <= result.elapsed_s < 60.0
+
+
+def test_small_space_is_exhausted_not_looped():
+    from app.swarm.space import SearchSpace
+    from app.gpu.base import Evaluator
+    from app.swarm.types import Candidate
+
+    class Quadratic(Evaluator):
+        max_parallel = 2
+
+        def __init__(self):
+            self.space = SearchSpace({"x": list(range(10)), "y": [0, 1]}, restrictions=["x+y<=8"])
+
+        def evaluate(self, c: Candidate) -> Evaluation:
+            v = (c.config["x"] - 3) ** 2 + c.config["y"] + 1.0
+            return Evaluation(key=c.key, config=c.config, ok=True, value=v)
+
+    ev = Quadratic()
+    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(1))],
+                        stop=StopRules(max_evals=100), workers=2)
+    result = coord.run()
+    assert result.reason == "exhausted"
+    assert result.evaluations == 17  # 10*2 minus the 3 combinations with x+y>8
+    assert result.best.config == {"x": 3, "y": 0}
+
+
+def test_stop_from_another_thread_keeps_completed_work(pnpoly):
+    ev = ReplayEvaluator(pnpoly)
+    bus = EventBus()
+    seen = []
+
+    def on_event(e):
+        if isinstance(e, Evaluated):
+            seen.append(e.index)
+            if e.index == 30:
+                threading.Thread(target=coord.stop).start()
+
+    bus.subscribe(on_event)
+    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(0))],
+                        stop=StopRules(max_evals=10_000), workers=3, bus=bus)
+    result = coord.run()
+    assert result.reason == "stopped"
+    assert result.evaluations == len(seen) >= 30
+
+
+def test_resume_from_prior_evidence_never_repeats(pnpoly):
+    _, first, _ = run(pnpoly, [RandomAgent], seed=3, max_evals=40)
+    ev = ReplayEvaluator(pnpoly)
+    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(3))],
+                        stop=StopRules(max_evals=100), prior=first.history, seed=3)
+    second = coord.run()
+    assert second.evaluations == 100
+    keys = [e.key for e in second.history]
+    assert len(set(keys)) == 100
+    assert keys[:40] == [e.key for e in first.history]
+
+
+def test_credits_track_improvements(pnpoly):
+    coord, result, _ = run(pnpoly, [RandomAgent, RepeatingAgent], max_evals=80)
+    credits = result.credits
+    assert credits["random"]["evaluated"] + credits["repeater"]["evaluated"] == 80
+    assert credits["repeater"]["evaluated"] <= 1  # its one idea can only be evaluated once
+    total_improvements = sum(c["improvements"] for c in credits.values())
+    assert total_improvements >= 1
+    assert abs(sum(c["share"] for c in credits.values()) - 1.0) < 1e-9
+
+
+def test_evaluator_exception_becomes_failed_evaluation(pnpoly):
+    class Flaky(ReplayEvaluator):
+        calls = 0
+
+        def evaluate(self, c):
+            Flaky.calls += 1
+            if Flaky.calls % 5 == 0:
+                raise RuntimeError("boom")
+            return super().evaluate(c)
+
+    ev = Flaky(pnpoly)
+    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(0))],
+                        stop=StopRules(max_evals=20))
+    result = coord.run()
+    crashed = [e for e in result.history if e.reason == "crash"]
+    assert len(crashed) == 4 and "boom" in crashed[0].log
