@@ -263,7 +263,7 @@ class Coordinator:
                 return None
             key = self.space.key(cfg)
             if self.board.claim(key):
-                return Candidate(config=cfg, key=key, agent=next(iter(self.agents)))
+                return Candidate(config=cfg, key=key, agent="coordinator")
         return None
 
     def _as_candidate(self, proposal: object, agent: str) -> Candidate | None:
