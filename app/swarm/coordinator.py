@@ -125,7 +125,7 @@ class Coordinator:
         shares = self.allocator.shares()
         with self._lock:
             total_impr = sum(c["improvements"] for c in self._credits.values())
-            return {a: {**c, "share": shares[a],
+            return {a: {**c, "share": shares.get(a, 0.0),
                         "improvement_share": (c["improvements"] / total_impr) if total_impr else 0.0}
                     for a, c in self._credits.items()}
 
