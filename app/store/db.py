@@ -1,0 +1,511 @@
+"""The run history: one SQLite file (WAL mode) read and written through sqlite-utils.
+
+Writes go through one connection guarded by a lock, each in its own short transaction, so an
+evaluation is on disk before the coordinator accepts the next result: a run killed with SIGKILL
+loses nothing it had already reported, and `--resume` continues from exactly there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import sqlite3
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import sqlite_utils
+
+from app import __version__
+from app.goal import Goal, GoalError
+from app.store.schema import MIGRATIONS, SCHEMA_VERSION
+from app.swarm.events import (
+    AgentCredit, Evaluated, Event, LessonLearned, RunFinished, RunStarted, Telemetry,
+)
+from app.swarm.types import Evaluation, Lesson, Stage
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+STATUSES = ("running", "finished", "stopped", "interrupted", "failed")
+# How a coordinator's stop reason maps onto a run's status.
+_STATUS_OF_REASON = {"stopped": "stopped", "error": "failed", "interrupted": "interrupted"}
+_TABLES = ("projects", "goals", "runs", "candidates", "evaluations", "lessons", "telemetry",
+           "validation_cases")
+
+
+class StoreError(RuntimeError):
+    """The history database cannot be used; the message names the file and the problem."""
+
+
+class UnknownRunError(StoreError, KeyError):
+    def __str__(self) -> str:  # KeyError would quote the message
+        return self.args[0] if self.args else "unknown run"
+
+
+def goal_key(goal: Goal) -> str:
+    """What makes two goals "the same problem": the kernel (operator or recorded space),
+    backend, dtype, shapes, objective, tolerance and constraints. Names, budgets, targets and
+    swarm settings may change between runs of the same goal."""
+    d = goal.to_dict()
+    same = {k: d.get(k) for k in ("operator", "backend", "dtype", "shapes", "objective",
+                                  "tolerance", "constraints")}
+    same["space"] = Path(goal.space).name if goal.space else ""
+    blob = json.dumps(same, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _json(v: Any) -> str:
+    if is_dataclass(v) and not isinstance(v, type):
+        v = asdict(v)
+    return json.dumps(v, sort_keys=True, default=str)
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    except OSError:
+        return False
+    return True
+
+
+class Store:
+    """KernelSwarm's history database. Thread-safe; use one per process and file."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        if path is None:
+            from app.paths import default_db_path
+
+            path = default_db_path()
+        self.path = Path(path).expanduser()
+        self._lock = threading.RLock()
+        self._goal_ids: dict[int, tuple[int, str]] = {}  # run id -> (goal id, goal key)
+        self._check_file()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
+                                   timeout=30.0)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open history database {str(self.path)!r}: {exc}") from None
+        self.conn = conn
+        try:
+            self._open()
+        except StoreError:
+            conn.close()
+            raise
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise StoreError(f"history database {str(self.path)!r} is corrupt or unreadable: "
+                             f"{exc}") from None
+        self.db = sqlite_utils.Database(conn)
+
+    # ---- opening ------------------------------------------------------------------------
+    def _check_file(self) -> None:
+        """Refuse a file that is not SQLite before sqlite3 gets a chance to touch it."""
+        try:
+            with open(self.path, "rb") as fh:
+                head = fh.read(len(SQLITE_MAGIC))
+        except FileNotFoundError:
+            return
+        except IsADirectoryError:
+            raise StoreError(f"history database {str(self.path)!r} is a directory") from None
+        except OSError as exc:
+            raise StoreError(f"cannot read history database {str(self.path)!r}: {exc}") from None
+        if head and head != SQLITE_MAGIC:
+            raise StoreError(f"{str(self.path)!r} is not a SQLite database; refusing to use it "
+                             "as KernelSwarm history")
+
+    def _open(self) -> None:
+        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"history database {str(self.path)!r} has schema version {version}, newer than "
+                f"this KernelSwarm {__version__} knows ({SCHEMA_VERSION}); upgrade KernelSwarm "
+                "or use another --db (the file was left untouched)")
+        self.conn.execute("PRAGMA journal_mode=WAL")
+        self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives process crashes
+        self.conn.execute("PRAGMA foreign_keys=ON")
+        self._migrate(version)
+        names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+        missing = [t for t in _TABLES if t not in names]
+        if missing:
+            raise StoreError(f"history database {str(self.path)!r} is damaged: tables "
+                             f"{', '.join(missing)} are missing")
+        self._reap_dead_runs()
+
+    def _migrate(self, version: int) -> None:
+        for target in range(version + 1, SCHEMA_VERSION + 1):
+            script = MIGRATIONS[target - 1]
+            try:
+                self.conn.executescript(
+                    f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\nCOMMIT;")
+            except sqlite3.Error as exc:
+                if self.conn.in_transaction:
+                    self.conn.execute("ROLLBACK")
+                raise StoreError(f"cannot upgrade history database {str(self.path)!r} to schema "
+                                 f"version {target}: {exc}") from None
+
+    def _reap_dead_runs(self) -> None:
+        """Runs left 'running' by a process of this host that no longer exists were killed."""
+        host = socket.gethostname()
+        rows = self.conn.execute(
+            "SELECT id, pid FROM runs WHERE status = 'running' AND host = ?", (host,)).fetchall()
+        dead = [rid for rid, pid in rows if not _pid_alive(pid)]
+        if dead:
+            with self._tx() as c:
+                c.executemany("UPDATE runs SET status = 'interrupted', reason = 'interrupted' "
+                              "WHERE id = ? AND status = 'running'", [(r,) for r in dead])
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction: committed on success, rolled back on any error."""
+        with self._lock:
+            self.conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self.conn
+            except BaseException:
+                self.conn.execute("ROLLBACK")
+                raise
+            else:
+                self.conn.execute("COMMIT")
+
+    def close(self) -> None:
+        with self._lock:
+            self.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def schema_version(self) -> int:
+        with self._lock:
+            return self.conn.execute("PRAGMA user_version").fetchone()[0]
+
+    # ---- goals and runs -------------------------------------------------------------------
+    def _goal_id(self, c: sqlite3.Connection, goal: Goal, key: str) -> int:
+        row = c.execute("SELECT id FROM goals WHERE key = ?", (key,)).fetchone()
+        if row:
+            return row[0]
+        project = c.execute("SELECT id FROM projects WHERE name = 'default'").fetchone()[0]
+        return c.execute("INSERT INTO goals (project_id, key, name, toml, created_at) "
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (project, key, goal.name, goal.to_toml(), time.time())).lastrowid
+
+    def create_run(self, goal: Goal, device: dict | Any = None,
+                   resumed_from: int | None = None) -> int:
+        """Record a new run of `goal` (status running) and return its id. `resumed_from` names
+        the run it continues; its evaluations become this run's history."""
+        if resumed_from is not None:
+            prev = self.get_run(resumed_from)
+            if prev["status"] == "running" and prev["host"] == socket.gethostname() \
+                    and _pid_alive(prev["pid"]) and prev["pid"] != os.getpid():
+                raise StoreError(f"run {resumed_from} is still running (process {prev['pid']}); "
+                                 "stop it before resuming")
+        key = goal_key(goal)
+        with self._tx() as c:
+            goal_id = self._goal_id(c, goal, key)
+            project = c.execute("SELECT project_id FROM goals WHERE id = ?", (goal_id,)).fetchone()[0]
+            run_id = c.execute(
+                "INSERT INTO runs (project_id, goal_id, goal_toml, goal_path, name, backend, "
+                "minimize, status, seed, device, started_at, resumed_from, pid, host, app_version) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?, ?, ?, ?, ?, ?, ?)",
+                (project, goal_id, goal.to_toml(), goal.source_path, goal.name, goal.backend,
+                 int(goal.objective.minimize), goal.swarm.seed, _json(device or {}), time.time(),
+                 resumed_from, os.getpid(), socket.gethostname(), __version__)).lastrowid
+        self._goal_ids[run_id] = (goal_id, key)
+        return run_id
+
+    def mark_running(self, run_id: int) -> None:
+        """This process now runs `run_id` (a new run, or an interrupted one being resumed).
+        Refuses a run that another live process is still running."""
+        with self._tx() as c:
+            row = c.execute("SELECT status, pid, host FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UnknownRunError(f"no run {run_id} in {self.path}")
+            status, pid, host = row
+            if status == "running" and host == socket.gethostname() and pid != os.getpid() \
+                    and _pid_alive(pid):
+                raise StoreError(f"run {run_id} is still running (process {pid}); stop it first")
+            c.execute("UPDATE runs SET status = 'running', reason = NULL, finished_at = NULL, "
+                      "pid = ?, host = ? WHERE id = ?", (os.getpid(), socket.gethostname(), run_id))
+
+    def _run_goal(self, run_id: int) -> tuple[int, str]:
+        if run_id not in self._goal_ids:
+            row = self.conn.execute(
+                "SELECT goals.id, goals.key FROM runs JOIN goals ON goals.id = runs.goal_id "
+                "WHERE runs.id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise UnknownRunError(f"no run {run_id} in {self.path}")
+            self._goal_ids[run_id] = (row[0], row[1])
+        return self._goal_ids[run_id]
+
+    def set_run_info(self, run_id: int, *, baseline_value: float | None = None,
+                     limit_value: float | None = None, credits: dict | None = None,
+                     device: dict | None = None) -> None:
+        updates = {"baseline_value": baseline_value, "limit_value": limit_value,
+                   "credits": None if credits is None else _json(credits),
+                   "device": None if device is None else _json(device)}
+        updates = {k: v for k, v in updates.items() if v is not None}
+        if not updates:
+            return
+        sets = ", ".join(f"{k} = ?" for k in updates)
+        with self._tx() as c:
+            c.execute(f"UPDATE runs SET {sets} WHERE id = ?", (*updates.values(), run_id))
+
+    def finish_run(self, run_id: int, reason: str, best: Evaluation | None = None,
+                   elapsed_s: float | None = None, message: str = "") -> None:
+        """Close a run: status from the stop reason (stopped, error -> failed, otherwise
+        finished)."""
+        del best  # the best is derived from the evaluations, which are already stored
+        status = _STATUS_OF_REASON.get(reason, "finished")
+        with self._tx() as c:
+            c.execute("UPDATE runs SET status = ?, reason = ?, message = ?, finished_at = ?, "
+                      "elapsed_s = COALESCE(?, elapsed_s) WHERE id = ?",
+                      (status, reason, message, time.time(), elapsed_s, run_id))
+
+    def chain(self, run_id: int) -> list[int]:
+        """The run ids this run continues, oldest first, ending with `run_id`."""
+        ids: list[int] = []
+        current: int | None = run_id
+        with self._lock:
+            while current is not None and current not in ids:
+                row = self.conn.execute("SELECT resumed_from FROM runs WHERE id = ?",
+                                        (current,)).fetchone()
+                if row is None:
+                    raise UnknownRunError(f"no run {current} in {self.path}")
+                ids.append(current)
+                current = row[0]
+        return ids[::-1]
+
+    def get_run(self, run_id: int) -> dict[str, Any]:
+        """The run's row plus its goal, evaluation counts and best value (over the whole
+        chain of runs it resumed)."""
+        with self._lock:
+            rows = list(self.db.query(
+                "SELECT runs.*, goals.key AS goal_key FROM runs "
+                "JOIN goals ON goals.id = runs.goal_id WHERE runs.id = ?", [run_id]))
+            if not rows:
+                raise UnknownRunError(f"no run {run_id} in {self.path}")
+            run = rows[0]
+            run["device"] = json.loads(run["device"] or "{}")
+            run["credits"] = json.loads(run["credits"] or "{}")
+            chain = self.chain(run_id)
+            marks = ",".join("?" * len(chain))
+            agg = "MIN" if run["minimize"] else "MAX"
+            stats = self.conn.execute(
+                f"SELECT COUNT(*), SUM(ok), {agg}(value), SUM(run_id = ?) FROM evaluations "
+                f"WHERE run_id IN ({marks})", (run_id, *chain)).fetchone()
+            run["evaluations"], ok, run["best_value"], own = stats
+            run["succeeded"] = ok or 0
+            run["own_evaluations"] = own or 0
+            best = self.conn.execute(
+                f"SELECT key FROM evaluations WHERE run_id IN ({marks}) AND ok = 1 "
+                f"ORDER BY value {'ASC' if run['minimize'] else 'DESC'}, idx LIMIT 1",
+                chain).fetchone()
+            run["best_key"] = best[0] if best else None
+            run["chain"] = chain
+            return run
+
+    def goal_of_run(self, run_id: int) -> Goal:
+        run = self.get_run(run_id)
+        try:
+            return Goal.from_toml(run["goal_toml"], source_path=run["goal_path"])
+        except GoalError as exc:
+            raise StoreError(f"run {run_id}: its stored goal no longer loads: {exc}") from None
+
+    def list_runs(self, limit: int | None = None) -> list[dict[str, Any]]:
+        """Runs, newest first, with their evaluation counts and best values."""
+        sql = ("SELECT runs.id, runs.name, runs.backend, runs.status, runs.reason, runs.seed, "
+               "runs.started_at, runs.finished_at, runs.elapsed_s, runs.resumed_from, "
+               "runs.minimize, goals.key AS goal_key, "
+               "(SELECT COUNT(*) FROM evaluations e WHERE e.run_id = runs.id) AS own_evaluations "
+               "FROM runs JOIN goals ON goals.id = runs.goal_id ORDER BY runs.id DESC")
+        if limit:
+            sql += f" LIMIT {int(limit)}"
+        with self._lock:
+            runs = list(self.db.query(sql))
+            for run in runs:
+                full = self.get_run(run["id"])
+                run["evaluations"] = full["evaluations"]
+                run["best_value"] = full["best_value"]
+        return runs
+
+    # ---- evaluations ------------------------------------------------------------------------
+    def record_evaluation(self, run_id: int, index: int, evaluation: Evaluation,
+                          elapsed_s: float, best_so_far: float | None) -> None:
+        """Commit one evaluation (and its candidate, and any failing input it found)."""
+        goal_id, key = self._run_goal(run_id)
+        e = evaluation
+        now = time.time()
+        with self._tx() as c:
+            c.execute("INSERT OR IGNORE INTO candidates (goal_id, key, config, source, agent, "
+                      "parent_key, created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (goal_id, e.key, _json(e.config), e.source, e.agent, e.parent_key, now))
+            cand = c.execute("SELECT id FROM candidates WHERE goal_id = ? AND key = ?",
+                             (goal_id, e.key)).fetchone()[0]
+            c.execute(
+                "INSERT INTO evaluations (run_id, idx, candidate_id, key, agent, ok, value, reason,"
+                " detail, time_ms, p10_ms, p90_ms, samples, stages, resources, metrics, "
+                "failing_case, log, sim_seconds, elapsed_s, best_so_far, created_at) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, index, cand, e.key, e.agent, int(e.ok), e.value, e.reason, e.detail,
+                 e.time_ms, e.p10_ms, e.p90_ms, _json(e.samples_ms),
+                 _json([asdict(s) if is_dataclass(s) else s for s in e.stages]),
+                 _json(e.resources), _json(e.metrics),
+                 None if e.failing_case is None else _json(e.failing_case), e.log,
+                 e.sim_seconds, elapsed_s, best_so_far, now))
+            c.execute("UPDATE runs SET elapsed_s = ? WHERE id = ?", (elapsed_s, run_id))
+            if e.failing_case is not None:
+                self._insert_case(c, key, e.failing_case)
+
+    def _chain_rows(self, run_id: int, own_only: bool) -> list[dict[str, Any]]:
+        ids = [run_id] if own_only else self.chain(run_id)
+        order = {rid: i for i, rid in enumerate(ids)}
+        with self._lock:
+            rows = list(self.db.query(
+                "SELECT e.*, c.config, c.source, c.parent_key FROM evaluations e "
+                "JOIN candidates c ON c.id = e.candidate_id "
+                f"WHERE e.run_id IN ({','.join('?' * len(ids))})", ids))
+        rows.sort(key=lambda r: (order[r["run_id"]], r["idx"]))
+        return rows
+
+    def load_evaluations(self, run_id: int, own_only: bool = False
+                         ) -> list[tuple[int, Evaluation, float]]:
+        """(index, evaluation, elapsed_s) in order: the history a resumed run starts from,
+        including what the runs it continues had evaluated (unless `own_only`)."""
+        return [(r["idx"], _evaluation(r), r["elapsed_s"]) for r in self._chain_rows(run_id, own_only)]
+
+    def evaluation_rows(self, run_id: int, own_only: bool = False) -> list[dict[str, Any]]:
+        """The evaluations as plain dicts (JSON decoded, plus index, run_id, elapsed_s and
+        best_so_far), in order: for export and tables."""
+        out = []
+        for r in self._chain_rows(run_id, own_only):
+            d = _evaluation(r).to_dict()
+            d.update(index=r["idx"], run_id=r["run_id"], elapsed_s=r["elapsed_s"],
+                     best_so_far=r["best_so_far"], created_at=r["created_at"])
+            out.append(d)
+        return out
+
+    def convergence(self, run_id: int) -> list[tuple[int, float, float | None, float | None]]:
+        """(index, elapsed_s, value, best_so_far) per evaluation: what a chart redraws from."""
+        ids = self.chain(run_id)
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT run_id, idx, elapsed_s, value, best_so_far FROM evaluations WHERE run_id IN "
+                f"({','.join('?' * len(ids))})", ids).fetchall()
+        order = {rid: i for i, rid in enumerate(ids)}
+        rows.sort(key=lambda r: (order[r[0]], r[1]))
+        return [(r[1], r[2], r[3], r[4]) for r in rows]
+
+    # ---- lessons, telemetry, validation cases -------------------------------------------
+    def add_lesson(self, run_id: int, lesson: Lesson) -> None:
+        goal_id, _ = self._run_goal(run_id)
+        with self._tx() as c:
+            c.execute("INSERT INTO lessons (run_id, goal_id, kind, text, evidence, agent, "
+                      "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                      (run_id, goal_id, lesson.kind, lesson.text, _json(lesson.evidence),
+                       lesson.agent, time.time()))
+
+    def lessons(self, goal: Goal | None = None, run_id: int | None = None) -> list[dict[str, Any]]:
+        """Lessons learned, oldest first: all, those of a goal (any run), or of one run."""
+        sql = ("SELECT l.run_id, l.kind, l.text, l.evidence, l.agent, l.created_at FROM lessons l "
+               "JOIN goals g ON g.id = l.goal_id")
+        args: list[Any] = []
+        if goal is not None:
+            sql += " WHERE g.key = ?"
+            args.append(goal_key(goal))
+        elif run_id is not None:
+            sql += " WHERE l.run_id = ?"
+            args.append(run_id)
+        with self._lock:
+            rows = list(self.db.query(sql + " ORDER BY l.id", args))
+        for r in rows:
+            r["evidence"] = json.loads(r["evidence"])
+        return rows
+
+    def add_telemetry(self, run_id: int, device: str, readings: dict[str, float],
+                      at: float | None = None) -> None:
+        with self._tx() as c:
+            c.execute("INSERT INTO telemetry (run_id, at, device, readings) VALUES (?, ?, ?, ?)",
+                      (run_id, at or time.time(), device, _json(readings)))
+
+    def telemetry(self, run_id: int) -> list[dict[str, Any]]:
+        with self._lock:
+            rows = list(self.db.query("SELECT at, device, readings FROM telemetry WHERE run_id = ? "
+                                      "ORDER BY at", [run_id]))
+        for r in rows:
+            r["readings"] = json.loads(r["readings"])
+        return rows
+
+    @staticmethod
+    def _insert_case(c: sqlite3.Connection, key: str, case: dict) -> None:
+        blob = _json(case)
+        c.execute('INSERT OR IGNORE INTO validation_cases (goal_key, case_hash, "case", created_at)'
+                  " VALUES (?, ?, ?, ?)",
+                  (key, hashlib.sha256(blob.encode()).hexdigest()[:20], blob, time.time()))
+
+    def add_validation_case(self, goal: Goal, case: dict) -> None:
+        """Keep an input that broke verification: every later candidate of the same goal is
+        checked against it too. Adding the same case twice keeps one."""
+        with self._tx() as c:
+            self._insert_case(c, goal_key(goal), case)
+
+    def validation_cases(self, goal: Goal) -> list[dict]:
+        with self._lock:
+            rows = self.conn.execute('SELECT "case" FROM validation_cases WHERE goal_key = ? '
+                                     "ORDER BY id", (goal_key(goal),)).fetchall()
+        return [json.loads(r[0]) for r in rows]
+
+    # ---- events -------------------------------------------------------------------------
+    def subscriber(self, run_id: int) -> Callable[[Event], None]:
+        """An event-bus subscriber that records `run_id`'s events; subscribe it as critical so
+        a failed write stops the run instead of silently losing evaluations."""
+        self._run_goal(run_id)  # fail now, not at the first event, on an unknown run
+
+        def on_event(event: Event) -> None:
+            if event.run_id is not None and event.run_id != run_id:
+                return
+            if isinstance(event, Evaluated):
+                self.record_evaluation(run_id, event.index, event.evaluation, event.elapsed_s,
+                                       event.best_value)
+            elif isinstance(event, LessonLearned):
+                self.add_lesson(run_id, event.lesson)
+            elif isinstance(event, Telemetry):
+                self.add_telemetry(run_id, event.device, event.readings, event.at)
+            elif isinstance(event, RunStarted):
+                self.mark_running(run_id)
+                self.set_run_info(run_id, baseline_value=event.baseline_value,
+                                  limit_value=event.limit_value)
+            elif isinstance(event, AgentCredit):
+                self.set_run_info(run_id, credits=event.credits)
+            elif isinstance(event, RunFinished):
+                self.finish_run(run_id, event.reason, event.best, event.elapsed_s, event.message)
+
+        return on_event
+
+
+def _evaluation(row: dict[str, Any]) -> Evaluation:
+    return Evaluation(
+        key=row["key"], config=json.loads(row["config"]), ok=bool(row["ok"]), value=row["value"],
+        reason=row["reason"], detail=row["detail"], agent=row["agent"], source=row["source"],
+        parent_key=row["parent_key"], time_ms=row["time_ms"], samples_ms=json.loads(row["samples"]),
+        p10_ms=row["p10_ms"], p90_ms=row["p90_ms"],
+        stages=[Stage(**s) for s in json.loads(row["stages"])],
+        resources=json.loads(row["resources"]), metrics=json.loads(row["metrics"]),
+        log=row["log"], sim_seconds=row["sim_seconds"],
+        failing_case=None if row["failing_case"] is None else json.loads(row["failing_case"]),
+    )
