@@ -1,0 +1,496 @@
+"""Headless entry point: `kernelswarm run | history | show | export | devices`; bare opens the GUI.
+
+Bad input (a malformed goal, a missing space, an unknown run, a database that is not ours) gets
+one line on stderr naming the problem and a non-zero exit, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sqlite3
+import sys
+import threading
+import time
+from dataclasses import asdict, is_dataclass
+from pathlib import Path
+from typing import Any, TextIO
+
+from app import __version__
+from app.goal import Goal, GoalError
+
+EXIT_ERROR = 1
+
+
+class CliError(Exception):
+    """A problem to report in one line."""
+
+
+# ---- helpers --------------------------------------------------------------------------------
+def _fmt(v: float | None, unit: str = "") -> str:
+    if v is None:
+        return "-"
+    return f"{v:.4g} {unit}".rstrip()
+
+
+def _unit(goal: Goal) -> str:
+    from app.export import UNITS
+
+    return UNITS.get(goal.objective.metric, "")
+
+
+def _open_store(path: str | None):
+    from app.paths import default_db_path
+    from app.store import Store
+
+    return Store(Path(path) if path else default_db_path())
+
+
+def _gain(best: float | None, reference: float | None, minimize: bool) -> float | None:
+    if not best or not reference:
+        return None
+    return reference / best if minimize else best / reference
+
+
+def _event_dict(event: Any) -> dict[str, Any]:
+    data = asdict(event) if is_dataclass(event) else dict(vars(event))
+    return {"event": type(event).__name__, **data}
+
+
+# ---- run: progress, trace, summary ----------------------------------------------------------
+class TraceWriter:
+    """Every event as one JSON line, flushed as it happens (a killed run keeps its trace)."""
+
+    def __init__(self, path: str, append: bool) -> None:
+        try:
+            self._fh = open(path, "a" if append else "w", encoding="utf-8")
+        except OSError as exc:
+            raise CliError(f"cannot write trace file {path!r}: {exc.strerror or exc}") from None
+        self._lock = threading.Lock()
+
+    def __call__(self, event: Any) -> None:
+        line = json.dumps(_event_dict(event), default=str)
+        with self._lock:
+            self._fh.write(line + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class Progress:
+    """A plain-text progress bar on stderr: redrawn in place on a terminal, a line every tenth
+    of the budget otherwise (logs and CI)."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: TextIO, max_evals: int, unit: str) -> None:
+        self.stream = stream
+        self.tty = stream.isatty()
+        self.max_evals = max(1, max_evals)
+        self.unit = unit
+        self.done = 0
+        self.failed = 0
+        self.best: float | None = None
+        self.elapsed = 0.0
+        self._last_draw = 0.0
+        self._last_step = -1
+        self._last_done = -1
+
+    def __call__(self, event: Any) -> None:
+        from app.swarm.events import Evaluated, RunFinished, RunStarted
+
+        if isinstance(event, RunStarted):
+            resumed = f", resuming after {event.resumed_evals} evaluations" if event.resumed_evals else ""
+            self._line(f"run {event.run_id}: {event.goal_name} on {event.backend} with "
+                       f"{', '.join(event.agents)}{resumed}")
+        elif isinstance(event, Evaluated):
+            self.done = event.index
+            self.failed += 0 if event.evaluation.ok else 1
+            self.best = event.best_value
+            self.elapsed = event.elapsed_s
+            self._draw()
+        elif isinstance(event, RunFinished):
+            self._draw(force=True)
+            if self.tty:
+                self.stream.write("\n")
+                self.stream.flush()
+
+    def _text(self) -> str:
+        frac = min(1.0, self.done / self.max_evals)
+        filled = int(frac * self.WIDTH)
+        bar = "#" * filled + "-" * (self.WIDTH - filled)
+        return (f"[{bar}] {self.done}/{self.max_evals} evals, {self.failed} failed, "
+                f"best {_fmt(self.best, self.unit)}, {self.elapsed:.1f} s")
+
+    def _draw(self, force: bool = False) -> None:
+        if self.tty:
+            now = time.monotonic()
+            if force or now - self._last_draw >= 0.1:
+                self._last_draw = now
+                self.stream.write("\r" + self._text())
+                self.stream.flush()
+            return
+        step = int(10 * min(1.0, self.done / self.max_evals))
+        if step > self._last_step or (force and self.done != self._last_done):
+            self._last_step = step
+            self._last_done = self.done
+            self._line(self._text())
+
+    def _line(self, text: str) -> None:
+        self.stream.write(text + "\n")
+        self.stream.flush()
+
+
+def _apply_overrides(goal: Goal, args: argparse.Namespace) -> Goal:
+    if args.seed is not None:
+        goal.swarm.seed = args.seed
+    if args.max_evals is not None:
+        goal.stop.max_evals = args.max_evals
+    if args.time_budget is not None:
+        goal.stop.time_budget_s = args.time_budget
+    if args.workers is not None:
+        goal.swarm.workers = args.workers
+    return goal
+
+
+def _load_goal(path: str) -> Goal:
+    try:
+        return Goal.load(path)
+    except GoalError as exc:
+        if exc.field in ("file", "toml"):
+            raise CliError(exc.problem) from None
+        raise CliError(f"goal file {path!r}: {exc}") from None
+
+
+def _run_in_thread(session: Any) -> Any:
+    """Run the session off the main thread so Ctrl-C / SIGTERM stop it cleanly (the run ends
+    as 'stopped' with everything evaluated so far committed)."""
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["result"] = session.run()
+        except BaseException as exc:  # reported by the main thread
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=target, name="kernelswarm-run")
+    worker.start()
+    previous = signal.signal(signal.SIGTERM, lambda *_: session.stop())
+    try:
+        while worker.is_alive():
+            try:
+                worker.join(0.2)
+            except KeyboardInterrupt:
+                print("\nstopping: finishing the evaluations in flight...", file=sys.stderr)
+                session.stop()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["result"]
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from app.session import RunSession
+    from app.store import StoreError, goal_key
+    from app.swarm.events import EventBus
+
+    if not args.goal and args.resume is None:
+        raise CliError("give a goal file to run, or --resume RUN_ID")
+    goal = _load_goal(args.goal) if args.goal else None
+    if goal is not None:
+        _validate(goal, args.goal)
+    store = _open_store(args.db)
+    try:
+        if args.resume is not None:
+            run = store.get_run(args.resume)
+            if run["status"] == "running":
+                raise StoreError(f"run {args.resume} is still running (process {run['pid']}); "
+                                 "stop it before resuming")
+            if goal is None:
+                goal = store.goal_of_run(args.resume)
+            elif goal_key(goal) != run["goal_key"]:
+                raise CliError(f"goal file {args.goal!r} is not the goal of run {args.resume}; "
+                               "resume without a goal file to use the run's own")
+        assert goal is not None
+        _validate(_apply_overrides(goal, args), args.goal or f"run {args.resume}")
+        bus = EventBus()
+        session = RunSession(goal, store=store, bus=bus, resume_run_id=args.resume)
+        trace = TraceWriter(args.trace, append=args.resume is not None) if args.trace else None
+        if trace:
+            bus.subscribe(trace)
+        if not args.quiet:
+            bus.subscribe(Progress(sys.stderr, goal.stop.max_evals, _unit(goal)))
+        try:
+            result = _run_in_thread(session)
+        finally:
+            if trace:
+                trace.close()
+        _print_summary(store, session.run_id, goal, result)
+        return EXIT_ERROR if result.reason == "error" else 0
+    finally:
+        store.close()
+
+
+def _validate(goal: Goal, where: str) -> None:
+    try:
+        goal.validate()
+    except GoalError as exc:
+        raise CliError(f"goal {where!r}: {exc}") from None
+
+
+def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any) -> None:
+    unit = _unit(goal)
+    minimize = goal.objective.minimize
+    history = result.history
+    ok = [e for e in history if e.ok]
+    print(f"run {run_id} {result.reason}: {result.evaluations} evaluations "
+          f"({len(ok)} ok, {len(history) - len(ok)} failed), {result.elapsed_s:.1f} s on the run clock")
+    best = result.best
+    if best is None:
+        print("no configuration succeeded")
+    else:
+        params = ", ".join(f"{k}={v}" for k, v in best.config.items())
+        print(f"best {goal.objective.metric}: {_fmt(best.value, unit)} by {best.agent or '?'} "
+              f"(key {best.key})")
+        print(f"  configuration: {params}")
+        run = store.get_run(run_id) if store is not None and run_id is not None else {}
+        baseline = run.get("baseline_value")
+        if baseline:
+            gain = _gain(best.value, baseline, minimize)
+            print(f"  {gain:.2f}x over the baseline ({_fmt(baseline, unit)})")
+        elif ok:
+            first = ok[0]
+            gain = _gain(best.value, first.value, minimize)
+            if gain:
+                print(f"  {gain:.2f}x over the first successful evaluation ({_fmt(first.value, unit)})")
+    if result.credits:
+        print("agents:      evaluated  failed  improvements  budget share")
+        for name, c in result.credits.items():
+            print(f"  {name:<10} {int(c.get('evaluated', 0)):>9} {int(c.get('failed', 0)):>7} "
+                  f"{int(c.get('improvements', 0)):>13} {c.get('share', 0.0):>13.0%}")
+
+
+# ---- history / show / export / devices --------------------------------------------------------
+def _when(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(ts)) if ts else "-"
+
+
+def cmd_history(args: argparse.Namespace) -> int:
+    with _open_store(args.db) as store:
+        runs = store.list_runs(limit=args.limit)
+    if not runs:
+        print(f"no runs yet in {store.path}")
+        return 0
+    print(f"{'run':>5}  {'started':<16}  {'status':<11}  {'evals':>6}  {'best':>12}  backend  goal")
+    for r in runs:
+        best = _fmt(r["best_value"])
+        print(f"{r['id']:>5}  {_when(r['started_at']):<16}  {r['status']:<11}  "
+              f"{r['evaluations']:>6}  {best:>12}  {r['backend']:<7}  {r['name']}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _open_store(args.db) as store:
+        run = store.get_run(args.run_id)
+        goal = store.goal_of_run(args.run_id)
+        rows = store.evaluation_rows(args.run_id)
+        lessons = store.lessons(run_id=args.run_id)
+    unit = _unit(goal)
+    device = run["device"].get("name", "?") if isinstance(run["device"], dict) else run["device"]
+    print(f"run {run['id']}: {run['name']}  [{run['status']}"
+          f"{', ' + run['reason'] if run['reason'] else ''}]")
+    print(f"  goal key {run['goal_key']}, backend {run['backend']}, device {device}, seed {run['seed']}")
+    print(f"  started {_when(run['started_at'])}, finished {_when(run['finished_at'])}, "
+          f"run clock {run['elapsed_s'] or 0:.1f} s")
+    print(f"  evaluations {run['evaluations']} ({run['succeeded']} ok), "
+          f"best {_fmt(run['best_value'], unit)}")
+    if run["message"]:
+        print(f"  message: {run['message']}")
+    ok = [r for r in rows if r["ok"]]
+    ok.sort(key=lambda r: r["value"], reverse=not goal.objective.minimize)
+    if ok:
+        print(f"top {min(args.top, len(ok))} configurations:")
+        for r in ok[:args.top]:
+            params = ", ".join(f"{k}={v}" for k, v in r["config"].items())
+            print(f"  #{r['index']:<5} {_fmt(r['value'], unit):>12}  {r['agent']:<10} {params}")
+    if run["credits"]:
+        print("agents: " + ", ".join(f"{a} {int(c.get('evaluated', 0))} evaluated / "
+                                     f"{int(c.get('improvements', 0))} improvements"
+                                     for a, c in run["credits"].items()))
+    if lessons:
+        print("lessons:")
+        for lesson in lessons[:10]:
+            print(f"  [{lesson['kind']}] {lesson['text']}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from app.export import render, write_atomic
+
+    with _open_store(args.db) as store:
+        text = render(store, args.run_id, args.format)
+    if args.output and args.output != "-":
+        try:
+            write_atomic(args.output, text)
+        except OSError as exc:
+            raise CliError(f"cannot write {args.output!r}: {exc.strerror or exc}") from None
+        print(f"wrote {args.format} export of run {args.run_id} to {args.output}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def available_devices() -> list[tuple[str, bool, str]]:
+    """(backend, available, details) for each backend on this machine."""
+    import shutil
+
+    from app.paths import space_search_dirs
+
+    out: list[tuple[str, bool, str]] = []
+    spaces = sorted({p.name for d in space_search_dirs() if d.is_dir()
+                     for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))})
+    out.append(("replay", bool(spaces), f"{len(spaces)} recorded spaces: {', '.join(spaces)}"
+                if spaces else "no recorded spaces found (set KERNELSWARM_SPACES)"))
+    compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)),
+                    None)
+    out.append(("cpu", compiler is not None, f"C compiler {shutil.which(compiler)}" if compiler
+                else "no C compiler found (install gcc or clang)"))
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                     for i in range(pynvml.nvmlDeviceGetCount())]
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+        gpus = ", ".join(f"{i}: {n if isinstance(n, str) else n.decode()}" for i, n in enumerate(names))
+        out.append(("cuda", bool(names), f"driver {driver}; {gpus or 'no GPUs'}"))
+    except Exception as exc:  # no driver, no library: say so, don't fail
+        out.append(("cuda", False, f"no NVIDIA driver ({type(exc).__name__}: {exc})"))
+    return out
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    for backend, ok, details in available_devices():
+        print(f"{backend:<7} {'yes' if ok else 'no ':<4} {details}")
+    return 0
+
+
+# ---- parser and entry -----------------------------------------------------------------------
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be at least 1")
+    return v
+
+
+def _non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be >= 0")
+    return v
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kernelswarm",
+        description="A swarm of search agents that optimises GPU kernels. Without a command, "
+                    "opens the desktop app.")
+    parser.add_argument("--version", action="version", version=f"kernelswarm {__version__}")
+    db = argparse.ArgumentParser(add_help=False)
+    db.add_argument("--db", metavar="PATH",
+                    help="history database (default: $KERNELSWARM_DB or the user data directory)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    run = sub.add_parser("run", parents=[db], help="run a goal headless",
+                         description="Run a goal (TOML) headless, or resume an interrupted run.")
+    run.add_argument("goal", nargs="?", metavar="GOAL.toml", help="goal file")
+    run.add_argument("--seed", type=int, help="swarm seed (overrides the goal)")
+    run.add_argument("--max-evals", type=_positive_int, metavar="N",
+                     help="evaluation budget, counting those of a resumed run")
+    run.add_argument("--time-budget", type=_non_negative_float, metavar="S",
+                     help="wall-clock budget in seconds (run clock; 0 = none)")
+    run.add_argument("--workers", type=_positive_int, metavar="N", help="evaluation threads")
+    run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as a JSON line")
+    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--resume", type=int, metavar="RUN_ID",
+                     help="continue an interrupted run without re-evaluating anything")
+    run.set_defaults(func=cmd_run)
+
+    hist = sub.add_parser("history", parents=[db], help="list recorded runs")
+    hist.add_argument("--limit", type=_positive_int, default=50, metavar="N")
+    hist.set_defaults(func=cmd_history)
+
+    show = sub.add_parser("show", parents=[db], help="show one run")
+    show.add_argument("run_id", type=int, metavar="RUN_ID")
+    show.add_argument("--top", type=_positive_int, default=10, metavar="N")
+    show.set_defaults(func=cmd_show)
+
+    exp = sub.add_parser("export", parents=[db], help="export a run as json, csv or T4")
+    exp.add_argument("run_id", type=int, metavar="RUN_ID")
+    exp.add_argument("--format", choices=("json", "csv", "t4"), default="json")
+    exp.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
+    exp.set_defaults(func=cmd_export)
+
+    dev = sub.add_parser("devices", help="which backends can run here")
+    dev.set_defaults(func=cmd_devices)
+    return parser
+
+
+def _open_gui(parser: argparse.ArgumentParser) -> int:
+    try:
+        from app.ui.app import run_gui
+    except ImportError:
+        parser.print_help()
+        return 0
+    return int(run_gui() or 0)
+
+
+def _known_errors() -> tuple[type[BaseException], ...]:
+    from app.gpu.base import BackendUnavailable
+    from app.gpu.replay import CacheFileError
+    from app.store import StoreError
+    from app.swarm.space import RestrictionError
+
+    return (CliError, GoalError, StoreError, CacheFileError, RestrictionError, BackendUnavailable,
+            FileNotFoundError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        return _open_gui(parser)
+    known = _known_errors()
+    try:
+        return args.func(args)
+    except known as exc:
+        print(f"kernelswarm: error: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except sqlite3.Error as exc:
+        print(f"kernelswarm: error: history database: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except BrokenPipeError:  # `kernelswarm export 3 | head`
+        return 0
+    except Exception as exc:
+        if os.environ.get("KERNELSWARM_DEBUG"):
+            raise
+        print(f"kernelswarm: error: {type(exc).__name__}: {exc} "
+              "(set KERNELSWARM_DEBUG=1 for the traceback)", file=sys.stderr)
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())
