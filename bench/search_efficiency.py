@@ -1,0 +1,344 @@
+"""Search efficiency: the swarm against Kernel Tuner's strategies on recorded tuning spaces.
+
+    python bench/search_efficiency.py [DIR] [--budgets 50,100,200] [--seeds 20]
+                                      [--strategies swarm,genetic_algorithm,...] [--json FILE]
+
+Every cache file in DIR (default ../shared/datasets/tuning-spaces) is searched by the swarm
+(the coordinator with its four agents, one worker, replay backend) and by Kernel Tuner's
+strategies in its cache simulation mode (`tune_cache`), each with the same evaluation budgets
+and seeds. Scores follow Willemsen et al., FGCS 2024 (standardised performance):
+
+    P(M) = (f_rand(M) - f(M)) / (f_rand(M) - f_opt)
+
+f(M) is the mean over seeds of the best valid time among the first M distinct configurations
+a strategy evaluated; f_rand(M) is the exact expected best of M draws without replacement from
+all configurations in the file (failed ones are draws without a value), computed with order
+statistics. A run that finds no valid configuration (and the rare all-failed random draw) is
+charged the worst valid time. 0 is random search, 1 finds the optimum every time. Scores are
+averaged over budgets and spaces.
+
+Extra strategy names for diagnosis: `swarm-AGENT` runs the coordinator with that agent alone.
+`--kt-cache FILE` keeps Kernel Tuner's results (JSON lines) so a rerun only redoes the swarm.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gzip
+import io
+import json
+import math
+import multiprocessing as mp
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+KT_STRATEGIES = ("random_sample", "genetic_algorithm", "dual_annealing", "simulated_annealing",
+                 "bayes_opt", "pso", "diff_evo", "greedy_ils", "firefly_algorithm")
+DEFAULT_DIR = ROOT.parent / "shared" / "datasets" / "tuning-spaces"
+
+
+# ---- scoring ---------------------------------------------------------------------------------
+def expected_random_best(times: Sequence[float | None], m: int, penalty: float) -> float:
+    """Exact expected minimum of the valid values among m draws without replacement from
+    `times` (None: a failed configuration, a draw without a value). Draws that hold no valid
+    value count as `penalty`.
+
+    With the valid values sorted t_1 <= ... <= t_V among N configurations, the i-th smallest
+    is the best drawn exactly when it is drawn and t_1..t_{i-1} are not:
+    P = C(N-i, m-1) / C(N, m).
+    """
+    n = len(times)
+    if not 1 <= m <= n:
+        raise ValueError(f"budget {m} must be between 1 and the number of configurations {n}")
+    valid = sorted(t for t in times if t is not None)
+    total = math.comb(n, m)
+    expected = sum(t * math.comb(n - i, m - 1) for i, t in enumerate(valid, start=1)) / total
+    p_none = math.comb(n - len(valid), m) / total
+    return expected + p_none * penalty
+
+
+def standardised(f: float, f_rand: float, f_opt: float) -> float:
+    return (f_rand - f) / (f_rand - f_opt) if f_rand != f_opt else 1.0
+
+
+def best_of_first(trace: Sequence[tuple[tuple, float | None]], m: int) -> float | None:
+    """Best valid value among the first m distinct configurations of an evaluation trace."""
+    seen: set[tuple] = set()
+    best = None
+    for config, value in trace:
+        if config in seen:
+            continue
+        seen.add(config)
+        if len(seen) > m:
+            break
+        if value is not None and (best is None or value < best):
+            best = value
+    return best
+
+
+# ---- one search run ----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Task:
+    space: str  # the cache file as given
+    kt_json: str  # an uncompressed copy Kernel Tuner can read
+    strategy: str
+    budget: int
+    seed: int
+
+    @property
+    def cache_key(self) -> str:
+        return f"{Path(self.space).name}|{os.path.getsize(self.space)}|{self.strategy}|{self.budget}|{self.seed}"
+
+
+def run_swarm(task: Task) -> float | None:
+    from app.goal import StopRules
+    from app.gpu.replay import ReplayEvaluator, load_cache_file
+    from app.swarm.agents import AGENT_NAMES
+    from app.swarm.coordinator import Coordinator
+
+    agents = list(AGENT_NAMES) if task.strategy == "swarm" else [task.strategy.split("-", 1)[1]]
+    evaluator = ReplayEvaluator(load_cache_file(task.space), simulate_time=False)
+    coordinator = Coordinator(evaluator.space, evaluator, agents=agents, minimize=True,
+                              stop=StopRules(max_evals=task.budget), workers=1, seed=task.seed)
+    result = coordinator.run()
+    trace = [(evaluator.space.as_tuple(e.config), e.value if e.ok else None) for e in result.history]
+    return best_of_first(trace, task.budget)
+
+
+def run_kernel_tuner(task: Task) -> float | None:
+    import numpy as np
+    from kernel_tuner.interface import tune_cache
+
+    # Kernel Tuner's strategies draw from the global generators; seed both.
+    random.seed(task.seed)
+    np.random.seed(task.seed % 2**32)
+    with warnings.catch_warnings(), contextlib.redirect_stdout(io.StringIO()):
+        warnings.simplefilter("ignore")
+        results, _ = tune_cache(task.kt_json, strategy=task.strategy, quiet=True, verbose=False,
+                                strategy_options={"max_fevals": task.budget})
+    keys = _tune_keys(task.space)
+    trace = []
+    for r in results:
+        if not r:
+            continue
+        t = r.get("time")
+        ok = "__error__" not in r and isinstance(t, (int, float)) and math.isfinite(t) and t < 1e30
+        trace.append((tuple(r[k] for k in keys), float(t) if ok else None))
+    return best_of_first(trace, task.budget)
+
+
+def _tune_keys(path: str) -> list[str]:
+    from app.gpu.replay import load_cache_file
+
+    return list(load_cache_file(path).params)
+
+
+def run_task(task: Task) -> tuple[Task, float | None, float, str]:
+    start = time.perf_counter()
+    try:
+        if task.strategy.startswith("swarm"):
+            best = run_swarm(task)
+        else:
+            best = run_kernel_tuner(task)
+        return task, best, time.perf_counter() - start, ""
+    except Exception as exc:  # noqa: BLE001 - one broken strategy must not sink the benchmark
+        return task, None, time.perf_counter() - start, f"{type(exc).__name__}: {exc}"
+
+
+# ---- the benchmark -------------------------------------------------------------------------------
+@dataclass
+class SpaceStats:
+    name: str
+    n_configs: int
+    f_opt: float
+    penalty: float
+    times: list[float | None]
+
+
+def space_stats(path: Path) -> SpaceStats:
+    from app.gpu.replay import _is_number, load_cache_file
+
+    rec = load_cache_file(path)
+    times = [float(r["time"]) if _is_number(r.get("time")) else None for r in rec.records.values()]
+    valid = [t for t in times if t is not None]
+    if not valid:
+        raise SystemExit(f"error: {path} holds no valid measurement to score against")
+    return SpaceStats(name=path.name.split(".json")[0], n_configs=len(times), f_opt=min(valid),
+                      penalty=max(valid), times=times)
+
+
+def find_spaces(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        raise SystemExit(f"error: {directory} is not a directory of Kernel Tuner cache files")
+    spaces = sorted(p for p in directory.iterdir() if p.name.endswith((".json", ".json.gz")))
+    if not spaces:
+        raise SystemExit(f"error: no .json or .json.gz cache files in {directory}")
+    return spaces
+
+
+def uncompressed_copy(path: Path, tmp: Path) -> Path:
+    """Kernel Tuner reads only plain .json cache files."""
+    if path.name.endswith(".json"):
+        return path
+    out = tmp / path.name.removesuffix(".gz")
+    with gzip.open(path, "rb") as src, open(out, "wb") as dst:
+        shutil.copyfileobj(src, dst)
+    return out
+
+
+def load_kt_cache(path: Path | None) -> dict[str, float | None]:
+    if path is None or not path.exists():
+        return {}
+    out = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            out[row["key"]] = row["best"]
+    return out
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help="directory of cache files")
+    ap.add_argument("--budgets", default="50,100,200", help="evaluation budgets M (comma separated)")
+    ap.add_argument("--seeds", type=int, default=20, help="runs per strategy, space and budget")
+    ap.add_argument("--strategies", default="swarm," + ",".join(KT_STRATEGIES),
+                    help="what runs: swarm, swarm-AGENT, and Kernel Tuner strategy names")
+    ap.add_argument("--json", type=Path, help="write every f(M), f_rand(M) and P(M) here")
+    ap.add_argument("--jobs", type=int, default=2, help="worker processes")
+    ap.add_argument("--kt-cache", type=Path, help="JSON-lines file keeping Kernel Tuner results")
+    args = ap.parse_args(argv)
+    try:
+        args.budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip()})
+    except ValueError:
+        ap.error(f"--budgets must be comma-separated integers, got {args.budgets!r}")
+    if not args.budgets or min(args.budgets) < 1:
+        ap.error("--budgets needs at least one positive integer")
+    if args.seeds < 1:
+        ap.error("--seeds must be at least 1")
+    args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
+    from app.swarm.agents import AGENT_NAMES
+
+    known = {"swarm", *(f"swarm-{a}" for a in AGENT_NAMES), *KT_STRATEGIES}
+    unknown = [s for s in args.strategies if s not in known]
+    if unknown:
+        ap.error(f"unknown strategies {unknown}; choose from {sorted(known)}")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    started = time.perf_counter()
+    spaces = find_spaces(Path(args.dir))
+    kt_cache = load_kt_cache(args.kt_cache)
+    with tempfile.TemporaryDirectory(prefix="kt-cache-") as tmp:
+        stats: dict[str, SpaceStats] = {}
+        tasks: list[Task] = []
+        for path in spaces:
+            st = space_stats(path)
+            stats[str(path)] = st
+            budgets = [b for b in args.budgets if b <= st.n_configs]
+            kt_json = uncompressed_copy(path, Path(tmp)) if any(
+                not s.startswith("swarm") for s in args.strategies) else path
+            for strategy in args.strategies:
+                for budget in budgets:
+                    for seed in range(args.seeds):
+                        tasks.append(Task(str(path), str(kt_json), strategy, budget, seed))
+        best: dict[tuple[str, str, int], list[float | None]] = {}
+        todo = []
+        for t in tasks:
+            if not t.strategy.startswith("swarm") and t.cache_key in kt_cache:
+                best.setdefault((t.space, t.strategy, t.budget), []).append(kt_cache[t.cache_key])
+            else:
+                todo.append(t)
+        errors: dict[str, str] = {}
+        with contextlib.ExitStack() as stack:
+            cache_out = stack.enter_context(open(args.kt_cache, "a")) if args.kt_cache else None
+            pool = stack.enter_context(mp.get_context("fork").Pool(max(1, args.jobs)))
+            done = 0
+            for task, value, _, error in pool.imap_unordered(run_task, todo, chunksize=1):
+                done += 1
+                if error:
+                    errors.setdefault(task.strategy, f"{Path(task.space).name}: {error}")
+                    continue
+                best.setdefault((task.space, task.strategy, task.budget), []).append(value)
+                if cache_out and not task.strategy.startswith("swarm"):
+                    cache_out.write(json.dumps({"key": task.cache_key, "best": value}) + "\n")
+                    cache_out.flush()
+                if done % 50 == 0 or done == len(todo):
+                    print(f"  {done}/{len(todo)} runs, {time.perf_counter() - started:.0f} s",
+                          file=sys.stderr, flush=True)
+    report = score(stats, best, args)
+    for strategy, error in errors.items():
+        print(f"warning: {strategy} failed (left out where it failed): {error}")
+    print(f"time: {time.perf_counter() - started:.0f} s with {args.jobs} processes")
+    print_final(report)
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) -> dict:
+    """f, f_rand and P per space, strategy and budget; prints the tables."""
+    report: dict = {"budgets": args.budgets, "seeds": args.seeds, "spaces": {}, "scores": {}}
+    per_strategy: dict[str, list[float]] = {s: [] for s in args.strategies}
+    for path, st in stats.items():
+        rows = {}
+        f_rand = {m: expected_random_best(st.times, m, st.penalty)
+                  for m in args.budgets if m <= st.n_configs}
+        for strategy in args.strategies:
+            row = {}
+            for m, fr in f_rand.items():
+                runs = best.get((path, strategy, m))
+                if not runs:
+                    continue
+                f = sum(st.penalty if v is None else v for v in runs) / len(runs)
+                p = standardised(f, fr, st.f_opt)
+                row[m] = {"f": f, "f_rand": fr, "P": p, "runs": len(runs)}
+                per_strategy[strategy].append(p)
+            rows[strategy] = row
+        report["spaces"][st.name] = {"n_configs": st.n_configs, "f_opt": st.f_opt,
+                                     "f_rand": {str(m): v for m, v in f_rand.items()},
+                                     "strategies": {s: {str(m): v for m, v in r.items()}
+                                                    for s, r in rows.items()}}
+        print(f"\n{st.name}: {st.n_configs} configurations, optimum {st.f_opt:.4g}, "
+              + ", ".join(f"f_rand({m}) {v:.4g}" for m, v in f_rand.items()))
+        print(f"  {'strategy':<22}" + "".join(f"{'P(' + str(m) + ')':>9}" for m in f_rand) + f"{'mean':>9}")
+        for strategy, row in rows.items():
+            cells = "".join(f"{row[m]['P']:9.3f}" if m in row else f"{'-':>9}" for m in f_rand)
+            mean = sum(v["P"] for v in row.values()) / len(row) if row else float("nan")
+            print(f"  {strategy:<22}{cells}{mean:9.3f}")
+    for strategy, ps in per_strategy.items():
+        if ps:
+            report["scores"][strategy] = sum(ps) / len(ps)
+    print("\nscore (P averaged over budgets and spaces):")
+    for strategy, s in sorted(report["scores"].items(), key=lambda kv: -kv[1]):
+        print(f"  {strategy:<22}{s:9.3f}")
+    return report
+
+
+def print_final(report: dict) -> None:
+    scores = report["scores"]
+    kt = {s: v for s, v in scores.items() if s in KT_STRATEGIES}
+    swarm = scores.get("swarm")
+    if swarm is None or not kt:
+        return
+    name, value = max(kt.items(), key=lambda kv: kv[1])
+    print(f"swarm score {swarm:.3f} vs best kernel_tuner {name} {value:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
