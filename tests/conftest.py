@@ -1,0 +1,46 @@
+"""Shared test setup: no display (Qt offscreen), no writes outside the test's tmp dir, and a
+small recorded space to replay."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+# Before anything imports Qt: tests run without a display.
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+ROOT = Path(__file__).resolve().parent.parent
+SPACES = ROOT / "resources" / "spaces"
+GOALS = ROOT / "resources" / "goals"
+SMALL_SPACE = SPACES / "pnpoly_RTX_3090.json.gz"  # 4092 configs, 4 parameters, has failures
+
+
+@pytest.fixture(autouse=True)
+def _isolated_user_dirs(tmp_path_factory, monkeypatch):
+    """Never touch the real user's history database or caches."""
+    home = tmp_path_factory.mktemp("user")
+    monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
+    monkeypatch.setenv("KERNELSWARM_CACHE", str(home / "cache"))
+
+
+@pytest.fixture
+def tmp_db(tmp_path) -> Path:
+    """Path of a history database that does not exist yet."""
+    return tmp_path / "history.sqlite"
+
+
+@pytest.fixture
+def small_space() -> Path:
+    return SMALL_SPACE
+
+
+@pytest.fixture
+def small_goal_file(tmp_path, small_space) -> Path:
+    """A replay goal over the small recorded space: 40 evaluations, one worker (deterministic)."""
+    path = tmp_path / "goal.toml"
+    path.write_text(
+        f'name = "pnpoly test"\nspace = "{small_space}"\nbackend = "replay"\n'
+        "[stop]\nmax_evals = 40\n[swarm]\nworkers = 1\nseed = 3\n", encoding="utf-8")
+    return path

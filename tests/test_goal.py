@@ -1,0 +1,100 @@
+"""Goal: TOML round trip, validation errors that name their field, the example goals."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import GOALS
+
+from app.goal import Goal, GoalError
+
+
+def _replay_goal(**overrides) -> Goal:
+    goal = Goal(name="g", space="pnpoly_RTX_3090.json.gz", backend="replay")
+    for dotted, value in overrides.items():
+        obj = goal
+        *parents, last = dotted.split("__")
+        for p in parents:
+            obj = getattr(obj, p)
+        setattr(obj, last, value)
+    return goal
+
+
+def test_toml_round_trip_keeps_every_field(tmp_path):
+    goal = _replay_goal(dtype="float16", shapes=[[64, 32], [7]], objective__metric="throughput",
+                        target__kind="speedup", target__value=1.5, stop__max_evals=77,
+                        stop__time_budget_s=12.5, stop__plateau_patience=9, tolerance__rtol=1e-3,
+                        constraints__restrictions=["block_size_x <= 256"],
+                        swarm__agents=["local", "model"], swarm__workers=2, swarm__seed=42)
+    path = tmp_path / "g.toml"
+    goal.save(path)
+    loaded = Goal.load(path)
+    assert loaded.to_dict() == goal.to_dict()
+    assert loaded.source_path == str(path.resolve())
+    assert loaded.objective.minimize is False  # throughput maximises by default
+    assert not list(tmp_path.glob("*.tmp"))  # saved atomically
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"name": " "}, "name"),
+    ({"backend": "opencl"}, "backend"),
+    ({"space": ""}, "space"),
+    ({"dtype": "float8"}, "dtype"),
+    ({"shapes": [[0, 3]]}, "shapes[0]"),
+    ({"shapes": [[4], "x"]}, "shapes[1]"),
+    ({"device": -1}, "device"),
+    ({"objective__metric": "speed"}, "objective.metric"),
+    ({"objective__direction": "up"}, "objective.direction"),
+    ({"target__kind": "fast"}, "target.kind"),
+    ({"target__kind": "speedup", "target__value": 0}, "target.value"),
+    ({"target__kind": "fraction_of_limit", "target__value": 1.5}, "target.value"),
+    ({"stop__max_evals": 0}, "stop.max_evals"),
+    ({"stop__time_budget_s": -1}, "stop.time_budget_s"),
+    ({"stop__plateau_patience": -2}, "stop.plateau_patience"),
+    ({"tolerance__rtol": -1e-3}, "tolerance.rtol"),
+    ({"constraints__max_registers": 0}, "constraints.max_registers"),
+    ({"constraints__restrictions": "x < 3"}, "constraints.restrictions"),
+    ({"swarm__agents": []}, "swarm.agents"),
+    ({"swarm__agents": ["oracle"]}, "swarm.agents"),
+    ({"swarm__workers": 0}, "swarm.workers"),
+    ({"swarm__seed": "one"}, "swarm.seed"),
+])
+def test_each_validation_error_names_its_field(overrides, field):
+    with pytest.raises(GoalError) as err:
+        _replay_goal(**overrides).validate()
+    assert err.value.field == field
+    assert str(err.value).startswith(field + ":")
+
+
+def test_unknown_operator_is_named():
+    with pytest.raises(GoalError) as err:
+        Goal(name="g", backend="cpu", operator="no_such_op", shapes=[[8]]).validate()
+    assert err.value.field == "operator" and "no_such_op" in err.value.problem
+
+
+def test_unknown_fields_and_malformed_toml_are_named():
+    with pytest.raises(GoalError) as err:
+        Goal.from_toml('name = "x"\n[stop]\nmax_eval = 3\n')
+    assert err.value.field == "stop.max_eval"
+    with pytest.raises(GoalError) as err:
+        Goal.from_toml('name = "x"\ncolour = "red"\n')
+    assert err.value.field == "colour"
+    with pytest.raises(GoalError) as err:
+        Goal.from_toml('name = "x\n')
+    assert err.value.field == "toml" and "malformed TOML" in str(err.value)
+
+
+def test_missing_goal_file_is_named(tmp_path):
+    with pytest.raises(GoalError) as err:
+        Goal.load(tmp_path / "nope.toml")
+    assert err.value.field == "file" and "nope.toml" in err.value.problem
+
+
+@pytest.mark.parametrize("path", sorted(GOALS.glob("*.toml")), ids=lambda p: p.name)
+def test_example_goals_are_valid_and_find_their_space(path):
+    goal = Goal.load(path).validate()
+    assert goal.backend == "replay"
+    try:
+        space = goal.resolve_space_path()
+    except FileNotFoundError:
+        pytest.skip(f"{goal.space} is not on this machine (only the bundled spaces always are)")
+    assert space.name == goal.space
