@@ -1,0 +1,199 @@
+"""What a CUDA catalog operator is: a .cu template, its search space, how to launch it, inputs,
+a float64 reference (NumPy on the CPU, CuPy on the GPU: the same code through `xp`), FLOP and
+byte counts, tolerances and library baselines.
+
+Templates are plain CUDA C++ (package data beside this file). Rendering prepends `#define`s for
+the configuration, the dtype and the compile-time shape, and inlines common.cuh, so the rendered
+text is exactly what NVRTC compiles and what the candidate's key hashes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from typing import Any, Callable
+
+import numpy as np
+
+from app.swarm.space import SearchSpace
+
+Config = dict[str, Any]
+DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
+ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
+# Output rounding dominates: float32 ~1e-7, float16 2^-11, bfloat16 2^-8 relative.
+DEFAULT_TOLERANCE = {"float32": (1e-4, 1e-6), "float16": (4e-3, 1e-5), "bfloat16": (2e-2, 1e-5)}
+
+
+@dataclass
+class Launch:
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    shared_bytes: int = 0  # dynamic shared memory
+
+
+@lru_cache(maxsize=None)
+def template_text(filename: str) -> str:
+    return resources.files("app.catalog.cuda").joinpath("kernels", filename).read_text(encoding="utf-8")
+
+
+# ---- dtype storage ------------------------------------------------------------------------
+# bfloat16 has no NumPy/CuPy dtype everywhere: it is stored as uint16 bit patterns.
+
+def storage_dtype(dtype: str) -> np.dtype:
+    return np.dtype({"float32": np.float32, "float16": np.float16, "bfloat16": np.uint16}[dtype])
+
+
+def to_storage(xp: Any, values: Any, dtype: str) -> Any:
+    """Round float values to `dtype` storage (round-to-nearest-even for bfloat16)."""
+    if dtype != "bfloat16":
+        return values.astype(storage_dtype(dtype))
+    bits = xp.ascontiguousarray(values.astype(xp.float32)).view(xp.uint32)
+    rounded = (bits + xp.uint32(0x7FFF) + ((bits >> xp.uint32(16)) & xp.uint32(1))) >> xp.uint32(16)
+    return rounded.astype(xp.uint16)
+
+
+def from_storage(xp: Any, stored: Any, dtype: str) -> Any:
+    """Storage -> float64 values."""
+    if dtype != "bfloat16":
+        return stored.astype(xp.float64)
+    return (stored.astype(xp.uint32) << xp.uint32(16)).view(xp.float32).astype(xp.float64)
+
+
+def nan_bits(dtype: str) -> Any:
+    """The value that pre-fills outputs, in storage dtype."""
+    return np.uint16(0x7FC0) if dtype == "bfloat16" else storage_dtype(dtype).type(np.nan)
+
+
+def draw(rng: np.random.Generator, shape: tuple[int, ...], distribution: str) -> np.ndarray:
+    """Float64 values from a named distribution (the verification protocol uses several)."""
+    if distribution == "normal":
+        return rng.standard_normal(shape)
+    if distribution == "uniform":
+        return rng.uniform(-1.0, 1.0, shape)
+    if distribution == "offset":  # far from zero: catches kernels that drop the mean or max
+        return rng.standard_normal(shape) + 8.0
+    if distribution == "wide":  # large magnitudes: overflow and stability
+        return rng.standard_normal(shape) * 30.0
+    if distribution == "small":
+        return rng.standard_normal(shape) * 1e-2
+    raise ValueError(f"unknown input distribution {distribution!r}")
+
+
+class CudaOperator:
+    """Base class; subclasses fill in the operator-specific parts."""
+
+    name = ""
+    kernel_name = ""
+    template = ""
+    description = ""
+    shape_doc = "[rows, cols]"
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    distributions: tuple[str, ...] = ("normal", "uniform", "offset")
+    deterministic = True
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ("y",)
+
+    # ---- the design space -------------------------------------------------------------
+    def space(self, dtype: str) -> SearchSpace:
+        raise NotImplementedError
+
+    def recommended(self, dtype: str, shape: list[int]) -> list[Config]:
+        """Hand-picked configurations known to be good starting points."""
+        return []
+
+    # ---- checks -----------------------------------------------------------------------
+    def check_dtype(self, dtype: str) -> None:
+        if dtype not in self.dtypes:
+            raise ValueError(f"operator {self.name} supports dtypes {', '.join(self.dtypes)}, not {dtype}")
+
+    def check_shape(self, shape: list[int], dtype: str) -> str | None:
+        """Why this shape cannot be run at all (None: fine)."""
+        if len(shape) != 2:
+            return f"{self.name} takes shapes {self.shape_doc}, got {shape}"
+        return None
+
+    def static_check(self, config: Config, shape: list[int], dtype: str) -> str | None:
+        """Why this configuration cannot run this shape (decided before compiling)."""
+        return None
+
+    # ---- source and launch ------------------------------------------------------------
+    def defines(self, config: Config, shape: list[int], dtype: str) -> dict[str, Any]:
+        return dict(config)
+
+    def render(self, config: Config, shape: list[int], dtype: str, source: str | None = None) -> str:
+        """The complete translation unit. `source` replaces the template's device code (LLM
+        rewrites); the header with the parameters and helpers stays the harness's."""
+        lines = [f"// KernelSwarm {self.name} {dtype} shape={list(shape)}",
+                 f"#define KS_DTYPE {DTYPE_CODES[dtype]}"]
+        for k, v in self.defines(config, shape, dtype).items():
+            lines.append(f"#define {k} {int(v) if isinstance(v, bool) else v}")
+        body = source if source is not None else template_text(self.template_for(dtype))
+        return "\n".join(lines) + "\n" + template_text("common.cuh") + "\n" + body
+
+    def template_for(self, dtype: str) -> str:
+        return self.template
+
+    def kernel_for(self, dtype: str) -> str:
+        return self.kernel_name
+
+    def launch(self, config: Config, shape: list[int], dtype: str) -> Launch:
+        raise NotImplementedError
+
+    # ---- data -------------------------------------------------------------------------
+    def make_inputs(self, shape: list[int], dtype: str, rng: np.random.Generator,
+                    distribution: str) -> dict[str, np.ndarray]:
+        """Host inputs in storage dtype."""
+        raise NotImplementedError
+
+    def output_shapes(self, shape: list[int]) -> dict[str, tuple[int, ...]]:
+        return {"y": tuple(shape)}
+
+    def kernel_args(self, config: Config, inputs: dict[str, Any], outputs: dict[str, Any],
+                    shape: list[int]) -> tuple:
+        raise NotImplementedError
+
+    def reference(self, xp: Any, inputs: dict[str, Any], shape: list[int]) -> dict[str, Any]:
+        """Float64 outputs from float64 inputs (already converted from storage)."""
+        raise NotImplementedError
+
+    def tolerance(self, dtype: str, shape: list[int]) -> tuple[float, float]:
+        return DEFAULT_TOLERANCE[dtype]
+
+    def edge_shapes(self, shape: list[int], dtype: str) -> list[list[int]]:
+        """Small shapes that are not multiples of any tile, for verification."""
+        return []
+
+    # ---- roofline ---------------------------------------------------------------------
+    def flops(self, shape: list[int]) -> float:
+        return 0.0
+
+    def bytes_moved(self, shape: list[int], dtype: str) -> float:
+        """Fewest bytes through device memory: each input read once, each output written once."""
+        raise NotImplementedError
+
+    @property
+    def memory_bound(self) -> bool:
+        return True
+
+    # ---- baselines ----------------------------------------------------------------------
+    def baselines(self, dtype: str) -> dict[str, Callable[..., dict[str, Any]]]:
+        """name -> fn(lib_module, device_inputs, shape) returning device outputs (storage dtype).
+        Names start with the library ('cupy:', 'cublas:', 'torch:')."""
+        return {}
+
+
+def largest_dividing_vec(cols: int, vec: int) -> int:
+    """The widest vector <= vec that divides the row length (rows stay vector-aligned)."""
+    while vec > 1 and cols % vec:
+        vec //= 2
+    return vec
+
+
+def ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def is_pow2(n: int) -> bool:
+    return n > 0 and (n & (n - 1)) == 0 and math.log2(n).is_integer()

@@ -1,0 +1,98 @@
+"""Fused bias + GELU over [rows, cols]: y = gelu(x + b[col]), exact (erf) GELU."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from app.catalog.cuda.base import (
+    ITEMSIZE, Config, CudaOperator, Launch, ceil_div, draw, largest_dividing_vec, to_storage,
+)
+from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.swarm.space import SearchSpace
+
+
+class BiasGelu(CudaOperator):
+    name = "bias_gelu"
+    kernel_name = "bias_gelu"
+    template = "bias_gelu.cu"
+    description = "Fused bias add + exact GELU: y = gelu(x + b), b broadcast over rows"
+    input_names = ("x", "b")
+    distributions = ("normal", "uniform", "wide")
+
+    def space(self, dtype):
+        self.check_dtype(dtype)
+        return SearchSpace({"THREADS": [64, 128, 256, 512, 1024],
+                            "VEC": [1, 2, 4] if dtype == "float32" else [1, 2, 4, 8],
+                            "ITEMS": [1, 2, 4, 8]})
+
+    def recommended(self, dtype, shape):
+        return [{"THREADS": 256, "VEC": 4 if dtype == "float32" else 8, "ITEMS": 4}]
+
+    def defines(self, config, shape, dtype):
+        return {**config, "VEC": largest_dividing_vec(shape[1], config["VEC"]), "COLS": shape[1]}
+
+    def launch(self, config, shape, dtype):
+        vec = largest_dividing_vec(shape[1], config["VEC"])
+        nvec = shape[0] * shape[1] // vec
+        return Launch((ceil_div(nvec, config["THREADS"] * config["ITEMS"]), 1, 1), (config["THREADS"], 1, 1))
+
+    def static_check(self, config, shape, dtype):
+        vec = largest_dividing_vec(shape[1], config["VEC"])
+        if ceil_div(shape[0] * shape[1] // vec, config["THREADS"] * config["ITEMS"]) >= 2**31:
+            return "grid too large"
+        return None
+
+    def make_inputs(self, shape, dtype, rng, distribution):
+        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype),
+                "b": to_storage(np, rng.uniform(-1, 1, (shape[1],)), dtype)}
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        vec = largest_dividing_vec(shape[1], config["VEC"])
+        return (inputs["x"], inputs["b"], outputs["y"], np.int64(shape[0] * shape[1] // vec))
+
+    def reference(self, xp, inputs, shape):
+        z = inputs["x"] + inputs["b"]
+        erf = _erf(xp)
+        return {"y": 0.5 * z * (1.0 + erf(z / math.sqrt(2.0)))}
+
+    def tolerance(self, dtype, shape):
+        rtol, _ = super().tolerance(dtype, shape)
+        return rtol, rtol * 1e-2
+
+    def edge_shapes(self, shape, dtype):
+        cols = shape[1]
+        return [[3, cols], [7, cols - 8 if cols > 8 else cols], [5, cols - 1 if cols > 1 else cols]]
+
+    def flops(self, shape):
+        return 10.0 * shape[0] * shape[1]
+
+    def bytes_moved(self, shape, dtype):
+        return ITEMSIZE[dtype] * (2 * shape[0] * shape[1] + shape[1])
+
+    def baselines(self, dtype):
+        out = {}
+        if cupy_supports(dtype):
+            def composed(x, b):
+                import cupy as cp
+                from cupyx.scipy.special import erf
+
+                z = x.astype(cp.float32) + b.astype(cp.float32)
+                return (0.5 * z * (1.0 + erf(z * 0.7071067811865476))).astype(x.dtype)
+            out["cupy:composed"] = cupy_baseline(composed, ("x", "b"))
+        out["torch:gelu"] = torch_baseline(lambda t, x, b: t.nn.functional.gelu(x + b), ("x", "b"))
+        return out
+
+
+def _erf(xp):
+    if xp is np:
+        try:
+            from scipy.special import erf  # type: ignore
+
+            return erf
+        except ImportError:
+            return np.vectorize(math.erf, otypes=[np.float64])
+    from cupyx.scipy.special import erf
+
+    return erf

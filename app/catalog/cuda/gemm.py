@@ -1,0 +1,132 @@
+"""GEMM C[M, N] = A[M, K] @ B[K, N], row-major. float16/bfloat16 run on the tensor cores
+(mma.sync + ldmatrix + cp.async pipeline, fp32 accumulation); float32 on the CUDA cores."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from app.catalog.cuda.base import ITEMSIZE, CudaOperator, Launch, ceil_div, draw, to_storage
+from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.swarm.space import SearchSpace
+
+SHARED_LIMIT_SM90 = 232448  # 227 KB opt-in per block on Hopper; smaller devices reject at launch
+
+
+class Gemm(CudaOperator):
+    name = "gemm"
+    kernel_name = "gemm_tc"
+    template = "gemm_tc.cu"
+    description = "Matrix product C = A @ B (fp16/bf16 on tensor cores with fp32 accumulation, or fp32)"
+    shape_doc = "[M, N, K]"
+    input_names = ("a", "b")
+    output_names = ("c",)
+    distributions = ("normal", "uniform")
+
+    def template_for(self, dtype):
+        return "gemm_f32.cu" if dtype == "float32" else "gemm_tc.cu"
+
+    def kernel_for(self, dtype):
+        return "gemm_f32" if dtype == "float32" else "gemm_tc"
+
+    @property
+    def memory_bound(self):
+        return False
+
+    def space(self, dtype):
+        self.check_dtype(dtype)
+        if dtype == "float32":
+            return SearchSpace(
+                {"BM": [32, 64, 128], "BN": [32, 64, 128], "BK": [8, 16, 32], "TM": [2, 4, 8], "TN": [2, 4, 8]},
+                restrictions=["(BM // TM) * (BN // TN) >= 64", "(BM // TM) * (BN // TN) <= 1024",
+                              "(BK * (BM + 4) + BK * BN) * 4 <= 49152"])
+        warps = "(BM // WM) * (BN // WN)"
+        return SearchSpace(
+            {"BM": [64, 128, 256], "BN": [64, 128, 256], "BK": [32, 64], "WM": [32, 64, 128],
+             "WN": [32, 64], "STAGES": [2, 3, 4, 5], "GROUP_M": [1, 8]},
+            restrictions=["BM % WM == 0", "BN % WN == 0", f"{warps} >= 2", f"{warps} <= 16",
+                          "WM * WN <= 4096",
+                          f"STAGES * (BM * BK + BK * BN) * 2 <= {SHARED_LIMIT_SM90}",
+                          f"(BM * BK // 8) % ({warps} * 32) == 0",
+                          f"(BK * BN // 8) % ({warps} * 32) == 0"])
+
+    def recommended(self, dtype, shape):
+        if dtype == "float32":
+            return [{"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8},
+                    {"BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4}]
+        return [{"BM": 128, "BN": 256, "BK": 32, "WM": 64, "WN": 64, "STAGES": 3, "GROUP_M": 8},
+                {"BM": 128, "BN": 128, "BK": 32, "WM": 64, "WN": 64, "STAGES": 4, "GROUP_M": 8},
+                {"BM": 128, "BN": 128, "BK": 64, "WM": 64, "WN": 32, "STAGES": 3, "GROUP_M": 8}]
+
+    def check_shape(self, shape, dtype):
+        if len(shape) != 3:
+            return f"gemm takes shapes [M, N, K], got {shape}"
+        if dtype != "float32" and (shape[1] % 8 or shape[2] % 8):
+            return f"fp16/bf16 gemm needs N and K multiples of 8 (16-byte rows), got N={shape[1]} K={shape[2]}"
+        return None
+
+    def threads(self, config, dtype):
+        if dtype == "float32":
+            return (config["BM"] // config["TM"]) * (config["BN"] // config["TN"])
+        return (config["BM"] // config["WM"]) * (config["BN"] // config["WN"]) * 32
+
+    def launch(self, config, shape, dtype):
+        m, n, _ = shape
+        if dtype == "float32":
+            return Launch((ceil_div(n, config["BN"]), ceil_div(m, config["BM"]), 1),
+                          (self.threads(config, dtype), 1, 1))
+        smem = config["STAGES"] * (config["BM"] * config["BK"] + config["BK"] * config["BN"]) * 2
+        return Launch((ceil_div(m, config["BM"]) * ceil_div(n, config["BN"]), 1, 1),
+                      (self.threads(config, dtype), 1, 1), shared_bytes=smem)
+
+    def static_check(self, config, shape, dtype):
+        if dtype == "float32" and ceil_div(shape[0], config["BM"]) > 65535:
+            return f"M={shape[0]} needs more than 65535 block rows with BM={config['BM']}"
+        return None
+
+    def make_inputs(self, shape, dtype, rng, distribution):
+        m, n, k = shape
+        return {"a": to_storage(np, draw(rng, (m, k), distribution), dtype),
+                "b": to_storage(np, draw(rng, (k, n), distribution), dtype)}
+
+    def output_shapes(self, shape):
+        return {"c": (shape[0], shape[1])}
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        m, n, k = shape
+        return (inputs["a"], inputs["b"], outputs["c"], np.int32(m), np.int32(n), np.int32(k))
+
+    def reference(self, xp, inputs, shape):
+        return {"c": inputs["a"] @ inputs["b"]}
+
+    def tolerance(self, dtype, shape):
+        k = shape[2]
+        if dtype == "float32":
+            return 1e-4, 2e-6 * k
+        rtol = 4e-3 if dtype == "float16" else 2e-2
+        return rtol, 1e-3 * math.sqrt(k)  # outputs have magnitude ~ sqrt(K)
+
+    def edge_shapes(self, shape, dtype):
+        if dtype == "float32":
+            return [[1, 1, 1], [33, 65, 17], [130, 70, 129]]
+        return [[1, 8, 8], [72, 136, 40], [203, 264, 328]]
+
+    def flops(self, shape):
+        m, n, k = shape
+        return 2.0 * m * n * k
+
+    def bytes_moved(self, shape, dtype):
+        m, n, k = shape
+        return ITEMSIZE[dtype] * (m * k + k * n + m * n)
+
+    def baselines(self, dtype):
+        out = {}
+        if cupy_supports(dtype):
+            def matmul(a, b):
+                import cupy as cp
+
+                return cp.matmul(a, b)
+            out["cublas:cupy.matmul"] = cupy_baseline(matmul, ("a", "b"), "c")
+        out["torch:matmul"] = torch_baseline(lambda t, a, b: t.matmul(a, b), ("a", "b"), "c")
+        return out

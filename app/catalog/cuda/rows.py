@@ -1,0 +1,219 @@
+"""Row-wise operators over [rows, cols]: softmax, RMSNorm, LayerNorm.
+
+One template family: TPR threads per row (part of a warp, a warp, or several warps), VEC
+elements per 16-byte-or-narrower access, the row cached in registers so it is read once.
+The row length is a compile-time constant (the candidate is specialised per shape)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from app.catalog.cuda.base import (
+    Config, CudaOperator, Launch, ceil_div, draw, largest_dividing_vec, to_storage,
+)
+from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.swarm.space import SearchSpace
+
+MAX_VALUES_PER_THREAD = 128  # beyond this the cached row spills out of registers
+
+
+class RowOperator(CudaOperator):
+    shape_doc = "[rows, cols]"
+    extra_params: dict[str, list[Any]] = {}
+
+    def space(self, dtype: str) -> SearchSpace:
+        self.check_dtype(dtype)
+        params = {
+            "THREADS": [64, 128, 256, 512, 1024],
+            "TPR": [8, 16, 32, 64, 128, 256, 512, 1024],
+            "VEC": [1, 2, 4] if dtype == "float32" else [1, 2, 4, 8],
+            **self.extra_params,
+        }
+        return SearchSpace(params, restrictions=["TPR <= THREADS"])
+
+    def recommended(self, dtype: str, shape: list[int]) -> list[Config]:
+        cols = shape[1]
+        vec = 4 if dtype == "float32" else 8
+        out = []
+        for tpr in (32, 128, 256, 512, 1024):
+            if ceil_div(cols, tpr * vec) * vec <= 32:  # <= 32 cached values per thread
+                out.append({"THREADS": max(256, tpr), "TPR": tpr, "VEC": vec,
+                            **{k: v[-1] for k, v in self.extra_params.items()}})
+        return out[:2] or [{"THREADS": 1024, "TPR": 1024, "VEC": vec,
+                            **{k: v[-1] for k, v in self.extra_params.items()}}]
+
+    def static_check(self, config: Config, shape: list[int], dtype: str) -> str | None:
+        cols = shape[1]
+        vec = largest_dividing_vec(cols, config["VEC"])
+        per_thread = ceil_div(ceil_div(cols, vec), config["TPR"]) * vec
+        if per_thread > MAX_VALUES_PER_THREAD:
+            return (f"a row of {cols} needs {per_thread} cached values per thread with TPR "
+                    f"{config['TPR']}; at most {MAX_VALUES_PER_THREAD} fit in registers")
+        return None
+
+    def defines(self, config: Config, shape: list[int], dtype: str) -> dict[str, Any]:
+        d = dict(config)
+        d["VEC"] = largest_dividing_vec(shape[1], config["VEC"])
+        d["COLS"] = shape[1]
+        return d
+
+    def launch(self, config: Config, shape: list[int], dtype: str) -> Launch:
+        rows_per_block = config["THREADS"] // config["TPR"]
+        return Launch((ceil_div(shape[0], rows_per_block), 1, 1), (config["THREADS"], 1, 1))
+
+    def edge_shapes(self, shape: list[int], dtype: str) -> list[list[int]]:
+        cols = shape[1]
+        # Same or shorter rows (the kernel is specialised per row length): a partial last
+        # vector group, an odd length (scalar path) and a row count that fills no block.
+        return [[3, cols], [37, cols - 8 if cols > 8 else cols], [5, cols - 1 if cols > 1 else cols]]
+
+    def bytes_moved(self, shape: list[int], dtype: str) -> float:
+        from app.catalog.cuda.base import ITEMSIZE
+
+        rows, cols = shape
+        return ITEMSIZE[dtype] * (2 * rows * cols + cols * (len(self.input_names) - 1))
+
+
+class Softmax(RowOperator):
+    name = "softmax"
+    kernel_name = "softmax"
+    template = "softmax.cu"
+    description = "Row softmax over the last axis (numerically stable: subtracts the row max)"
+    input_names = ("x",)
+    distributions = ("normal", "uniform", "offset", "wide")
+    extra_params = {"FAST_EXP": [0, 1]}
+
+    def make_inputs(self, shape, dtype, rng, distribution):
+        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype)}
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        return (inputs["x"], outputs["y"], np.int32(shape[0]))
+
+    def reference(self, xp, inputs, shape):
+        x = inputs["x"]
+        e = xp.exp(x - x.max(axis=1, keepdims=True))
+        return {"y": e / e.sum(axis=1, keepdims=True)}
+
+    def tolerance(self, dtype, shape):
+        rtol, _ = super().tolerance(dtype, shape)
+        return rtol, 1e-3 / shape[1]  # outputs average 1/cols
+
+    def flops(self, shape):
+        return 5.0 * shape[0] * shape[1]
+
+    def baselines(self, dtype):
+        out = {}
+        if cupy_supports(dtype):
+            def composed(x):
+                import cupy as cp
+
+                xf = x.astype(cp.float32)
+                e = cp.exp(xf - xf.max(axis=1, keepdims=True))
+                return (e / e.sum(axis=1, keepdims=True)).astype(x.dtype)
+            out["cupy:composed"] = cupy_baseline(composed, ("x",))
+        out["torch:softmax"] = torch_baseline(lambda t, x: t.softmax(x, dim=-1), ("x",))
+        return out
+
+
+class RMSNorm(RowOperator):
+    name = "rmsnorm"
+    kernel_name = "rmsnorm"
+    template = "rmsnorm.cu"
+    description = "RMSNorm over the last axis with a learned scale w[cols], eps 1e-6"
+    input_names = ("x", "w")
+    eps = 1e-6
+
+    def defines(self, config, shape, dtype):
+        return {**super().defines(config, shape, dtype), "EPS": f"{self.eps}f"}
+
+    def make_inputs(self, shape, dtype, rng, distribution):
+        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype),
+                "w": to_storage(np, rng.uniform(0.5, 1.5, (shape[1],)), dtype)}
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        return (inputs["x"], inputs["w"], outputs["y"], np.int32(shape[0]))
+
+    def reference(self, xp, inputs, shape):
+        x, w = inputs["x"], inputs["w"]
+        return {"y": x / xp.sqrt((x * x).mean(axis=1, keepdims=True) + self.eps) * w}
+
+    def tolerance(self, dtype, shape):
+        rtol, _ = super().tolerance(dtype, shape)
+        return rtol, rtol * 1e-2  # outputs are O(1)
+
+    def flops(self, shape):
+        return 4.0 * shape[0] * shape[1]
+
+    def baselines(self, dtype):
+        eps = self.eps
+        out = {}
+        if cupy_supports(dtype):
+            def composed(x, w):
+                import cupy as cp
+
+                xf = x.astype(cp.float32)
+                r = cp.sqrt((xf * xf).mean(axis=1, keepdims=True) + eps)
+                return (xf / r * w.astype(cp.float32)).astype(x.dtype)
+            out["cupy:composed"] = cupy_baseline(composed, ("x", "w"))
+
+        def torch_rms(t, x, w):
+            f = getattr(t.nn.functional, "rms_norm", None)
+            if f is not None:
+                return f(x, (x.shape[-1],), w, eps)
+            xf = x.float()
+            return (xf * t.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+        out["torch:rms_norm"] = torch_baseline(torch_rms, ("x", "w"))
+        return out
+
+
+class LayerNorm(RowOperator):
+    name = "layernorm"
+    kernel_name = "layernorm"
+    template = "layernorm.cu"
+    description = "LayerNorm over the last axis with scale w and bias b, eps 1e-5"
+    input_names = ("x", "w", "b")
+    distributions = ("normal", "uniform", "offset")
+    eps = 1e-5
+
+    def defines(self, config, shape, dtype):
+        return {**super().defines(config, shape, dtype), "EPS": f"{self.eps}f"}
+
+    def make_inputs(self, shape, dtype, rng, distribution):
+        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype),
+                "w": to_storage(np, rng.uniform(0.5, 1.5, (shape[1],)), dtype),
+                "b": to_storage(np, rng.uniform(-0.5, 0.5, (shape[1],)), dtype)}
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        return (inputs["x"], inputs["w"], inputs["b"], outputs["y"], np.int32(shape[0]))
+
+    def reference(self, xp, inputs, shape):
+        x, w, b = inputs["x"], inputs["w"], inputs["b"]
+        mean = x.mean(axis=1, keepdims=True)
+        var = ((x - mean) ** 2).mean(axis=1, keepdims=True)
+        return {"y": (x - mean) / xp.sqrt(var + self.eps) * w + b}
+
+    def tolerance(self, dtype, shape):
+        rtol, _ = super().tolerance(dtype, shape)
+        return rtol, rtol * 1e-1
+
+    def flops(self, shape):
+        return 7.0 * shape[0] * shape[1]
+
+    def baselines(self, dtype):
+        eps = self.eps
+        out = {}
+        if cupy_supports(dtype):
+            def composed(x, w, b):
+                import cupy as cp
+
+                xf = x.astype(cp.float32)
+                mean = xf.mean(axis=1, keepdims=True)
+                var = ((xf - mean) ** 2).mean(axis=1, keepdims=True)
+                return ((xf - mean) / cp.sqrt(var + eps) * w.astype(cp.float32)
+                        + b.astype(cp.float32)).astype(x.dtype)
+            out["cupy:composed"] = cupy_baseline(composed, ("x", "w", "b"))
+        out["torch:layer_norm"] = torch_baseline(
+            lambda t, x, w, b: t.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps), ("x", "w", "b"))
+        return out
