@@ -1,0 +1,78 @@
+"""What a CPU operator is: a C kernel template with a fixed call signature, its search space,
+a float64 numpy reference, a numpy baseline, and the counts that turn a time into GFLOP/s or GB/s.
+
+The host harness is fixed by this definition: the worker always calls
+`ks_kernel(out, inputs..., dims...)` with float pointers and `long` dimensions. Candidates may
+replace the template's source (LLM agents), never the harness.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Callable
+
+import numpy as np
+
+Shape = tuple[int, ...]
+Arrays = dict[str, np.ndarray]
+
+ENTRY_SYMBOL = "ks_kernel"
+REFERENCE_SOURCE = "cpu_reference.c"
+
+
+def kernel_source(file_name: str) -> str:
+    """A kernel template shipped as package data under app/catalog/kernels/."""
+    return resources.files("app.catalog").joinpath("kernels", file_name).read_text(encoding="utf-8")
+
+
+def thread_counts(cpus: int | None = None) -> list[int]:
+    """Powers of two up to the machine's core count, plus the core count itself."""
+    cpus = max(1, cpus or os.cpu_count() or 1)
+    counts = [1]
+    while counts[-1] * 2 <= cpus:
+        counts.append(counts[-1] * 2)
+    if counts[-1] != cpus:
+        counts.append(cpus)
+    return counts
+
+
+@dataclass
+class CpuOperator:
+    name: str
+    description: str
+    shape_help: str  # how a goal shape reads, e.g. "[M, N, K]"
+    ndim: int
+    kernel_file: str
+    reference_symbol: str  # plain C loop in cpu_reference.c with the same signature
+    input_shapes: Callable[[Shape], dict[str, Shape]]  # call order after the output pointer
+    output_shape: Callable[[Shape], Shape]
+    call_dims: Callable[[Shape], tuple[int, ...]]  # the `long` arguments after the pointers
+    shape_of: Callable[[Arrays], Shape]  # the goal-style shape of a set of inputs
+    reference: Callable[[Arrays], np.ndarray]  # float64 in, float64 out
+    error_scale: Callable[[Arrays, np.ndarray], np.ndarray]  # magnitude the tolerance scales with
+    numpy_baseline: Callable[[Arrays, np.ndarray], None]  # float32, writes into out
+    flops: Callable[[Shape], float]
+    bytes_moved: Callable[[Shape], float]
+    throughput_unit: str  # "GFLOP/s" (compute-bound) or "GB/s" (memory-bound)
+    base_params: dict[str, list]  # THREADS is added per machine
+    restrictions: list[str] = field(default_factory=list)
+    tile_params: tuple[str, ...] = ()  # parameters whose values are tile sizes (edge shapes)
+    near_limit_magnitude: Callable[[Shape], float] = lambda s: float(np.finfo(np.float32).max) / 4
+    rtol_growth: Callable[[Shape], float] = lambda s: 1.0  # accumulation error grows with size
+
+    def params(self, cpus: int | None = None) -> dict[str, list]:
+        return {**self.base_params, "THREADS": thread_counts(cpus)}
+
+    def template(self) -> str:
+        return kernel_source(self.kernel_file)
+
+    def throughput(self, shape: Shape, seconds: float) -> float:
+        amount = self.flops(shape) if self.throughput_unit == "GFLOP/s" else self.bytes_moved(shape)
+        return amount / seconds / 1e9 if seconds > 0 else 0.0
+
+    def check_shape(self, shape: Shape) -> str | None:
+        if len(shape) != self.ndim:
+            return f"operator {self.name} takes shapes {self.shape_help}, got {list(shape)}"
+        return None

@@ -1,0 +1,475 @@
+"""CPU backend: catalog operators as C11 + OpenMP kernels built by the system C compiler.
+
+The engine process never loads a candidate. It sends each candidate to a worker process
+(app.gpu.worker) where the cascade (app.gpu.cascade) checks the source, compiles it into a
+shared library in the cache directory (one file per candidate key), checks what the library
+imports, loads it with ctypes, verifies it (app.gpu.verify), times it against numpy interleaved
+(app.gpu.timing) and verifies it again. A plain C reference loop and numpy are measured once
+per run as baselines.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import os
+import platform
+import random
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from app.catalog import get_operator
+from app.catalog.cpu.operator import ENTRY_SYMBOL, REFERENCE_SOURCE, CpuOperator, kernel_source
+from app.goal import Goal, GoalError
+from app.gpu.base import BackendUnavailable, DeviceInfo, Evaluator
+from app.gpu.cascade import Built, CascadeRequest, StageFailed, run_cascade
+from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
+from app.gpu.verify import GuardedOutput, make_inputs, CheckCase
+from app.gpu.worker import Deadlines, WorkerPool
+from app.paths import cache_dir
+from app.swarm.space import SearchSpace, config_key
+from app.swarm.types import (
+    COMPILE_FAILED, INVALID, RESOURCE_LIMIT, TIMEOUT, Candidate, Evaluation, Stage,
+)
+
+BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
+MAX_SOURCE_BYTES = 200_000
+ALLOWED_HEADERS = {"math.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "float.h", "omp.h",
+                   "stdio.h", "stdbool.h", "limits.h", "immintrin.h", "x86intrin.h", "arm_neon.h"}
+# What a kernel's source may not do, and why (checked on the source without comments).
+FORBIDDEN = [
+    (r"\b(__asm__|asm)\b", "inline assembly is not allowed"),
+    (r"#\s*pragma\s+GCC\s+optimize|__attribute__\s*\(\(\s*optimize|fast-math|fp-contract",
+     "changing floating-point semantics from the source is not allowed"),
+    (r"__attribute__\s*\(\(\s*(constructor|destructor)", "code that runs at load time is not allowed"),
+    (r"\b(system|fork|vfork|exec[lv]p?e?|popen|dlopen|dlsym|syscall|pthread_create|signal|"
+     r"sigaction|setitimer|alarm|clock_gettime|gettimeofday|clock|time|rdtsc|__rdtsc|mmap|"
+     r"mprotect|kill|raise|exit|_exit|abort)\s*\(",
+     "calls a function a kernel may not call (processes, signals, timers, memory mapping)"),
+]
+# Symbols a kernel library may import: libc memory and output, libm, OpenMP, libmvec.
+ALLOWED_IMPORTS = re.compile(
+    r"^(mem(cpy|set|move|cmp)|__mem(cpy|set|move)_chk|(posix_memalign|aligned_alloc|malloc|calloc|"
+    r"realloc|free)|(f?printf|puts|putchar|fputs|fputc|fwrite|fflush|__printf_chk|__fprintf_chk|"
+    r"stdout|stderr)|__stack_chk_fail|__cxa_finalize|_ITM_\w+|__gmon_start__|GOMP_\w+|omp_\w+|"
+    r"_ZGV\w+|__\w+_finite|(exp|log|sqrt|pow|sin|cos|tanh|fabs|fmax|fmin|floor|ceil|erf|exp2|"
+    r"log2|expm1|log1p|rsqrt|fma|round|trunc)[fl]?)(@.*)?$")
+
+
+# ---- the compiler -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Toolchain:
+    compiler: str
+    identity: str  # first line of `cc --version`: part of every candidate key
+    openmp: bool
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        return BASE_FLAGS + (("-fopenmp",) if self.openmp else ())
+
+
+def find_compiler() -> str | None:
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
+        if name:
+            path = shutil.which(name)
+            if path:
+                return path
+    return None
+
+
+@functools.lru_cache(maxsize=4)
+def toolchain(compiler: str | None = None) -> Toolchain:
+    """The machine's C toolchain; BackendUnavailable with a plain message when there is none."""
+    compiler = compiler or find_compiler()
+    if not compiler:
+        raise BackendUnavailable(
+            "The CPU backend needs a C compiler and none was found (looked for $CC, cc, gcc and "
+            "clang on PATH). Install gcc or clang, or choose the replay backend (recorded spaces) "
+            "or the cuda backend.")
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise BackendUnavailable(f"The C compiler {compiler} does not run ({exc}); the CPU backend "
+                                 "needs a working C compiler.") from None
+    identity = (version.stdout or version.stderr).strip().splitlines()[0] if version.returncode == 0 else compiler
+    with tempfile.TemporaryDirectory() as tmp:
+        src = Path(tmp) / "probe.c"
+        src.write_text("#include <omp.h>\nint ks_probe(void) { return omp_get_max_threads(); }\n")
+        probe = subprocess.run([compiler, *BASE_FLAGS, "-fopenmp", str(src), "-o", str(Path(tmp) / "p.so")],
+                               capture_output=True, text=True, timeout=60)
+    return Toolchain(compiler, identity, probe.returncode == 0)
+
+
+def build_key(op: CpuOperator, config: dict[str, Any], source: str, tc: Toolchain) -> str:
+    """What actually runs: parameters, final source, flags, compiler."""
+    return config_key(config, extra={"operator": op.name,
+                                     "source": hashlib.sha256(source.encode()).hexdigest(),
+                                     "flags": " ".join(tc.flags), "compiler": tc.identity})
+
+
+def static_problems(source: str, entry: str = ENTRY_SYMBOL) -> list[str]:
+    if len(source.encode()) > MAX_SOURCE_BYTES:
+        return [f"source is larger than {MAX_SOURCE_BYTES // 1000} KB"]
+    code = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    code = re.sub(r"//[^\n]*", " ", code)
+    problems = []
+    for header in re.findall(r'#\s*include\s*[<"]([^>"]+)[>"]', code):
+        if header not in ALLOWED_HEADERS:
+            problems.append(f"includes <{header}>; allowed headers: {', '.join(sorted(ALLOWED_HEADERS))}")
+    for pattern, why in FORBIDDEN:
+        match = re.search(pattern, code)
+        if match:
+            problems.append(f"{why} (found {match.group(0).strip()!r})")
+    if not re.search(rf"\b{entry}\s*\(", code):
+        problems.append(f"does not define the entry function {entry}(...)")
+    return problems
+
+
+def compile_library(source: str, defines: dict[str, Any], out: Path, tc: Toolchain,
+                    timeout_s: float) -> tuple[bool, str]:
+    """Build `source` into `out` (atomically); (ok, compiler output)."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_src = tempfile.mkstemp(suffix=".c", dir=out.parent)
+    with os.fdopen(fd, "w") as f:
+        f.write(source)
+    tmp_out = f"{tmp_src[:-2]}.so"
+    cmd = [tc.compiler, *tc.flags, *(f"-D{k}={v}" for k, v in defines.items()), tmp_src, "-o", tmp_out]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        if proc.returncode != 0:
+            return False, proc.stderr.replace(tmp_src, "kernel.c")
+        os.replace(tmp_out, out)
+        return True, proc.stderr.replace(tmp_src, "kernel.c")
+    except subprocess.TimeoutExpired:
+        return False, f"the compiler ran longer than {timeout_s:g} s"
+    finally:
+        for p in (tmp_src, tmp_out):
+            if os.path.exists(p):
+                os.unlink(p)
+
+
+def imported_symbols(library: Path) -> list[str] | None:
+    nm = shutil.which("nm")
+    if not nm:
+        return None
+    proc = subprocess.run([nm, "-D", "--undefined-only", str(library)], capture_output=True, text=True,
+                          timeout=30)
+    if proc.returncode != 0:
+        return None
+    return [line.split()[-1] for line in proc.stdout.splitlines() if line.strip()]
+
+
+def kernels_dir() -> Path:
+    return cache_dir() / "cpu-kernels"
+
+
+# ---- the worker side ----------------------------------------------------------------------
+class CpuKernelBackend:
+    """The cascade's CPU hooks; lives in the worker process."""
+
+    def __init__(self, op: CpuOperator, tc: Toolchain, compile_timeout_s: float) -> None:
+        self.op, self.tc, self.compile_timeout_s = op, tc, compile_timeout_s
+
+    def static_check(self, source: str) -> list[str]:
+        return static_problems(source)
+
+    def build(self, source: str, config: dict[str, Any]) -> Built:
+        key = build_key(self.op, config, source, self.tc)
+        lib = kernels_dir() / f"{self.op.name}-{key}.so"
+        if lib.exists():
+            return Built(lib, key, cached=True)
+        ok, log = compile_library(source, config, lib, self.tc, self.compile_timeout_s)
+        if not ok:
+            reason = TIMEOUT if "ran longer" in log else COMPILE_FAILED
+            first = next((line for line in log.splitlines() if "error" in line), log.strip()[:300])
+            raise StageFailed(reason, f"compile error: {first.strip()}", log=log)
+        return Built(lib, key, cached=False, log=log)
+
+    def check_resources(self, built: Built, config: dict[str, Any]) -> dict[str, Any]:
+        info: dict[str, Any] = {"library_bytes": built.artifact.stat().st_size}
+        threads = int(config.get("THREADS", 1))
+        if threads > (os.cpu_count() or 1):
+            raise StageFailed(RESOURCE_LIMIT, f"asks for {threads} threads; this machine has "
+                              f"{os.cpu_count()} cores")
+        symbols = imported_symbols(built.artifact)
+        if symbols is None:
+            info["symbol_check"] = "skipped (no nm)"
+            return info
+        bad = sorted({s for s in symbols if not ALLOWED_IMPORTS.match(s)})
+        if bad:
+            raise StageFailed(RESOURCE_LIMIT, f"the kernel library imports {', '.join(bad[:8])}; "
+                              "kernels may only use memory, math, output and OpenMP functions")
+        info["imports"] = len(symbols)
+        return info
+
+    def load(self, built: Built) -> "KernelRunner":
+        return KernelRunner(_load_entry(built.artifact, ENTRY_SYMBOL, self.op), self.op)
+
+    def timing_calls(self, runner: "KernelRunner", inputs: dict[str, np.ndarray],
+                     out: GuardedOutput) -> dict[str, Callable[[], None]]:
+        fn = runner.fn
+        args = _args(self.op, inputs, out.view)  # pointers resolved once, outside the timed call
+        numpy_out = np.empty(out.shape, dtype=out.dtype)
+        return {"candidate": lambda: fn(*args),
+                "numpy": lambda: self.op.numpy_baseline(inputs, numpy_out)}
+
+
+def _load_entry(path: Path, symbol: str, op: CpuOperator) -> Any:
+    fn = getattr(ctypes.CDLL(str(path)), symbol)
+    n_dims = len(op.call_dims(tuple(range(1, op.ndim + 1))))
+    fn.argtypes = [ctypes.c_void_p] * (1 + len(op.input_shapes(tuple([1] * op.ndim)))) + [ctypes.c_long] * n_dims
+    fn.restype = None
+    return fn
+
+
+def _args(op: CpuOperator, inputs: dict[str, np.ndarray], out: np.ndarray) -> tuple:
+    shape = tuple(int(d) for d in op.shape_of(inputs))
+    return (out.ctypes.data, *(inputs[name].ctypes.data for name in op.input_shapes(shape)),
+            *op.call_dims(shape))
+
+
+class KernelRunner:
+    """Calls a loaded kernel on host arrays (the verification runner)."""
+
+    def __init__(self, fn: Any, op: CpuOperator) -> None:
+        self.fn, self.op = fn, op
+
+    def __call__(self, inputs: dict[str, np.ndarray], out: GuardedOutput) -> None:
+        self.fn(*_args(self.op, inputs, out.view))
+
+
+class CpuWorker:
+    """The request handler inside a CPU worker process (see app.gpu.worker)."""
+
+    def __init__(self, operator: str, compiler: str, compile_timeout_s: float, flush_bytes: int) -> None:
+        self.op: CpuOperator = get_operator("cpu", operator)
+        self.tc = toolchain(compiler)
+        self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s)
+        self.flusher = CacheFlusher(flush_bytes) if flush_bytes > 0 else None
+
+    def __call__(self, request: tuple, progress: Callable[[str], None]) -> dict[str, Any]:
+        kind = request[0]
+        if kind == "evaluate":
+            evaluation, restart = run_cascade(request[1], self.op, self.backend, progress,
+                                              throughput=self.op.throughput, flusher=self.flusher)
+            return {"evaluation": evaluation.to_dict(), "restart": restart}
+        if kind == "baselines":
+            progress("baselines")
+            return self.baselines(request[1], request[2])
+        raise ValueError(f"unknown request {kind!r}")
+
+    def baselines(self, shapes: list[list[int]], timing: TimingSettings) -> dict[str, Any]:
+        """numpy and the plain C reference loop, interleaved, on the goal's shapes; plus the
+        machine's copy bandwidth (the limit for memory-bound operators)."""
+        lib = kernels_dir() / f"reference-{build_key(self.op, {}, kernel_source(REFERENCE_SOURCE), self.tc)}.so"
+        if not lib.exists():
+            ok, log = compile_library(kernel_source(REFERENCE_SOURCE), {}, lib, self.tc, 120)
+            if not ok:
+                raise RuntimeError(f"the C reference does not compile: {log[:500]}")
+        ref = _load_entry(lib, self.op.reference_symbol, self.op)
+        result: dict[str, Any] = {"numpy_ms": 0.0, "c_reference_ms": 0.0, "per_shape": []}
+        for shape in shapes:
+            inputs = make_inputs(self.op, CheckCase(list(shape), "normal", 1), "float32")
+            out_np = np.empty(self.op.output_shape(tuple(shape)), np.float32)
+            out_c = np.empty_like(out_np)
+            args = _args(self.op, inputs, out_c)
+            stats = time_interleaved({"numpy": lambda: self.op.numpy_baseline(inputs, out_np),
+                                      "c_reference": lambda: ref(*args)}, timing, self.flusher)
+            result["numpy_ms"] += stats["numpy"].median_ms
+            result["c_reference_ms"] += stats["c_reference"].median_ms
+            result["per_shape"].append({k: s.median_ms for k, s in stats.items()})
+        src = np.ones(32 * 2**20 // 4, np.float32)
+        dst = np.empty_like(src)
+        copy = time_interleaved({"copy": lambda: np.copyto(dst, src)}, timing)["copy"]
+        result["copy_gbs"] = 2 * src.nbytes / (copy.median_ms / 1000) / 1e9
+        return result
+
+
+# ---- the engine side ----------------------------------------------------------------------
+@dataclass
+class CpuSettings:
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    baseline_timing: TimingSettings = field(default_factory=lambda: TimingSettings(
+        warmup=1, min_samples=5, max_samples=30, max_seconds=5.0))
+    deadlines: Deadlines = field(default_factory=lambda: Deadlines(compile_s=60.0, run_s=60.0))
+    recycle_after: int = 50
+    memory_limit_bytes: int | None = None  # None: half the machine's memory
+    flush_bytes: int = 64 * 2**20  # written between timing samples to evict caches
+
+
+def _half_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+class CpuEvaluator(Evaluator):
+    """Evaluates candidates of a CPU goal in one isolated worker process."""
+
+    max_parallel = 1  # one worker: concurrent timing on the same cores would lie
+
+    def __init__(self, goal: Goal, validation_cases: Sequence[dict] = (), *,
+                 settings: CpuSettings | None = None) -> None:
+        self.goal = goal
+        self.settings = settings or CpuSettings()
+        self.tc = toolchain()
+        if goal.backend != "cpu":
+            raise GoalError("backend", f"CpuEvaluator runs cpu goals, not {goal.backend!r}")
+        if goal.dtype != "float32":
+            raise GoalError("dtype", f"the cpu operators are float32 kernels; got {goal.dtype!r}")
+        if goal.objective.metric == "energy":
+            raise GoalError("objective.metric", "the cpu backend measures time and throughput, not energy")
+        try:
+            self.op: CpuOperator = get_operator("cpu", goal.operator)
+        except KeyError as exc:
+            raise GoalError("operator", str(exc.args[0])) from None
+        if not goal.shapes:
+            raise GoalError("shapes", f"give at least one shape {self.op.shape_help}")
+        for i, shape in enumerate(goal.shapes):
+            problem = self.op.check_shape(tuple(shape))
+            if problem:
+                raise GoalError(f"shapes[{i}]", problem)
+        params = self.op.params()
+        if not self.tc.openmp:
+            params["THREADS"] = [1]
+        self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions))
+        self.template = self.op.template()
+        self._cases: list[dict] = []
+        self._case_ids: set[tuple] = set()
+        self._lock = threading.Lock()
+        for case in validation_cases:
+            self.add_validation_case(case)
+        memory = self.settings.memory_limit_bytes or _half_memory()
+        self.pool = WorkerPool("app.gpu.cpu:CpuWorker",
+                               [(self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
+                                 self.settings.flush_bytes)],
+                               recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
+                               name=f"cpu-{self.op.name}-")
+        self._baselines: dict[str, Any] | None = None
+        self._rng = random.SystemRandom()
+
+    # ---- candidates -----------------------------------------------------------------------
+    def candidate_key(self, config: dict[str, Any], source: str | None = None) -> str:
+        return build_key(self.op, config, source if source is not None else self.template, self.tc)
+
+    def add_validation_case(self, case: dict) -> None:
+        """A case that broke a candidate: every later candidate is checked against it too."""
+        try:
+            ident = (tuple(case["shape"]), case.get("distribution"), case.get("seed"))
+        except (KeyError, TypeError):
+            return
+        with self._lock:
+            if ident not in self._case_ids:
+                self._case_ids.add(ident)
+                self._cases.append(dict(case))
+
+    @property
+    def validation_cases(self) -> list[dict]:
+        with self._lock:
+            return list(self._cases)
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        t0 = time.perf_counter()
+        base = dict(key=candidate.key, config=dict(candidate.config), agent=candidate.agent,
+                    source=candidate.source, parent_key=candidate.parent_key)
+        if not self.space.is_valid(candidate.config):
+            return Evaluation(ok=False, reason=INVALID, detail="not a valid configuration of the space",
+                              stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
+        baselines = self._ensure_baselines()
+        request = CascadeRequest(
+            key=candidate.key, config=dict(candidate.config), source=candidate.source,
+            template=self.template, goal_shapes=[list(s) for s in self.goal.shapes],
+            params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
+            atol=self.goal.tolerance.atol, validation_cases=self.validation_cases,
+            seed=self._rng.randrange(2**31), metric=self.goal.objective.metric,
+            timing=self.settings.timing, agent=candidate.agent, parent_key=candidate.parent_key)
+        reply = self.pool.call(("evaluate", request), self.settings.deadlines)
+        if reply.fault is not None:
+            f = reply.fault
+            stages = [Stage(name, True, secs) for name, secs in f.completed]
+            stages.append(Stage(f.stage, False, f.stage_seconds, f.detail))
+            ev = Evaluation(ok=False, reason=f.reason, detail=f.detail, log=f.log, stages=stages, **base)
+        else:
+            ev = Evaluation.from_dict(reply.result["evaluation"])
+            if reply.log.strip():
+                ev.log = "\n".join(x for x in (ev.log, "--- worker output ---\n" + reply.log) if x)
+            if ev.ok:
+                self._relative_metrics(ev, baselines or {})
+        if ev.failing_case:
+            self.add_validation_case(ev.failing_case)
+        ev.sim_seconds = time.perf_counter() - t0
+        return ev
+
+    def _relative_metrics(self, ev: Evaluation, b: dict[str, Any]) -> None:
+        unit = "gflops" if self.op.throughput_unit == "GFLOP/s" else "gbs"
+        if "throughput" in ev.metrics:
+            ev.metrics[unit] = ev.metrics.pop("throughput")
+        if b.get("c_reference_ms") and ev.time_ms:
+            # the C reference was timed once; scale it by how numpy's time drifted since
+            drift = ev.metrics.get("numpy_ms", b["numpy_ms"]) / b["numpy_ms"] if b.get("numpy_ms") else 1.0
+            ev.metrics["speedup_vs_c_reference"] = b["c_reference_ms"] * drift / ev.time_ms
+        if unit == "gbs" and b.get("copy_gbs") and ev.metrics.get("gbs"):
+            ev.metrics["fraction_of_copy_bandwidth"] = ev.metrics["gbs"] / b["copy_gbs"]
+
+    # ---- baselines and limits -------------------------------------------------------------
+    def _ensure_baselines(self) -> dict[str, Any] | None:
+        with self._lock:
+            if self._baselines is not None:
+                return self._baselines or None
+        reply = self.pool.call(("baselines", [list(s) for s in self.goal.shapes],
+                                self.settings.baseline_timing), self.settings.deadlines)
+        with self._lock:
+            self._baselines = reply.result if reply.fault is None else {}
+            self.baseline_log = reply.fault.detail if reply.fault else ""
+            return self._baselines or None
+
+    def baselines(self) -> dict[str, Any] | None:
+        """numpy_ms, c_reference_ms (medians summed over the goal's shapes), copy_gbs."""
+        return self._ensure_baselines()
+
+    def _objective(self, ms: float) -> float:
+        if self.goal.objective.metric == "throughput":
+            return sum(self.op.throughput(tuple(s), 1.0) for s in self.goal.shapes) / (ms / 1000.0)
+        return ms
+
+    def baseline(self) -> float | None:
+        b = self._ensure_baselines()
+        return self._objective(b["numpy_ms"]) if b and b.get("numpy_ms") else None
+
+    def limit(self) -> float | None:
+        """Memory-bound operators: the time (or GB/s) at the measured copy bandwidth."""
+        b = self._ensure_baselines()
+        if not b or not b.get("copy_gbs") or self.op.throughput_unit != "GB/s":
+            return None
+        if self.goal.objective.metric == "throughput":
+            return b["copy_gbs"]
+        return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / (b["copy_gbs"] * 1e9) * 1000.0
+
+    def device(self) -> DeviceInfo:
+        return DeviceInfo(kind="cpu", name=cpu_name(),
+                          details={"cores": os.cpu_count(), "compiler": self.tc.identity,
+                                   "openmp": "yes" if self.tc.openmp else "no"})
+
+    def close(self) -> None:
+        self.pool.close()

@@ -1,0 +1,90 @@
+"""Harness timing: the harness, never the kernel, takes the time.
+
+Several functions (a candidate and its baselines) are sampled interleaved, round by round with
+the order rotated, so drift in machine load hits all of them alike. The sample count adapts:
+sampling stops once every function's spread (p90 - p10) / median is small, or the time budget
+is spent, or the sample cap is reached.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+
+@dataclass
+class TimingSettings:
+    warmup: int = 2
+    min_samples: int = 5
+    max_samples: int = 40
+    target_spread: float = 0.05  # stop when (p90 - p10) / median is below this for all
+    max_seconds: float = 3.0  # time budget for one measurement (all functions together)
+    flush_bytes: int = 0  # >0: write a buffer this large before every sample (evicts caches)
+
+
+@dataclass
+class TimingStats:
+    samples_ms: list[float] = field(default_factory=list)
+    median_ms: float = 0.0
+    p10_ms: float = 0.0
+    p90_ms: float = 0.0
+
+    @property
+    def spread(self) -> float:
+        return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
+
+
+def summarize(samples_ms: list[float]) -> TimingStats:
+    if not samples_ms:
+        return TimingStats()
+    a = np.asarray(samples_ms, dtype=np.float64)
+    return TimingStats(samples_ms=[float(s) for s in samples_ms], median_ms=float(np.median(a)),
+                       p10_ms=float(np.percentile(a, 10)), p90_ms=float(np.percentile(a, 90)))
+
+
+class CacheFlusher:
+    """Evicts caches between samples by writing a buffer larger than the last-level cache."""
+
+    def __init__(self, nbytes: int) -> None:
+        self._buf = np.zeros(max(1, nbytes // 4), dtype=np.float32) if nbytes > 0 else None
+
+    def __call__(self) -> None:
+        if self._buf is not None:
+            self._buf += 1.0
+
+
+def time_call(fn: Callable[[], None]) -> float:
+    """One harness-timed call, in milliseconds."""
+    t0 = time.perf_counter_ns()
+    fn()
+    return (time.perf_counter_ns() - t0) / 1e6
+
+
+def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSettings,
+                     flusher: CacheFlusher | None = None) -> dict[str, TimingStats]:
+    """Sample every function round by round (order rotated each round); adaptive count."""
+    names = list(fns)
+    for _ in range(settings.warmup):
+        for name in names:
+            fns[name]()
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    start = time.perf_counter()
+    rounds = 0
+    hard_min = min(3, settings.min_samples)
+    while rounds < settings.max_samples:
+        order = names[rounds % len(names):] + names[:rounds % len(names)]
+        for name in order:
+            if flusher is not None:
+                flusher()
+            samples[name].append(time_call(fns[name]))
+        rounds += 1
+        elapsed = time.perf_counter() - start
+        if rounds >= hard_min and elapsed > settings.max_seconds:
+            break
+        if rounds >= settings.min_samples and all(
+                summarize(s).spread < settings.target_spread for s in samples.values()):
+            break
+    return {n: summarize(s) for n, s in samples.items()}

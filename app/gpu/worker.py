@@ -1,0 +1,340 @@
+"""Isolated evaluation workers: candidates are compiled and run only in spawned processes.
+
+A worker process builds a handler (an importable factory, e.g. one per device) and serves
+requests one at a time. While it works it reports which stage it is in; the parent's watchdog
+applies that stage's deadline (compile or run) and a memory limit (resident set size, read from
+/proc). A worker that crashes (signal), hangs past its deadline, outgrows its memory, or reports
+that a candidate corrupted its memory is replaced by a fresh process; the request comes back as
+a `WorkerFault` with the reason and the worker's captured stdout/stderr. Workers are also
+recycled after a number of requests (loaded libraries and leaked state do not pile up).
+
+`WorkerPool` holds one worker per device and hands requests to an idle one, so several GPUs
+(or, later, remote workers) plug in behind the same evaluator.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from app.swarm.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
+
+LOG_TAIL_CHARS = 20_000
+_POLL_S = 0.02
+_START_TIMEOUT_S = 60.0
+
+
+@dataclass
+class Deadlines:
+    """Seconds a worker may spend in one stage before it is killed."""
+
+    compile_s: float = 60.0
+    run_s: float = 30.0
+    compile_stages: frozenset[str] = frozenset({"static_check", "compile", "resources"})
+
+    def for_stage(self, stage: str) -> float:
+        return self.compile_s if stage in self.compile_stages else self.run_s
+
+
+@dataclass
+class WorkerFault:
+    """The worker died or was killed while serving a request."""
+
+    reason: str  # CRASH, TIMEOUT, OUT_OF_MEMORY, RUNTIME_FAILED
+    detail: str
+    stage: str  # the stage it was in
+    stage_seconds: float
+    log: str = ""
+    completed: list[tuple[str, float]] = field(default_factory=list)  # (stage, seconds) done before
+
+
+@dataclass
+class WorkerReply:
+    result: Any = None
+    fault: WorkerFault | None = None
+    log: str = ""  # captured stdout/stderr of the worker during this request
+
+
+def _load_factory(spec: str) -> Callable[..., Any]:
+    module, _, attr = spec.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str) -> None:
+    """Entry point of a worker process."""
+    # Everything the kernels or libraries print goes to the log the parent reads back.
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    try:
+        handler = _load_factory(factory_spec)(*args)
+    except Exception as exc:
+        conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+        return
+    conn.send(("ready",))
+
+    def progress(stage: str) -> None:
+        conn.send(("stage", stage))
+
+    while True:
+        try:
+            request = conn.recv()
+        except (EOFError, OSError):
+            return
+        if request is None:
+            return
+        try:
+            result = handler(request, progress)
+            conn.send(("result", result))
+        except MemoryError:
+            conn.send(("error", OUT_OF_MEMORY, "ran out of memory", traceback.format_exc()))
+        except Exception as exc:
+            conn.send(("error", RUNTIME_FAILED, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+def _rss_bytes(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _signal_name(code: int) -> str:
+    try:
+        return signal.Signals(code).name
+    except ValueError:
+        return f"signal {code}"
+
+
+class Worker:
+    """One spawned worker process and its pipe. Not thread-safe: the pool serialises use."""
+
+    def __init__(self, factory: str, args: tuple = (), name: str = "worker",
+                 memory_limit_bytes: int | None = None) -> None:
+        self.factory, self.args, self.name = factory, args, name
+        self.memory_limit_bytes = memory_limit_bytes
+        self.served = 0
+        self.restarts = 0
+        self._proc: Any = None
+        self._conn: Any = None
+        fd, self.log_path = tempfile.mkstemp(prefix=f"kernelswarm-{name}-", suffix=".log")
+        os.close(fd)
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    def start(self) -> None:
+        ctx = mp.get_context("spawn")  # never fork: the parent has threads (and maybe Qt, CUDA)
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main, args=(child, self.factory, self.args, self.log_path),
+                           name=f"kernelswarm-{self.name}", daemon=True)
+        try:
+            proc.start()
+        finally:
+            child.close()
+        self._proc = proc
+        self._conn = parent
+        self.served = 0
+        if not parent.poll(_START_TIMEOUT_S):
+            self.stop()
+            raise RuntimeError(f"{self.name} did not start within {_START_TIMEOUT_S:.0f} s")
+        try:
+            msg = parent.recv()
+        except EOFError:
+            code = self._proc.exitcode
+            self.stop()
+            raise RuntimeError(f"{self.name} died while starting (exit {code}): {self._read_log(0)}") from None
+        if msg[0] != "ready":
+            self.stop()
+            raise RuntimeError(f"{self.name} could not start: {msg[1]}\n{msg[2]}")
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.is_alive()
+
+    def stop(self) -> None:
+        proc, conn = self._proc, self._conn
+        self._proc = self._conn = None
+        if conn is not None:
+            try:
+                conn.send(None)
+            except (OSError, BrokenPipeError):
+                pass
+        if proc is not None:
+            proc.join(timeout=2.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+        if conn is not None:
+            conn.close()
+
+    def restart(self) -> None:
+        self.kill()
+        self.restarts += 1
+        self.start()
+
+    def kill(self) -> None:
+        self._end(kill=True)
+
+    def close(self) -> None:
+        self.stop()
+        try:
+            os.unlink(self.log_path)
+        except OSError:
+            pass
+
+    # ---- one request ----------------------------------------------------------------------
+    def request(self, message: Any, deadlines: Deadlines,
+                on_stage: Callable[[str], None] | None = None) -> WorkerReply:
+        """Send one request and watch the worker until it answers, dies or overruns."""
+        if not self.alive():
+            self.start()
+        log_start = os.path.getsize(self.log_path)
+        stage, stage_t0 = "start", time.monotonic()
+        completed: list[tuple[str, float]] = []
+        self._conn.send(message)
+        killed_for: str | None = None
+        while True:
+            try:
+                ready = self._conn.poll(_POLL_S)
+            except (EOFError, OSError):
+                ready = False
+            if ready:
+                try:
+                    msg = self._conn.recv()
+                except (EOFError, OSError):
+                    break  # died; classified below
+                kind = msg[0]
+                if kind == "stage":
+                    if stage != "start":
+                        completed.append((stage, time.monotonic() - stage_t0))
+                    stage, stage_t0 = msg[1], time.monotonic()
+                    if on_stage:
+                        on_stage(stage)
+                    continue
+                self.served += 1
+                log = self._read_log(log_start)
+                if kind == "result":
+                    return WorkerReply(result=msg[1], log=log)
+                # the handler raised: the process is fine but its state is suspect
+                self.kill()
+                return WorkerReply(fault=WorkerFault(msg[1], msg[2], stage, time.monotonic() - stage_t0,
+                                                     log="\n".join(x for x in (log, msg[3]) if x),
+                                                     completed=completed), log=log)
+            if not self._proc.is_alive():
+                break
+            elapsed = time.monotonic() - stage_t0
+            limit = deadlines.for_stage(stage)
+            if elapsed > limit:
+                killed_for = f"exceeded the {limit:g} s limit for the {stage} stage"
+                reason = TIMEOUT
+                break
+            if self.memory_limit_bytes and _rss_bytes(self._proc.pid) > self.memory_limit_bytes:
+                killed_for = (f"used more than {self.memory_limit_bytes / 2**20:.0f} MiB of memory "
+                              f"in the {stage} stage")
+                reason = OUT_OF_MEMORY
+                break
+        elapsed = time.monotonic() - stage_t0
+        code = self._end(kill=killed_for is not None)
+        log = self._read_log(log_start)
+        if killed_for:
+            fault = WorkerFault(reason, f"killed: {killed_for}", stage, elapsed, log, completed)
+        elif code is not None and code < 0:
+            sig = _signal_name(-code)
+            # SIGKILL that the watchdog did not send: the system's out-of-memory killer.
+            reason = OUT_OF_MEMORY if -code == signal.SIGKILL else CRASH
+            fault = WorkerFault(reason, f"worker died with {sig} in the {stage} stage", stage,
+                                elapsed, log, completed)
+        else:
+            fault = WorkerFault(CRASH, f"worker exited with code {code} in the {stage} stage", stage,
+                                elapsed, log, completed)
+        self.served += 1
+        return WorkerReply(fault=fault, log=log)
+
+    def _end(self, kill: bool) -> int | None:
+        """Kill (watchdog) or reap (it died) the process; its exit code (-signal when killed)."""
+        code = None
+        if self._proc is not None:
+            if kill and self._proc.is_alive():
+                self._proc.kill()
+            self._proc.join(timeout=5.0)
+            code = self._proc.exitcode
+        if self._conn is not None:
+            self._conn.close()
+        self._proc = self._conn = None
+        return code
+
+    def _read_log(self, start: int) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(start)
+                data = f.read()
+        except OSError:
+            return ""
+        text = data.decode("utf-8", errors="replace")
+        return text[-LOG_TAIL_CHARS:]
+
+
+class WorkerPool:
+    """Workers (one per device) behind one `call`; thread-safe, one request per worker at a time."""
+
+    def __init__(self, factory: str, worker_args: Sequence[tuple], *, recycle_after: int = 50,
+                 memory_limit_bytes: int | None = None, name: str = "worker") -> None:
+        if not worker_args:
+            raise ValueError("a worker pool needs at least one worker")
+        self.recycle_after = recycle_after
+        self.workers = [Worker(factory, tuple(a), f"{name}{i}", memory_limit_bytes)
+                        for i, a in enumerate(worker_args)]
+        self._idle: queue.Queue[Worker] = queue.Queue()
+        for w in self.workers:
+            self._idle.put(w)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    @property
+    def size(self) -> int:
+        return len(self.workers)
+
+    def call(self, message: Any, deadlines: Deadlines,
+             on_stage: Callable[[str], None] | None = None) -> WorkerReply:
+        worker = self._idle.get()
+        try:
+            if self._closed:
+                raise RuntimeError("the worker pool is closed")
+            if worker.served >= self.recycle_after and worker.alive():
+                worker.stop()  # recycled: a fresh process starts on the next request
+            reply = worker.request(message, deadlines, on_stage)
+            if reply.fault is not None:
+                worker.restarts += 1  # the dead worker is replaced lazily by the next request
+            elif isinstance(reply.result, dict) and reply.result.get("restart"):
+                worker.kill()  # the candidate corrupted memory or state: start afresh
+                worker.restarts += 1
+            return reply
+        finally:
+            self._idle.put(worker)
+
+    def broadcast_kill(self) -> None:
+        for w in self.workers:
+            w.kill()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        for w in self.workers:
+            w.close()
