@@ -90,3 +90,27 @@ def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
     assert conn.execute("SELECT status, reason FROM runs WHERE id = ?", (run_id,)).fetchone() \
         == ("finished", "max_evals")
     assert conn.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 1
+
+
+def test_sigterm_stops_a_run_cleanly(tmp_path):
+    db = tmp_path / "history.sqlite"
+    goal = tmp_path / "gemm.toml"
+    goal.write_text(f'name = "gemm stop test"\nspace = "{SPACES / "gemm_RTX_3090.json.gz"}"\n'
+                    f"[stop]\nmax_evals = {BUDGET}\n[swarm]\nworkers = 1\n")
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", str(goal), "--db", str(db),
+                             "--quiet"], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 90
+        while len(_rows(db)) < 20:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.01)
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err
+    n = len(_rows(db))
+    assert 20 <= n < BUDGET and f"run 1 stopped: {n} evaluations" in out
+    status = sqlite3.connect(db).execute("SELECT status FROM runs WHERE id = 1").fetchone()[0]
+    assert status == "stopped"
