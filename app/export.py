@@ -15,8 +15,15 @@ from typing import Any
 from app import __version__
 from app.store import Store
 from app.swarm.types import (
-    COMPILE_FAILED, CRASH, INVALID, OUT_OF_MEMORY, RESOURCE_LIMIT, RUNTIME_FAILED, STATIC_CHECK,
-    TIMEOUT, VERIFY_FAILED,
+    COMPILE_FAILED,
+    CRASH,
+    INVALID,
+    OUT_OF_MEMORY,
+    RESOURCE_LIMIT,
+    RUNTIME_FAILED,
+    STATIC_CHECK,
+    TIMEOUT,
+    VERIFY_FAILED,
 )
 
 FORMATS = ("json", "csv", "t4")

@@ -116,7 +116,7 @@ PNPOLY = 'name = "x"\nspace = "pnpoly_RTX_3090.json.gz"\n'
 def test_bad_goal_is_one_line_and_stores_nothing(capsys, db_with_run, tmp_path, body, message):
     before = sqlite3.connect(db_with_run).execute(
         "SELECT COUNT(*), (SELECT COUNT(*) FROM evaluations) FROM runs").fetchone()
-    rc, out, err = _run(capsys, "run", _goal(tmp_path, body), "--db", db_with_run)
+    rc, _, err = _run(capsys, "run", _goal(tmp_path, body), "--db", db_with_run)
     assert rc == 1
     assert err.count("\n") == 1 and err.startswith("kernelswarm: error: ") and message in err
     assert sqlite3.connect(db_with_run).execute(
@@ -177,7 +177,7 @@ def test_database_with_newer_schema_is_refused_untouched(capsys, db_with_run, sm
 def test_bad_input_in_a_real_process_has_no_traceback(tmp_path, tmp_db):
     bad = _goal(tmp_path, PNPOLY + '[stop]\nmax_evals = "many"\n')
     proc = subprocess.run([sys.executable, "-m", "app", "run", str(bad), "--db", str(tmp_db)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=60)
+                          cwd=ROOT, capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert "Traceback" not in proc.stderr and "stop.max_evals" in proc.stderr

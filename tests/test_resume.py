@@ -36,7 +36,7 @@ def _rows(db):
 def _cli(*args, **kw):
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     return subprocess.run([sys.executable, "-m", "app", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120, **kw)
+                          capture_output=True, text=True, timeout=120, check=False, **kw)
 
 
 def test_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):

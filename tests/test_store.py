@@ -15,7 +15,13 @@ import app.store.db as store_db
 from app.goal import Goal
 from app.store import SCHEMA_VERSION, Store, StoreError, UnknownRunError, goal_key
 from app.swarm.events import (
-    AgentCredit, Evaluated, EventBus, LessonLearned, RunFinished, RunStarted, Telemetry,
+    AgentCredit,
+    Evaluated,
+    EventBus,
+    LessonLearned,
+    RunFinished,
+    RunStarted,
+    Telemetry,
 )
 from app.swarm.types import Evaluation, Lesson, Stage
 

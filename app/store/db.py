@@ -14,10 +14,11 @@ import socket
 import sqlite3
 import threading
 import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import sqlite_utils
 
@@ -25,7 +26,13 @@ from app import __version__
 from app.goal import Goal, GoalError
 from app.store.schema import MIGRATIONS, SCHEMA_VERSION
 from app.swarm.events import (
-    AgentCredit, Evaluated, Event, LessonLearned, RunFinished, RunStarted, Telemetry,
+    AgentCredit,
+    Evaluated,
+    Event,
+    LessonLearned,
+    RunFinished,
+    RunStarted,
+    Telemetry,
 )
 from app.swarm.types import Evaluation, Lesson, Stage
 
@@ -184,7 +191,7 @@ class Store:
         with self._lock:
             self.conn.close()
 
-    def __enter__(self) -> "Store":
+    def __enter__(self) -> Store:
         return self
 
     def __exit__(self, *exc: object) -> None:
