@@ -187,3 +187,25 @@ def test_usage_errors_exit_2(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["run", "x.toml", "--max-evals", "0"])
     assert exit_.value.code == 2 and "--max-evals" in capsys.readouterr().err
+
+
+def test_progress_redraws_in_place_on_a_terminal():
+    import io
+
+    from app.cli import Progress
+    from app.swarm.events import Evaluated, RunFinished
+    from app.swarm.types import Evaluation
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    term = Terminal()
+    progress = Progress(term, max_evals=4, unit="ms")
+    for i in range(1, 5):
+        e = Evaluation(key=f"k{i}", config={}, ok=i != 3, value=None if i == 3 else 10.0 / i)
+        progress(Evaluated(index=i, evaluation=e, elapsed_s=float(i), best_value=10.0 / i))
+    progress(RunFinished(reason="max_evals", evaluations=4, best=None, elapsed_s=4.0))
+    text = term.getvalue()
+    assert text.startswith("\r[") and text.endswith("\n") and text.count("\n") == 1
+    assert text.rstrip().endswith("[" + "#" * Progress.WIDTH + "] 4/4 evals, 1 failed, best 2.5 ms, 4.0 s")
