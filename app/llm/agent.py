@@ -1,0 +1,258 @@
+"""LLM agents: kernel rewrites from an OpenAI-compatible endpoint, in the same swarm as the
+classical agents and judged by the same cascade.
+
+Each agent has a role (memory-access specialist, tiling specialist, fixer of near misses). A
+request runs on the agent's small thread pool, so `propose` never waits on the network: it
+returns the candidates whose replies are ready and starts new requests up to the agent's
+limit (the client's semaphore bounds requests across agents). Only when the rest of the space
+is used up does `propose` wait for a reply in flight, so a short run is not ended early.
+
+A candidate keeps the configuration of the kernel it started from (the tuning parameters still
+arrive as -D macros) and carries its own source; its key hashes both.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import hashlib
+import logging
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from app.goal import Goal
+from app.llm.client import BUDGET, REJECTED, LLMClient, LLMError
+from app.llm.extract import ExtractionError, extract
+from app.llm.lessons import Attempt, LessonBook
+from app.llm.prompts import PromptContext, build_messages
+from app.llm.spec import KernelSpec
+from app.llm.usage import UsageLog
+from app.swarm.agents.base import Agent
+from app.swarm.blackboard import Blackboard
+from app.swarm.space import SearchSpace, config_key
+from app.swarm.types import (
+    COMPILE_FAILED, RESOURCE_LIMIT, RUNTIME_FAILED, STATIC_CHECK, VERIFY_FAILED, Candidate,
+    Evaluation,
+)
+
+log = logging.getLogger(__name__)
+
+NEAR_MISS_REASONS = {COMPILE_FAILED, VERIFY_FAILED, RESOURCE_LIMIT, STATIC_CHECK, RUNTIME_FAILED}
+HARD_FAILURES_TO_STOP = 3  # consecutive rejected requests (bad key, unknown model): stop asking
+
+
+def candidate_key(config: dict[str, Any], source: str) -> str:
+    """The key of a candidate that carries its own source (same keying as the backends)."""
+    return config_key(config, extra={"source_sha": hashlib.sha256(source.encode()).hexdigest()})
+
+
+@dataclass
+class _Job:
+    """What a request was asked to improve: the source edits apply to, its config and parent."""
+
+    base_source: str
+    config: dict[str, Any]
+    parent_key: str | None
+    parent_value: float | None
+
+
+class LLMAgent(Agent):
+    strategy = "rewrites kernel source through an LLM"
+
+    def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True, *,
+                 role: str, client: LLMClient, spec: KernelSpec, goal: Goal, book: LessonBook,
+                 device: str = "", limits: dict[str, Any] | None = None,
+                 usage: UsageLog | None = None, warm_start: list[dict[str, Any]] = (),
+                 max_in_flight: int = 1, exhausted_wait_s: float | None = None,
+                 key_fn: Callable[[dict[str, Any], str], str] = candidate_key) -> None:
+        super().__init__(space, rng, minimize)
+        self.role = role
+        self.name = f"llm-{role}"
+        self.strategy = f"LLM rewrites of the kernel source ({role})"
+        self.client = client
+        self.spec = spec
+        self.goal = goal
+        self.book = book
+        self.device = device
+        self.limits = dict(limits or {})
+        self.usage = usage
+        self.max_in_flight = max(1, max_in_flight)
+        self.key_fn = key_fn  # the backend's keying when it has one (hash of what runs)
+        self.exhausted_wait_s = (exhausted_wait_s if exhausted_wait_s is not None
+                                 else client.settings.timeout_s * (client.settings.max_retries + 1))
+        self._pool = cf.ThreadPoolExecutor(self.max_in_flight, thread_name_prefix=self.name)
+        self._futures: list[cf.Future] = []
+        self._ready: deque[Candidate] = deque()
+        self._warm = list(warm_start)
+        self._failures: deque[tuple[str, Evaluation]] = deque(maxlen=8)
+        self._extraction_errors: deque[str] = deque(maxlen=3)
+        self._near_misses: deque[Evaluation] = deque(maxlen=16)
+        self._repaired: set[str] = set()
+        self._hard_failures = 0
+        self.stopped_reason = ""
+        self.stats = {"requests": 0, "candidates": 0, "no_code": 0, "request_failed": 0}
+
+    # ---- the Agent interface ---------------------------------------------------------------
+    def propose(self, board: Blackboard, n: int = 1) -> list[Candidate]:
+        self._queue_warm_start(board)
+        self._harvest()
+        if not self.stopped_reason:
+            self._submit(board)
+        if not self._ready and self._futures and self._space_used_up(board):
+            cf.wait(self._futures, timeout=self.exhausted_wait_s, return_when=cf.FIRST_COMPLETED)
+            self._harvest()
+        out: list[Candidate] = []
+        while self._ready and len(out) < n:
+            cand = self._ready.popleft()
+            if not board.known(cand.key):
+                out.append(cand)
+        return out
+
+    def pending(self) -> bool:
+        """True while requests are in flight or replies wait to be proposed."""
+        return bool(self._futures or self._ready)
+
+    def observe(self, evaluation: Evaluation) -> None:
+        self.book.observe(evaluation)
+        if evaluation.ok or evaluation.source is None:
+            return
+        idea = self.book.idea(evaluation.key)
+        if evaluation.agent == self.name:
+            self._failures.append((idea, evaluation))
+        if evaluation.reason in NEAR_MISS_REASONS:
+            self._near_misses.append(evaluation)
+
+    def close(self) -> None:
+        self.book.flush()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    # ---- proposals -------------------------------------------------------------------------
+    def _queue_warm_start(self, board: Blackboard) -> None:
+        """Earlier runs' best kernels go first, before any request is paid for."""
+        while self._warm:
+            k = self._warm.pop(0)
+            config = k.get("config") or {}
+            if not self.space.is_valid(config):
+                best = board.best
+                config = dict(best.config) if best else self.space.sample(self.rng)
+                if config is None:
+                    continue
+            key = self.key_fn(config, k["source"])
+            self.book.note_attempt(Attempt(key, self.name, "warm start: best kernel of an earlier "
+                                           "run", None, None))
+            self._ready.append(Candidate(config=config, key=key, agent=self.name,
+                                         source=k["source"], note="warm start"))
+
+    def _submit(self, board: Blackboard) -> None:
+        while len(self._futures) < self.max_in_flight:
+            prepared = self._prepare(board)
+            if prepared is None:
+                return
+            messages, job = prepared
+            self._futures.append(self._pool.submit(self._request, messages, job))
+
+    def _prepare(self, board: Blackboard) -> tuple[list[dict[str, str]], _Job] | None:
+        best = board.best
+        elites = [e for e in board.elites(4) if best is None or e.key != best.key]
+        base_source = best.source if best and best.source else self.spec.template
+        repair: Evaluation | None = None
+        if self.role == "fixer":
+            repair = self._pick_near_miss(board)
+            if repair is None:
+                return None  # nothing to repair yet
+            self._repaired.add(repair.key)
+            base_source = repair.source or base_source
+        if best is not None:
+            config = dict((repair or best).config)
+        else:
+            sampled = self.space.sample(self.rng)
+            if sampled is None:
+                return None
+            config = sampled
+        ctx = PromptContext(
+            goal=self.goal, spec=self.spec, device=self.device, limits=self.limits,
+            current_source=base_source, current=best, elites=elites,
+            failures=list(self._failures), lessons=self.book.texts(),
+            extraction_errors=list(self._extraction_errors), repair_target=repair)
+        job = _Job(base_source, config, (repair or best).key if (repair or best) else None,
+                   best.value if best else None)
+        return build_messages(self.role, ctx), job
+
+    def _pick_near_miss(self, board: Blackboard) -> Evaluation | None:
+        for e in reversed(self._near_misses):
+            if e.key not in self._repaired and e.source:
+                return e
+        return None
+
+    def _space_used_up(self, board: Blackboard) -> bool:
+        """The coordinator's own last resort is a uniform draw: if draws find nothing new
+        either, the run would end as 'exhausted' while our replies are still coming."""
+        for _ in range(200):
+            cfg = self.space.sample(self.rng)
+            if cfg is None:
+                return True
+            if not board.known(self.space.key(cfg)):
+                return False
+        return True
+
+    # ---- requests (pool threads) -----------------------------------------------------------
+    def _request(self, messages: list[dict[str, str]], job: _Job) -> Candidate | str:
+        """A candidate, or the reason the request gave none (recorded, fed back)."""
+        try:
+            reply = self.client.complete(messages, agent=self.name)
+        except LLMError as exc:
+            self._log_usage(exc.records, f"request_failed: {exc.status}")
+            raise
+        try:
+            got = extract(reply.text, job.base_source, self.spec.entry, truncated=reply.truncated)
+            if got.source.strip() == job.base_source.strip():
+                raise ExtractionError("the reply repeats the current kernel unchanged")
+        except ExtractionError as exc:
+            self._log_usage(reply.records, f"no_code: {exc}")
+            return f"no_code: {exc}"
+        key = self.key_fn(job.config, got.source)
+        self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value))
+        self._log_usage(reply.records, f"candidate {key}")
+        return Candidate(config=dict(job.config), key=key, agent=self.name, source=got.source,
+                         parent_key=job.parent_key, note=got.idea)
+
+    def _log_usage(self, records: list, outcome: str) -> None:
+        if self.usage is None:
+            return
+        for i, rec in enumerate(records):
+            try:
+                self.usage.record(rec, outcome if i == len(records) - 1 else "retried")
+            except Exception:  # accounting must not take a candidate down with it
+                log.exception("recording LLM usage failed")
+
+    def _harvest(self) -> None:
+        done = [f for f in self._futures if f.done()]
+        self._futures = [f for f in self._futures if not f.done()]
+        for fut in done:
+            self.stats["requests"] += 1
+            try:
+                result = fut.result()
+            except cf.CancelledError:
+                continue
+            except LLMError as exc:
+                self.stats["request_failed"] += 1
+                log.warning("%s: LLM request failed: %s", self.name, exc)
+                if exc.status == BUDGET:
+                    self.stopped_reason = "the run's LLM budget is spent"
+                elif exc.status == REJECTED:
+                    self._hard_failures += 1
+                    if self._hard_failures >= HARD_FAILURES_TO_STOP:
+                        self.stopped_reason = f"the endpoint keeps rejecting requests: {exc.message}"
+                continue
+            except Exception:
+                self.stats["request_failed"] += 1
+                log.exception("%s: LLM request crashed", self.name)
+                continue
+            self._hard_failures = 0
+            if isinstance(result, Candidate):
+                self.stats["candidates"] += 1
+                self._ready.append(result)
+            else:
+                self.stats["no_code"] += 1
+                self._extraction_errors.append(result)

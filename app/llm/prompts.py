@@ -1,0 +1,149 @@
+"""Prompts for LLM agents: the goal, its constraints, the device and its limits, the current
+best kernel with its metrics, a few other elites, what recent attempts broke, and the lessons
+of this and earlier runs. Each section is capped so a prompt stays within a small context."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from app.goal import Goal
+from app.llm.spec import KernelSpec
+from app.swarm.types import Evaluation
+
+MAX_SOURCE = 12_000
+MAX_LOG = 1_500
+MAX_ELITES = 2
+MAX_FAILURES = 4
+MAX_LESSONS = 12
+
+ROLE_BRIEFS = {
+    "memory": ("memory-access specialist",
+               "Make memory access cheaper: contiguous and aligned loads/stores, vector width, "
+               "fewer passes over the data, reuse of loaded values, prefetching, avoiding "
+               "false sharing and bank conflicts."),
+    "tiling": ("tiling specialist",
+               "Restructure the loop nest: blocking/tiling for the cache (or shared memory), "
+               "register blocking, loop order, unrolling, work split across threads."),
+    "fixer": ("repair engineer",
+              "A recent candidate came close but failed. Fix exactly what broke (compiler "
+              "error, wrong result, resource overrun, rejected construct) and keep its idea."),
+}
+
+FORMAT = (
+    "Answer in this form:\n"
+    "Idea: <one line naming the transformation>\n"
+    "then EITHER one fenced code block holding the whole new kernel file, OR one or more edit "
+    "blocks against the source shown as CURRENT:\n"
+    "<<<<<<< SEARCH\n<exact lines from CURRENT>\n=======\n<replacement lines>\n>>>>>>> REPLACE\n"
+    "No other code blocks.")
+
+RULES = (
+    "Rules: change only the kernel (device) code; the harness, launch, timing and compile "
+    "options are fixed. Forbidden (rejected before compiling): threads or processes other than "
+    "OpenMP parallel loops, streams, host callbacks, clocks/timers, inline asm timers, static or "
+    "global mutable state (no caching between calls), I/O, allocation, system calls, includes "
+    "beyond math/SIMD headers, redefining tuning parameters, and lowering precision below the "
+    "goal's dtype. The result is verified on several shapes (including ones that are not "
+    "multiples of any tile), NaN-filled outputs and fresh inputs, then timed against the best.")
+
+
+@dataclass
+class PromptContext:
+    goal: Goal
+    spec: KernelSpec
+    device: str = ""
+    limits: dict[str, Any] = field(default_factory=dict)  # baseline, hardware limit, units
+    current_source: str = ""
+    current: Evaluation | None = None  # the evaluation CURRENT belongs to
+    elites: list[Evaluation] = field(default_factory=list)
+    failures: list[tuple[str, Evaluation]] = field(default_factory=list)  # (idea, outcome)
+    lessons: list[str] = field(default_factory=list)
+    extraction_errors: list[str] = field(default_factory=list)  # replies with no usable code
+    repair_target: Evaluation | None = None  # fixer: the near miss to repair
+
+
+def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
+    title, brief = ROLE_BRIEFS[role]
+    system = (f"You are a {title} in a team optimising one {ctx.spec.language.upper()} kernel. "
+              f"{brief}\n{RULES}\n{FORMAT}")
+    parts = [_goal_section(ctx), _device_section(ctx)]
+    if ctx.lessons:
+        parts.append("LESSONS (from this run and earlier runs of similar goals):\n"
+                     + "\n".join(f"- {t}" for t in ctx.lessons[-MAX_LESSONS:]))
+    if ctx.repair_target is not None:
+        parts.append("CURRENT (the near miss to repair):\n" + _eval_line(ctx.repair_target, ctx)
+                     + "\n" + _failure_text(ctx.repair_target) + "\n" + _code(ctx.current_source, ctx))
+        if ctx.current is not None:
+            parts.append("The best correct kernel so far: " + _eval_line(ctx.current, ctx))
+    else:
+        parts.append("CURRENT (the best correct kernel so far"
+                     + (f"; {_eval_line(ctx.current, ctx)}" if ctx.current else "") + "):\n"
+                     + _code(ctx.current_source, ctx))
+    for e in ctx.elites[:MAX_ELITES]:
+        if e.source:
+            parts.append("ANOTHER GOOD KERNEL for inspiration (" + _eval_line(e, ctx) + "):\n"
+                         + _code(e.source, ctx, limit=MAX_SOURCE // 3))
+        else:
+            parts.append("ANOTHER GOOD CONFIGURATION of the template: " + _eval_line(e, ctx))
+    if ctx.failures:
+        parts.append("RECENT FAILED ATTEMPTS (do not repeat):\n" + "\n".join(
+            f"- {idea + ' -> ' if idea else ''}{_failure_text(e)}"
+            for idea, e in ctx.failures[-MAX_FAILURES:]))
+    if ctx.extraction_errors:
+        parts.append("YOUR RECENT REPLIES THAT HAD NO USABLE CODE:\n" + "\n".join(
+            f"- {m}" for m in ctx.extraction_errors[-3:]))
+    task = ("Repair CURRENT." if ctx.repair_target is not None else
+            "Write a faster correct version of CURRENT.")
+    parts.append(f"TASK: {task} {brief}")
+    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+
+
+def _goal_section(ctx: PromptContext) -> str:
+    g = ctx.goal
+    c = g.constraints
+    lines = [f"GOAL: {g.name}", f"operator {g.operator}, dtype {g.dtype}, shapes "
+             f"{', '.join('x'.join(map(str, s)) for s in g.shapes)}",
+             f"objective: {g.objective.metric} ({'minimize' if g.objective.minimize else 'maximize'})",
+             f"harness contract: {ctx.spec.contract}"]
+    extra = []
+    if c.max_registers:
+        extra.append(f"at most {c.max_registers} registers per thread")
+    if c.max_shared_memory_bytes:
+        extra.append(f"at most {c.max_shared_memory_bytes} bytes of shared memory")
+    if c.forbid:
+        extra.append("forbidden: " + ", ".join(c.forbid))
+    if extra:
+        lines.append("constraints: " + "; ".join(extra))
+    return "\n".join(lines)
+
+
+def _device_section(ctx: PromptContext) -> str:
+    lines = [f"DEVICE: {ctx.device or 'unknown'}"]
+    for k, v in ctx.limits.items():
+        if v not in (None, ""):
+            lines.append(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+    return "\n".join(lines)
+
+
+def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
+    bits = [f"config {e.config}"]
+    if e.ok and e.value is not None:
+        bits.append(f"{ctx.goal.objective.metric} {e.value:.4g}")
+    for k, v in list(e.metrics.items())[:4]:
+        bits.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
+    return ", ".join(bits)
+
+
+def _failure_text(e: Evaluation) -> str:
+    text = f"{e.reason}: {e.detail}".strip()
+    if e.log:
+        log = e.log.strip()
+        text += "\n  log: " + (log[:MAX_LOG] + " ..." if len(log) > MAX_LOG else log)
+    return text
+
+
+def _code(source: str, ctx: PromptContext, limit: int = MAX_SOURCE) -> str:
+    src = source if len(source) <= limit else source[:limit] + "\n/* ... (cut) */\n"
+    tag = "c" if ctx.spec.language == "c" else "cuda"
+    return f"```{tag}\n{src.rstrip()}\n```"

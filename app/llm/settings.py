@@ -1,0 +1,177 @@
+"""Endpoint settings for LLM agents: where to send requests, which model, how much to spend.
+
+The API key is not a field: it is looked up when a client is made (environment first, then the
+OS keyring when the optional `keyring` package is installed) and never stored in settings,
+dictionaries, reprs, the database, logs or exports.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlparse
+
+KEY_ENV_VARS = ("KERNELSWARM_LLM_API_KEY", "OPENAI_API_KEY")
+KEYRING_SERVICE = "kernelswarm"
+KEYRING_USER = "llm-api-key"
+ROLES = ("memory", "tiling", "fixer")
+# Settings readable from the environment (KERNELSWARM_LLM_<FIELD>), e.g. for the CLI.
+ENV_PREFIX = "KERNELSWARM_LLM_"
+# Local servers (vLLM, Ollama, LM Studio) usually take any key; the openai client needs one.
+LOCAL_PLACEHOLDER_KEY = "no-key-needed"
+
+
+class LLMSettingsError(ValueError):
+    """An LLM setting is invalid; `field` names it."""
+
+    def __init__(self, field_name: str, problem: str) -> None:
+        super().__init__(f"llm.{field_name}: {problem}")
+        self.field = field_name
+        self.problem = problem
+
+
+@dataclass
+class LLMSettings:
+    base_url: str = "https://api.openai.com/v1"
+    model: str = "gpt-4o-mini"
+    timeout_s: float = 120.0  # one request, start to last byte
+    max_concurrent: int = 2  # requests in flight across all LLM agents of a run
+    max_tokens: int = 4096  # cap on one reply (endless replies are cut here)
+    temperature: float = 0.7
+    max_retries: int = 4  # on 429, 5xx, connection errors and timeouts
+    backoff_s: float = 1.0  # first retry delay; doubles per retry (Retry-After wins)
+    max_backoff_s: float = 30.0
+    run_token_budget: int = 400_000  # prompt + completion tokens per run; 0: no cap
+    run_cost_budget: float = 0.0  # in the price unit below (e.g. USD) per run; 0: no cap
+    price_prompt_per_mtok: float = 0.0  # cost per million prompt tokens
+    price_completion_per_mtok: float = 0.0
+    roles: list[str] = field(default_factory=lambda: list(ROLES))
+    stream: bool = True  # streaming lets an endless reply be cut by length and wall time
+
+    # ---- validation ----------------------------------------------------------------------
+    def validate(self) -> "LLMSettings":
+        url = urlparse(self.base_url or "")
+        if url.scheme not in ("http", "https") or not url.netloc:
+            raise LLMSettingsError("base_url", f"{self.base_url!r} is not an http(s) URL, "
+                                   "e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
+        if not isinstance(self.model, str) or not self.model.strip():
+            raise LLMSettingsError("model", "name the model, e.g. gpt-4o-mini or qwen2.5-coder")
+        for name, lo in (("timeout_s", 0.1), ("backoff_s", 0.0), ("max_backoff_s", 0.0),
+                         ("run_cost_budget", 0.0), ("price_prompt_per_mtok", 0.0),
+                         ("price_completion_per_mtok", 0.0), ("temperature", 0.0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < lo:
+                raise LLMSettingsError(name, f"must be a number >= {lo}")
+        for name, lo in (("max_concurrent", 1), ("max_tokens", 16), ("max_retries", 0),
+                         ("run_token_budget", 0)):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise LLMSettingsError(name, f"must be an integer >= {lo}")
+        if not self.roles:
+            raise LLMSettingsError("roles", f"choose at least one of {', '.join(ROLES)}")
+        for r in self.roles:
+            if r not in ROLES:
+                raise LLMSettingsError("roles", f"unknown role {r!r}; known: {', '.join(ROLES)}")
+        return self
+
+    @property
+    def is_local(self) -> bool:
+        host = urlparse(self.base_url).hostname or ""
+        return host in ("127.0.0.1", "localhost", "::1") or host.endswith(".local")
+
+    # ---- dictionaries (never carry the key) ---------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "LLMSettings":
+        known = {f.name for f in fields(cls)}
+        for k in data:
+            if k in ("api_key", "key"):
+                raise LLMSettingsError(k, "the API key is never kept in settings files; set "
+                                       f"{KEY_ENV_VARS[0]} or store it in the OS keyring")
+            if k not in known:
+                raise LLMSettingsError(k, f"unknown setting; known: {', '.join(sorted(known))}")
+        return cls(**data).validate()
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None, base: "LLMSettings | None" = None
+                 ) -> "LLMSettings":
+        """Settings overridden by KERNELSWARM_LLM_BASE_URL, _MODEL, _TIMEOUT_S, ... variables."""
+        env = os.environ if env is None else env
+        data = (base or cls()).to_dict()
+        for f in fields(cls):
+            raw = env.get(ENV_PREFIX + f.name.upper())
+            if raw is None:
+                continue
+            current = data[f.name]
+            try:
+                if isinstance(current, bool):
+                    data[f.name] = raw.strip().lower() in ("1", "true", "yes", "on")
+                elif isinstance(current, int):
+                    data[f.name] = int(raw)
+                elif isinstance(current, float):
+                    data[f.name] = float(raw)
+                elif isinstance(current, list):
+                    data[f.name] = [r.strip() for r in raw.split(",") if r.strip()]
+                else:
+                    data[f.name] = raw.strip()
+            except ValueError:
+                raise LLMSettingsError(f.name, f"{ENV_PREFIX + f.name.upper()}={raw!r} is not "
+                                       f"a {type(current).__name__}") from None
+        return cls(**data).validate()
+
+    @classmethod
+    def load(cls, path: str | Path) -> "LLMSettings":
+        """Settings from a TOML file (a bare table or an [llm] table)."""
+        import tomllib
+
+        try:
+            data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise LLMSettingsError("file", f"settings file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+            raise LLMSettingsError("file", f"cannot read settings file {str(path)!r}: {exc}") from None
+        return cls.from_dict(data.get("llm", data))
+
+
+def resolve_api_key(settings: LLMSettings | None = None, env: dict[str, str] | None = None) -> str:
+    """The API key: environment, then OS keyring; a placeholder for local servers; else ''."""
+    env = os.environ if env is None else env
+    for name in KEY_ENV_VARS:
+        value = env.get(name, "").strip()
+        if value:
+            return value
+    try:  # optional dependency: absent means environment only
+        import keyring  # type: ignore[import-not-found]
+
+        value = keyring.get_password(KEYRING_SERVICE, KEYRING_USER) or ""
+        if value:
+            return value
+    except Exception:  # no keyring package, no backend, locked keyring: environment only
+        pass
+    if settings is not None and settings.is_local:
+        return LOCAL_PLACEHOLDER_KEY
+    return ""
+
+
+def store_api_key_in_keyring(key: str) -> None:
+    """Save the key in the OS keyring (the GUI's settings page calls this)."""
+    try:
+        import keyring  # type: ignore[import-not-found]
+    except ImportError:
+        raise LLMSettingsError("api_key", "the keyring package is not installed; set "
+                               f"{KEY_ENV_VARS[0]} in the environment instead") from None
+    keyring.set_password(KEYRING_SERVICE, KEYRING_USER, key)
+
+
+def redact(text: str, key: str) -> str:
+    """Text with every occurrence of the key (and its tail, as some servers echo it) masked."""
+    if not text or not key or key == LOCAL_PLACEHOLDER_KEY:
+        return text
+    text = text.replace(key, "[redacted]")
+    if len(key) >= 12:
+        text = text.replace(key[-8:], "[redacted]")
+    return text
