@@ -10,10 +10,11 @@ text is exactly what NVRTC compiles and what the candidate's key hashes.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ class Launch:
     shared_bytes: int = 0  # dynamic shared memory
 
 
-@lru_cache(maxsize=None)
+@cache
 def template_text(filename: str) -> str:
     return resources.files("app.catalog.cuda").joinpath("kernels", filename).read_text(encoding="utf-8")
 
@@ -66,7 +67,7 @@ def nan_bits(dtype: str) -> Any:
     return np.uint16(0x7FC0) if dtype == "bfloat16" else storage_dtype(dtype).type(np.nan)
 
 
-def draw(rng: np.random.Generator, shape: tuple[int, ...], distribution: str) -> np.ndarray:
+def draw(rng: Any, shape: tuple[int, ...], distribution: str) -> Any:
     """Float64 values from a named distribution (the verification protocol uses several)."""
     if distribution == "normal":
         return rng.standard_normal(shape)
@@ -142,9 +143,10 @@ class CudaOperator:
         raise NotImplementedError
 
     # ---- data -------------------------------------------------------------------------
-    def make_inputs(self, shape: list[int], dtype: str, rng: np.random.Generator,
-                    distribution: str) -> dict[str, np.ndarray]:
-        """Host inputs in storage dtype."""
+    def make_inputs(self, xp: Any, shape: list[int], dtype: str, rng: Any,
+                    distribution: str) -> dict[str, Any]:
+        """Inputs in storage dtype, drawn with `rng` (a NumPy or CuPy Generator: on the GPU
+        the inputs are made on the device, so large shapes cost no host time)."""
         raise NotImplementedError
 
     def output_shapes(self, shape: list[int]) -> dict[str, tuple[int, ...]]:

@@ -6,7 +6,8 @@ arrays in the catalog's storage dtype for verification."""
 from __future__ import annotations
 
 import importlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 Prepared = tuple[Callable[[], Any], Callable[[], dict[str, Any]]]
 

@@ -7,7 +7,13 @@ import math
 import numpy as np
 
 from app.catalog.cuda.base import (
-    ITEMSIZE, Config, CudaOperator, Launch, ceil_div, draw, largest_dividing_vec, to_storage,
+    ITEMSIZE,
+    CudaOperator,
+    Launch,
+    ceil_div,
+    draw,
+    largest_dividing_vec,
+    to_storage,
 )
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
 from app.swarm.space import SearchSpace
@@ -44,9 +50,9 @@ class BiasGelu(CudaOperator):
             return "grid too large"
         return None
 
-    def make_inputs(self, shape, dtype, rng, distribution):
-        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype),
-                "b": to_storage(np, rng.uniform(-1, 1, (shape[1],)), dtype)}
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
+        return {"x": to_storage(xp, draw(rng, tuple(shape), distribution), dtype),
+                "b": to_storage(xp, rng.uniform(-1, 1, (shape[1],)), dtype)}
 
     def kernel_args(self, config, inputs, outputs, shape):
         vec = largest_dividing_vec(shape[1], config["VEC"])

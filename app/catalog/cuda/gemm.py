@@ -85,10 +85,10 @@ class Gemm(CudaOperator):
             return f"M={shape[0]} needs more than 65535 block rows with BM={config['BM']}"
         return None
 
-    def make_inputs(self, shape, dtype, rng, distribution):
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
         m, n, k = shape
-        return {"a": to_storage(np, draw(rng, (m, k), distribution), dtype),
-                "b": to_storage(np, draw(rng, (k, n), distribution), dtype)}
+        return {"a": to_storage(xp, draw(rng, (m, k), distribution), dtype),
+                "b": to_storage(xp, draw(rng, (k, n), distribution), dtype)}
 
     def output_shapes(self, shape):
         return {"c": (shape[0], shape[1])}

@@ -11,7 +11,13 @@ from typing import Any
 import numpy as np
 
 from app.catalog.cuda.base import (
-    Config, CudaOperator, Launch, ceil_div, draw, largest_dividing_vec, to_storage,
+    Config,
+    CudaOperator,
+    Launch,
+    ceil_div,
+    draw,
+    largest_dividing_vec,
+    to_storage,
 )
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
 from app.swarm.space import SearchSpace
@@ -85,8 +91,8 @@ class Softmax(RowOperator):
     distributions = ("normal", "uniform", "offset", "wide")
     extra_params = {"FAST_EXP": [0, 1]}
 
-    def make_inputs(self, shape, dtype, rng, distribution):
-        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype)}
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
+        return {"x": to_storage(xp, draw(rng, tuple(shape), distribution), dtype)}
 
     def kernel_args(self, config, inputs, outputs, shape):
         return (inputs["x"], outputs["y"], np.int32(shape[0]))
@@ -128,9 +134,9 @@ class RMSNorm(RowOperator):
     def defines(self, config, shape, dtype):
         return {**super().defines(config, shape, dtype), "EPS": f"{self.eps}f"}
 
-    def make_inputs(self, shape, dtype, rng, distribution):
-        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype),
-                "w": to_storage(np, rng.uniform(0.5, 1.5, (shape[1],)), dtype)}
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
+        return {"x": to_storage(xp, draw(rng, tuple(shape), distribution), dtype),
+                "w": to_storage(xp, rng.uniform(0.5, 1.5, (shape[1],)), dtype)}
 
     def kernel_args(self, config, inputs, outputs, shape):
         return (inputs["x"], inputs["w"], outputs["y"], np.int32(shape[0]))
@@ -180,10 +186,10 @@ class LayerNorm(RowOperator):
     def defines(self, config, shape, dtype):
         return {**super().defines(config, shape, dtype), "EPS": f"{self.eps}f"}
 
-    def make_inputs(self, shape, dtype, rng, distribution):
-        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype),
-                "w": to_storage(np, rng.uniform(0.5, 1.5, (shape[1],)), dtype),
-                "b": to_storage(np, rng.uniform(-0.5, 0.5, (shape[1],)), dtype)}
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
+        return {"x": to_storage(xp, draw(rng, tuple(shape), distribution), dtype),
+                "w": to_storage(xp, rng.uniform(0.5, 1.5, (shape[1],)), dtype),
+                "b": to_storage(xp, rng.uniform(-0.5, 0.5, (shape[1],)), dtype)}
 
     def kernel_args(self, config, inputs, outputs, shape):
         return (inputs["x"], inputs["w"], inputs["b"], outputs["y"], np.int32(shape[0]))

@@ -40,8 +40,8 @@ class Transpose(CudaOperator):
             return f"{shape[0]} rows is more than this transpose's grid can cover"
         return None
 
-    def make_inputs(self, shape, dtype, rng, distribution):
-        return {"x": to_storage(np, draw(rng, tuple(shape), distribution), dtype)}
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
+        return {"x": to_storage(xp, draw(rng, tuple(shape), distribution), dtype)}
 
     def output_shapes(self, shape):
         return {"y": (shape[1], shape[0])}

@@ -1,0 +1,191 @@
+"""GPU telemetry through NVML (nvidia-ml-py): clocks, temperature, power, utilisation, memory,
+throttle reasons. Sampled on a background thread during a run and published as
+app.swarm.events.Telemetry. Without a GPU or NVML it says so once and keeps working."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from app.gpu.cuda.timing import describe_reasons, throttle_reasons
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_state: dict[str, Any] = {"initialised": False, "error": None}
+
+
+def nvml() -> tuple[Any, str | None]:
+    """(pynvml module, None) when NVML works here, else (None, a plain sentence why not)."""
+    with _lock:
+        if _state["initialised"]:
+            return _state["module"], None
+        if _state["error"] is not None:
+            return None, _state["error"]
+        try:
+            import pynvml
+        except ImportError:
+            _state["error"] = "NVML is not available: nvidia-ml-py is not installed"
+            return None, _state["error"]
+        try:
+            pynvml.nvmlInit()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            _state["error"] = f"no NVIDIA GPU telemetry: NVML could not start ({exc})"
+            return None, _state["error"]
+        _state.update(initialised=True, module=pynvml)
+        return pynvml, None
+
+
+def device_count() -> int:
+    mod, _ = nvml()
+    if mod is None:
+        return 0
+    try:
+        return int(mod.nvmlDeviceGetCount())
+    except Exception:
+        return 0
+
+
+def _handle(index: int) -> Any:
+    mod, why = nvml()
+    if mod is None:
+        raise RuntimeError(why)
+    return mod.nvmlDeviceGetHandleByIndex(index)
+
+
+def throttle_mask_fn(index: int) -> Callable[[], int]:
+    """A cheap callable returning the device's current clock-event reasons (0 without NVML)."""
+    mod, _ = nvml()
+    if mod is None:
+        return lambda: 0
+    try:
+        h = _handle(index)
+    except Exception:
+        return lambda: 0
+
+    def read() -> int:
+        try:
+            return int(mod.nvmlDeviceGetCurrentClocksEventReasons(h))
+        except Exception:
+            try:
+                return int(mod.nvmlDeviceGetCurrentClocksThrottleReasons(h))
+            except Exception:
+                return 0
+
+    return read
+
+
+def read(index: int) -> dict[str, float]:
+    """One reading of the device's state; keys missing when NVML cannot give them."""
+    mod, why = nvml()
+    if mod is None:
+        return {}
+    out: dict[str, float] = {}
+    try:
+        h = _handle(index)
+    except Exception:
+        return out
+    probes: list[tuple[str, Callable[[], float]]] = [
+        ("sm_clock_mhz", lambda: mod.nvmlDeviceGetClockInfo(h, mod.NVML_CLOCK_SM)),
+        ("mem_clock_mhz", lambda: mod.nvmlDeviceGetClockInfo(h, mod.NVML_CLOCK_MEM)),
+        ("max_sm_clock_mhz", lambda: mod.nvmlDeviceGetMaxClockInfo(h, mod.NVML_CLOCK_SM)),
+        ("temperature_c", lambda: mod.nvmlDeviceGetTemperature(h, mod.NVML_TEMPERATURE_GPU)),
+        ("power_w", lambda: mod.nvmlDeviceGetPowerUsage(h) / 1000.0),
+        ("power_limit_w", lambda: mod.nvmlDeviceGetEnforcedPowerLimit(h) / 1000.0),
+        ("gpu_util_pct", lambda: mod.nvmlDeviceGetUtilizationRates(h).gpu),
+        ("mem_util_pct", lambda: mod.nvmlDeviceGetUtilizationRates(h).memory),
+        ("mem_used_mb", lambda: mod.nvmlDeviceGetMemoryInfo(h).used / 2**20),
+        ("mem_total_mb", lambda: mod.nvmlDeviceGetMemoryInfo(h).total / 2**20),
+    ]
+    for key, probe in probes:
+        try:
+            out[key] = float(probe())
+        except Exception:
+            pass
+    mask = throttle_mask_fn(index)()
+    out["clock_event_mask"] = float(mask)
+    out["throttled"] = 1.0 if throttle_reasons(mask) else 0.0
+    return out
+
+
+def reasons_text(reading: dict[str, float]) -> str:
+    mask = int(reading.get("clock_event_mask", 0))
+    return ", ".join(describe_reasons(mask)) or "none"
+
+
+def device_identity(index: int) -> dict[str, str]:
+    """Name, UUID and driver version from NVML (empty without NVML)."""
+    mod, _ = nvml()
+    if mod is None:
+        return {}
+    out: dict[str, str] = {}
+    try:
+        h = _handle(index)
+        for key, probe in (("name", lambda: mod.nvmlDeviceGetName(h)),
+                           ("uuid", lambda: mod.nvmlDeviceGetUUID(h)),
+                           ("driver", lambda: mod.nvmlSystemGetDriverVersion())):
+            try:
+                v = probe()
+                out[key] = v.decode() if isinstance(v, bytes) else str(v)
+            except Exception:
+                pass
+    except Exception:
+        pass
+    return out
+
+
+class TelemetrySampler:
+    """Samples the devices every `interval_s` on a daemon thread and publishes Telemetry events
+    on `bus`. Keeps the latest reading per device for whoever asks (`latest`)."""
+
+    def __init__(self, devices: list[int], bus: Any = None, interval_s: float = 1.0,
+                 run_id: int | None = None) -> None:
+        self.devices = list(devices)
+        self.bus = bus
+        self.interval_s = interval_s
+        self.run_id = run_id
+        self.latest: dict[int, dict[str, float]] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        _, self.unavailable = nvml()
+
+    @property
+    def available(self) -> bool:
+        return self.unavailable is None
+
+    def sample_once(self) -> dict[int, dict[str, float]]:
+        from app.swarm.events import Telemetry
+
+        for d in self.devices:
+            reading = read(d)
+            if not reading:
+                continue
+            self.latest[d] = reading
+            if self.bus is not None:
+                self.bus.publish(Telemetry(device=f"cuda:{d}", readings=reading, run_id=self.run_id))
+        return dict(self.latest)
+
+    def start(self) -> TelemetrySampler:
+        if not self.available:
+            log.info("%s; the run continues without telemetry", self.unavailable)
+            return self
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="gpu-telemetry", daemon=True)
+            self._thread.start()
+        return self
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.sample_once()
+            except Exception:  # a telemetry hiccup must never stop a run
+                log.debug("telemetry sample failed", exc_info=True)
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2.0)
+            self._thread = None
