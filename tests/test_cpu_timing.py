@@ -1,0 +1,56 @@
+"""Harness timing statistics: percentiles, interleaving, adaptive sample count, budget."""
+
+from __future__ import annotations
+
+import time
+
+from app.gpu.timing import TimingSettings, summarize, time_interleaved
+
+
+def test_summary_statistics():
+    s = summarize([5.0, 1.0, 3.0, 2.0, 4.0])
+    assert s.median_ms == 3.0
+    assert 1.0 < s.p10_ms < 2.0 and 4.0 < s.p90_ms < 5.0
+    assert abs(s.spread - (s.p90_ms - s.p10_ms) / 3.0) < 1e-12
+
+
+def test_interleaved_rounds_rotate_the_order():
+    calls: list[str] = []
+    fns = {n: (lambda n=n: calls.append(n)) for n in ("a", "b", "c")}
+    time_interleaved(fns, TimingSettings(warmup=0, min_samples=3, max_samples=3))
+    assert calls == ["a", "b", "c", "b", "c", "a", "c", "a", "b"]
+
+
+def test_sampling_stops_early_when_the_spread_is_small():
+    fns = {"steady": lambda: time.sleep(0.002)}
+    stats = time_interleaved(fns, TimingSettings(warmup=0, min_samples=4, max_samples=50,
+                                                 target_spread=0.5))
+    assert 4 <= len(stats["steady"].samples_ms) < 50
+    assert 1.5 < stats["steady"].median_ms < 20
+
+
+def test_noisy_functions_get_more_samples_up_to_the_cap():
+    state = {"i": 0}
+
+    def noisy():
+        state["i"] += 1
+        time.sleep(0.0005 if state["i"] % 2 else 0.004)
+
+    stats = time_interleaved({"noisy": noisy}, TimingSettings(warmup=0, min_samples=3,
+                                                             max_samples=12, target_spread=0.01))
+    assert len(stats["noisy"].samples_ms) == 12
+
+
+def test_time_budget_bounds_the_measurement():
+    t0 = time.perf_counter()
+    stats = time_interleaved({"slow": lambda: time.sleep(0.05)},
+                             TimingSettings(warmup=0, min_samples=10, max_samples=100,
+                                            target_spread=0.0, max_seconds=0.2))
+    assert time.perf_counter() - t0 < 1.0
+    assert 3 <= len(stats["slow"].samples_ms) < 10
+
+
+def test_harness_time_includes_the_whole_call():
+    stats = time_interleaved({"sleep": lambda: time.sleep(0.01)},
+                             TimingSettings(warmup=0, min_samples=3, max_samples=3))
+    assert stats["sleep"].median_ms >= 10.0
