@@ -1,0 +1,64 @@
+"""`kernelswarm` with no arguments: the desktop application."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+log = logging.getLogger(__name__)
+
+
+def _parse(argv: list[str]) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="kernelswarm", description="KernelSwarm desktop application")
+    p.add_argument("goal", nargs="?", help="a goal file (TOML) to open")
+    p.add_argument("--db", help="history database (default: the user data directory)")
+    p.add_argument("--theme", choices=("system", "light", "dark"), help="colour theme")
+    args, _qt_args = p.parse_known_args(argv)
+    return args
+
+
+def run_gui(argv: list[str] | None = None) -> int:
+    """Open the main window and run the event loop; returns the exit status."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(argv)
+
+    from PySide6.QtCore import QCoreApplication
+    from PySide6.QtWidgets import QApplication
+
+    from app import __version__
+    from app.ui.errors import ExceptionHandler, setup_logging
+
+    log_path = setup_logging()
+    QCoreApplication.setOrganizationName("KernelSwarm")
+    QCoreApplication.setApplicationName("KernelSwarm")
+    QCoreApplication.setApplicationVersion(__version__)
+    app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "kernelswarm"])
+    app.setDesktopFileName("kernelswarm")
+    handler = ExceptionHandler(app)
+    handler.install()
+    log.info("KernelSwarm %s starting; log at %s", __version__, log_path)
+
+    from app.ui.main_window import MainWindow, app_icon
+    from app.ui.theme import ThemeManager
+
+    app.setWindowIcon(app_icon())
+    theme = ThemeManager(app)
+    try:
+        window = MainWindow(db_path=args.db, theme=theme)
+    except Exception as exc:  # e.g. the history database is not SQLite: say so, do not crash
+        from PySide6.QtWidgets import QMessageBox
+
+        log.exception("cannot open the main window")
+        QMessageBox.critical(None, "KernelSwarm", f"KernelSwarm cannot start:\n{exc}")
+        return 1
+    if args.theme:
+        window.set_theme(args.theme)
+    if args.goal:
+        window.open_goal(args.goal)
+    window.show()
+    return int(app.exec())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(run_gui())

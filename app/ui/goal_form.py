@@ -1,0 +1,604 @@
+"""The goal form: every field of a Goal as point-and-click widgets, validated as you type.
+
+The form never keeps its own idea of validity: it builds a Goal from the widgets and asks
+Goal.validate(), then shows GoalError.problem beside the widget of GoalError.field.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QPlainTextEdit,
+    QScrollArea,
+    QSpinBox,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.goal import (
+    BACKENDS,
+    DTYPES,
+    KNOWN_AGENTS,
+    OBJECTIVES,
+    TARGET_KINDS,
+    Constraints,
+    Goal,
+    GoalError,
+    Objective,
+    StopRules,
+    SwarmSettings,
+    Target,
+    Tolerance,
+)
+from app.paths import resources_dir, space_search_dirs
+
+log = logging.getLogger(__name__)
+
+SPACE_SUFFIXES = (".json", ".json.gz")
+AGENT_HELP = {
+    "explorer": "space-filling exploration",
+    "local": "local search around the elites",
+    "evolution": "crossover and mutation of the elites",
+    "model": "model-guided proposals",
+    "llm": "LLM rewrites of the kernel source",
+}
+TARGET_LABELS = {"none": "none", "speedup": "speedup over baseline (×)",
+                 "fraction_of_limit": "fraction of hardware limit", "absolute": "absolute value"}
+
+
+def recorded_spaces() -> list[tuple[str, Path]]:
+    """(file name, path) of every recorded space the goal resolver can find, first one wins."""
+    seen: dict[str, Path] = {}
+    for d in space_search_dirs():
+        if not d.is_dir():
+            continue
+        for p in sorted(d.iterdir()):
+            if p.name.endswith(SPACE_SUFFIXES) and p.name not in seen:
+                seen[p.name] = p
+    return sorted(seen.items())
+
+
+def example_goals() -> list[Path]:
+    d = resources_dir() / "goals"
+    return sorted(d.glob("*.toml")) if d.is_dir() else []
+
+
+def default_goal() -> Goal:
+    """A new goal: valid as it stands when a recorded space is available."""
+    spaces = recorded_spaces()
+    return Goal(name="untitled goal", space=spaces[0][0] if spaces else "")
+
+
+def parse_shape(text: str) -> list[int]:
+    """'4096 x 4096', '4096, 4096' or '4096 4096' -> [4096, 4096]. Raises ValueError."""
+    parts = [p for p in re.split(r"[x×,*\s]+", text.strip()) if p]
+    if not parts:
+        raise ValueError("empty shape")
+    out = []
+    for p in parts:
+        try:
+            out.append(int(p.replace("_", "")))
+        except ValueError:
+            raise ValueError(f"{p!r} is not an integer") from None
+    return out
+
+
+def format_shape(shape: list[int]) -> str:
+    return " × ".join(str(d) for d in shape)
+
+
+class ShapeEditor(QWidget):
+    """A list of shapes, each edited in place ('4096 × 4096'), with add / remove buttons."""
+
+    changed = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.list = QListWidget()
+        self.list.setMaximumHeight(96)
+        self.list.setToolTip("One shape per row, e.g. 4096 × 4096. Double-click to edit.")
+        self.add_button = QToolButton(text="+")
+        self.add_button.setToolTip("Add a shape")
+        self.remove_button = QToolButton(text="−")
+        self.remove_button.setToolTip("Remove the selected shape")
+        self.add_button.clicked.connect(self._add)
+        self.remove_button.clicked.connect(self._remove)
+        self.list.itemChanged.connect(lambda _item: self.changed.emit())
+        buttons = QVBoxLayout()
+        buttons.addWidget(self.add_button)
+        buttons.addWidget(self.remove_button)
+        buttons.addStretch(1)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.addWidget(self.list, 1)
+        layout.addLayout(buttons)
+
+    def _new_item(self, text: str) -> QListWidgetItem:
+        item = QListWidgetItem(text)
+        item.setFlags(item.flags() | Qt.ItemIsEditable)
+        return item
+
+    def _add(self) -> None:
+        last = self.list.item(self.list.count() - 1)
+        item = self._new_item(last.text() if last else "1024 × 1024")
+        self.list.addItem(item)
+        self.list.setCurrentItem(item)
+        self.list.editItem(item)
+        self.changed.emit()
+
+    def _remove(self) -> None:
+        row = self.list.currentRow()
+        if row >= 0:
+            self.list.takeItem(row)
+            self.changed.emit()
+
+    def add_shape_text(self, text: str) -> None:
+        self.list.addItem(self._new_item(text))
+        self.changed.emit()
+
+    def set_shapes(self, shapes: list[list[int]]) -> None:
+        self.list.blockSignals(True)
+        self.list.clear()
+        for s in shapes:
+            self.list.addItem(self._new_item(format_shape(s)))
+        self.list.blockSignals(False)
+        self.changed.emit()
+
+    def shapes(self) -> list[list[int]]:
+        out = []
+        for i in range(self.list.count()):
+            try:
+                out.append(parse_shape(self.list.item(i).text()))
+            except ValueError as exc:
+                raise GoalError(f"shapes[{i}]", f"row {i + 1}: {exc}") from None
+        return out
+
+
+def _optional_float(edit: QLineEdit, field: str) -> float | None:
+    text = edit.text().strip()
+    if not text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        raise GoalError(field, f"{text!r} is not a number") from None
+
+
+def _optional_int(edit: QLineEdit, field: str) -> int | None:
+    text = edit.text().strip().replace("_", "")
+    if not text:
+        return None
+    try:
+        return int(text)
+    except ValueError:
+        raise GoalError(field, f"{text!r} is not an integer") from None
+
+
+class GoalForm(QWidget):
+    """Edits a Goal. `validityChanged(bool)` follows every edit (debounced a little)."""
+
+    validityChanged = Signal(bool)
+    goalEdited = Signal()
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._loading = False
+        self._source_path = ""
+        self.error: GoalError | None = None
+        self.errors: dict[str, QLabel] = {}
+
+        # --- widgets -------------------------------------------------------------------
+        self.example = QComboBox()
+        self.example.addItem("Start from an example…", None)
+        for p in example_goals():
+            self.example.addItem(p.stem.replace("_", " "), str(p))
+        self.example.activated.connect(self._load_example)
+
+        self.name = QLineEdit()
+        self.name.setPlaceholderText("e.g. pnpoly on the RTX 3090")
+        self.backend = QComboBox()
+        for b, label in (("replay", "replay — recorded measurements"), ("cpu", "cpu — C kernels, OpenMP"),
+                         ("cuda", "cuda — NVIDIA GPU")):
+            if b in BACKENDS:
+                self.backend.addItem(label, b)
+        self.kernel_label = QLabel("Recorded space")
+        self.kernel = QComboBox()
+        self.kernel.setEditable(False)
+        self.kernel.setMinimumContentsLength(18)
+        self.browse = QToolButton(text="…")
+        self.browse.setToolTip("Choose a Kernel Tuner cache file")
+        self.browse.clicked.connect(self._browse_space)
+        self.device = QSpinBox()
+        self.device.setRange(-1, 63)
+        self.device.setSpecialValueText("automatic")
+        self.device.setValue(-1)
+        self.dtype = QComboBox()
+        self.dtype.addItems(list(DTYPES))
+        self.shapes = ShapeEditor()
+
+        self.objective_metric = QComboBox()
+        self.objective_metric.addItems(list(OBJECTIVES))
+        self.direction = QComboBox()
+        self.direction.addItem("automatic (from metric)", "")
+        self.direction.addItem("minimize", "minimize")
+        self.direction.addItem("maximize", "maximize")
+        self.target_kind = QComboBox()
+        for k in TARGET_KINDS:
+            self.target_kind.addItem(TARGET_LABELS.get(k, k), k)
+        self.target_value = QDoubleSpinBox()
+        self.target_value.setRange(0.0, 1e12)
+        self.target_value.setDecimals(3)
+        self.target_value.setValue(0.0)
+        self.rtol = QLineEdit()
+        self.rtol.setPlaceholderText("dtype default")
+        self.atol = QLineEdit()
+        self.atol.setPlaceholderText("dtype default")
+
+        self.restrictions = QPlainTextEdit()
+        self.restrictions.setPlaceholderText("one expression per line, e.g. block_size_x * block_size_y <= 1024")
+        self.restrictions.setMaximumHeight(64)
+        self.max_registers = QLineEdit()
+        self.max_registers.setPlaceholderText("no limit")
+        self.max_shared = QLineEdit()
+        self.max_shared.setPlaceholderText("no limit (bytes)")
+        self.forbid = QLineEdit()
+        self.forbid.setPlaceholderText("e.g. precision_lowering, atomics")
+
+        self.max_evals = QSpinBox()
+        self.max_evals.setRange(0, 10_000_000)
+        self.max_evals.setValue(200)
+        self.max_evals.setGroupSeparatorShown(True)
+        self.time_budget = QDoubleSpinBox()
+        self.time_budget.setRange(0, 1e7)
+        self.time_budget.setSuffix(" s")
+        self.time_budget.setSpecialValueText("no limit")
+        self.plateau = QSpinBox()
+        self.plateau.setRange(0, 1_000_000)
+        self.plateau.setSpecialValueText("off")
+
+        self.agent_boxes: dict[str, QCheckBox] = {}
+        agents_widget = QWidget()
+        agents_layout = QVBoxLayout(agents_widget)
+        agents_layout.setContentsMargins(0, 0, 0, 0)
+        agents_layout.setSpacing(2)
+        for a in KNOWN_AGENTS:
+            box = QCheckBox(f"{a} — {AGENT_HELP.get(a, '')}")
+            box.setChecked(a in SwarmSettings().agents)
+            self.agent_boxes[a] = box
+            agents_layout.addWidget(box)
+        self.workers = QSpinBox()
+        self.workers.setRange(0, 1024)
+        self.workers.setValue(4)
+        self.seed = QSpinBox()
+        self.seed.setRange(-2**31, 2**31 - 1)
+        self.simulate_time = QCheckBox("charge recorded compile / benchmark times to the run clock")
+        self.simulate_time.setChecked(True)
+
+        self.general_error = QLabel()
+        self._style_error(self.general_error)
+
+        # --- layout ------------------------------------------------------------------------
+        kernel_row = QHBoxLayout()
+        kernel_row.addWidget(self.kernel, 1)
+        kernel_row.addWidget(self.browse)
+
+        what = self._group("What to optimise", [
+            ("Name", self.name, "name"),
+            ("Backend", self.backend, "backend"),
+            (self.kernel_label, kernel_row, "kernel"),
+            ("Device", self.device, "device"),
+            ("Data type", self.dtype, "dtype"),
+            ("Shapes", self.shapes, "shapes"),
+        ])
+        better = self._group("What “better” means", [
+            ("Objective", self.objective_metric, "objective.metric"),
+            ("Direction", self.direction, "objective.direction"),
+            ("Target", self.target_kind, "target.kind"),
+            ("Target value", self.target_value, "target.value"),
+        ])
+        true = self._group("What must stay true", [
+            ("Relative tolerance", self.rtol, "tolerance.rtol"),
+            ("Absolute tolerance", self.atol, "tolerance.atol"),
+            ("Restrictions", self.restrictions, "constraints.restrictions"),
+            ("Max registers", self.max_registers, "constraints.max_registers"),
+            ("Max shared memory", self.max_shared, "constraints.max_shared_memory_bytes"),
+            ("Forbid", self.forbid, "constraints.forbid"),
+        ])
+        stop = self._group("When to stop", [
+            ("Max evaluations", self.max_evals, "stop.max_evals"),
+            ("Time budget", self.time_budget, "stop.time_budget_s"),
+            ("Plateau patience", self.plateau, "stop.plateau_patience"),
+        ])
+        swarm = self._group("Swarm", [
+            ("Agents", agents_widget, "swarm.agents"),
+            ("Worker threads", self.workers, "swarm.workers"),
+            ("Seed", self.seed, "swarm.seed"),
+            ("Replay clock", self.simulate_time, "simulate_time"),
+        ])
+
+        inner = QWidget()
+        v = QVBoxLayout(inner)
+        v.setContentsMargins(6, 6, 6, 6)
+        v.addWidget(self.example)
+        v.addWidget(self.general_error)
+        for g in (what, better, true, stop, swarm):
+            v.addWidget(g)
+        v.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidgetResizable(True)
+        scroll.setWidget(inner)
+        scroll.setFrameShape(QScrollArea.NoFrame)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(scroll)
+
+        # --- wiring ------------------------------------------------------------------------
+        self._debounce = QTimer(self)
+        self._debounce.setSingleShot(True)
+        self._debounce.setInterval(120)
+        self._debounce.timeout.connect(self.revalidate)
+        for w in (self.name, self.rtol, self.atol, self.max_registers, self.max_shared, self.forbid):
+            w.textChanged.connect(self._edited)
+        for w in (self.kernel, self.dtype, self.objective_metric, self.direction, self.target_kind):
+            w.currentIndexChanged.connect(self._edited)
+        for w in (self.device, self.max_evals, self.plateau, self.workers, self.seed):
+            w.valueChanged.connect(self._edited)
+        for w in (self.target_value, self.time_budget):
+            w.valueChanged.connect(self._edited)
+        for box in self.agent_boxes.values():
+            box.toggled.connect(self._edited)
+        self.simulate_time.toggled.connect(self._edited)
+        self.restrictions.textChanged.connect(self._edited)
+        self.shapes.changed.connect(self._edited)
+        self.backend.currentIndexChanged.connect(self._backend_changed)
+        self.target_kind.currentIndexChanged.connect(self._target_kind_changed)
+
+        self._backend_changed()
+        self._target_kind_changed()
+        self.set_goal(default_goal())
+
+    # ---- layout helpers ---------------------------------------------------------------------
+    @staticmethod
+    def _style_error(label: QLabel) -> None:
+        label.setStyleSheet("color: #d9534f; font-size: 8.5pt;")
+        label.setWordWrap(True)
+        label.hide()
+
+    def _group(self, title: str, rows: list) -> QGroupBox:
+        box = QGroupBox(title)
+        form = QFormLayout(box)
+        form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        form.setLabelAlignment(Qt.AlignRight)
+        for label, widget, field in rows:
+            holder = QWidget()
+            col = QVBoxLayout(holder)
+            col.setContentsMargins(0, 0, 0, 0)
+            col.setSpacing(1)
+            if isinstance(widget, QWidget):
+                col.addWidget(widget)
+            else:
+                col.addLayout(widget)
+            err = QLabel()
+            err.setObjectName(f"error:{field}")
+            self._style_error(err)
+            col.addWidget(err)
+            self.errors[field] = err
+            form.addRow(label, holder)
+        return box
+
+    # ---- behaviour --------------------------------------------------------------------------
+    def _edited(self, *_args) -> None:
+        if self._loading:
+            return
+        self._debounce.start()
+        self.goalEdited.emit()
+
+    def _backend_changed(self, *_args) -> None:
+        backend = self.backend.currentData()
+        keep = self.kernel.currentData()
+        self.kernel.blockSignals(True)
+        self.kernel.clear()
+        if backend == "replay":
+            self.kernel_label.setText("Recorded space")
+            for name, path in recorded_spaces():
+                self.kernel.addItem(name.removesuffix(".gz").removesuffix(".json"), name)
+                self.kernel.setItemData(self.kernel.count() - 1, str(path), Qt.ToolTipRole)
+        else:
+            self.kernel_label.setText("Operator")
+            try:
+                from app.catalog import known_operators
+
+                ops = sorted(known_operators(backend))
+            except Exception as exc:  # a broken catalog module must not break the form
+                log.warning("catalog for %s failed to load: %s", backend, exc)
+                ops = []
+            for op in ops:
+                self.kernel.addItem(op, op)
+        if keep is not None:
+            i = self.kernel.findData(keep)
+            if i >= 0:
+                self.kernel.setCurrentIndex(i)
+        self.kernel.blockSignals(False)
+        self.browse.setVisible(backend == "replay")
+        self.simulate_time.setEnabled(backend == "replay")
+        self.device.setEnabled(backend == "cuda")
+        self._edited()
+
+    def _target_kind_changed(self, *_args) -> None:
+        kind = self.target_kind.currentData()
+        self.target_value.setEnabled(kind != "none")
+        self.target_value.setSuffix({"speedup": " ×", "fraction_of_limit": ""}.get(kind, ""))
+
+    def _browse_space(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Recorded tuning space", "",
+                                              "Kernel Tuner cache (*.json *.json.gz);;All files (*)")
+        if path:
+            self._select_space(path)
+
+    def _select_space(self, space: str) -> None:
+        i = self.kernel.findData(space)
+        if i < 0:
+            self.kernel.addItem(Path(space).name.removesuffix(".gz").removesuffix(".json"), space)
+            i = self.kernel.count() - 1
+        self.kernel.setCurrentIndex(i)
+
+    def _load_example(self, index: int) -> None:
+        path = self.example.itemData(index)
+        self.example.setCurrentIndex(0)
+        if not path:
+            return
+        try:
+            self.set_goal(Goal.load(path))
+        except GoalError as exc:
+            self.show_error(exc)
+
+    # ---- goal in / out ----------------------------------------------------------------------
+    def build_goal(self) -> Goal:
+        """The goal the widgets describe (not validated). Raises GoalError for text that does
+        not even parse (a shape that is not numbers, a tolerance that is not a number)."""
+        backend = self.backend.currentData()
+        kernel = self.kernel.currentData() or ""
+        forbid = [f.strip() for f in self.forbid.text().split(",") if f.strip()]
+        restrictions = [r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()]
+        return Goal(
+            name=self.name.text().strip(),
+            operator="" if backend == "replay" else kernel,
+            space=kernel if backend == "replay" else "",
+            backend=backend,
+            dtype=self.dtype.currentText(),
+            shapes=self.shapes.shapes(),
+            device=None if self.device.value() < 0 else self.device.value(),
+            objective=Objective(metric=self.objective_metric.currentText(),
+                                direction=self.direction.currentData()),
+            target=Target(kind=self.target_kind.currentData(), value=float(self.target_value.value())),
+            stop=StopRules(max_evals=self.max_evals.value(), time_budget_s=float(self.time_budget.value()),
+                           plateau_patience=self.plateau.value()),
+            tolerance=Tolerance(rtol=_optional_float(self.rtol, "tolerance.rtol"),
+                                atol=_optional_float(self.atol, "tolerance.atol")),
+            constraints=Constraints(
+                restrictions=restrictions,
+                max_registers=_optional_int(self.max_registers, "constraints.max_registers"),
+                max_shared_memory_bytes=_optional_int(self.max_shared,
+                                                      "constraints.max_shared_memory_bytes"),
+                forbid=forbid),
+            swarm=SwarmSettings(agents=[a for a, b in self.agent_boxes.items() if b.isChecked()],
+                                workers=self.workers.value(), seed=self.seed.value()),
+            simulate_time=self.simulate_time.isChecked(),
+            source_path=self._source_path,
+        )
+
+    def goal(self) -> Goal:
+        """The validated goal; raises GoalError."""
+        return self.build_goal().validate()
+
+    def set_goal(self, goal: Goal) -> None:
+        self._loading = True
+        try:
+            self._source_path = goal.source_path
+            self.name.setText(goal.name)
+            self.backend.setCurrentIndex(max(0, self.backend.findData(goal.backend)))
+            self._backend_changed()
+            kernel = goal.space if goal.backend == "replay" else goal.operator
+            if kernel:
+                i = self.kernel.findData(kernel)
+                if i < 0 and goal.backend == "replay":
+                    try:
+                        kernel = str(goal.resolve_space_path())
+                    except FileNotFoundError:
+                        pass
+                    self._select_space(kernel)
+                elif i >= 0:
+                    self.kernel.setCurrentIndex(i)
+                else:
+                    self.kernel.addItem(f"{kernel} (unknown)", kernel)
+                    self.kernel.setCurrentIndex(self.kernel.count() - 1)
+            self.device.setValue(-1 if goal.device is None else goal.device)
+            self.dtype.setCurrentText(goal.dtype)
+            self.shapes.set_shapes(goal.shapes)
+            self.objective_metric.setCurrentText(goal.objective.metric)
+            self.direction.setCurrentIndex(max(0, self.direction.findData(goal.objective.direction)))
+            self.target_kind.setCurrentIndex(max(0, self.target_kind.findData(goal.target.kind)))
+            self.target_value.setValue(goal.target.value)
+            self.rtol.setText("" if goal.tolerance.rtol is None else repr(goal.tolerance.rtol))
+            self.atol.setText("" if goal.tolerance.atol is None else repr(goal.tolerance.atol))
+            self.restrictions.setPlainText("\n".join(goal.constraints.restrictions))
+            mr, ms = goal.constraints.max_registers, goal.constraints.max_shared_memory_bytes
+            self.max_registers.setText("" if mr is None else str(mr))
+            self.max_shared.setText("" if ms is None else str(ms))
+            self.forbid.setText(", ".join(goal.constraints.forbid))
+            self.max_evals.setValue(goal.stop.max_evals)
+            self.time_budget.setValue(goal.stop.time_budget_s)
+            self.plateau.setValue(goal.stop.plateau_patience)
+            for a, box in self.agent_boxes.items():
+                box.setChecked(a in goal.swarm.agents)
+            self.workers.setValue(goal.swarm.workers)
+            self.seed.setValue(goal.swarm.seed)
+            self.simulate_time.setChecked(goal.simulate_time)
+        finally:
+            self._loading = False
+        self.revalidate()
+
+    # ---- validation -------------------------------------------------------------------------
+    def _label_for(self, field: str) -> QLabel:
+        if field in ("operator", "space"):
+            field = "kernel"
+        while field and field not in self.errors:
+            # "shapes[2]" -> "shapes"; "swarm.agents.x" -> "swarm.agents"
+            field = re.sub(r"(\[\d+\]|\.[^.]*)$", "", field) if re.search(r"(\[\d+\]|\.)", field) else ""
+        return self.errors.get(field, self.general_error)
+
+    def show_error(self, error: GoalError | None) -> None:
+        for label in (*self.errors.values(), self.general_error):
+            label.hide()
+        self.error = error
+        if error is not None:
+            label = self._label_for(error.field)
+            label.setText(error.problem if label is not self.general_error else str(error))
+            label.show()
+
+    def revalidate(self) -> bool:
+        self._debounce.stop()
+        try:
+            self.goal()
+            error = None
+        except GoalError as exc:
+            error = exc
+        self.show_error(error)
+        self.validityChanged.emit(error is None)
+        return error is None
+
+    @property
+    def source_path(self) -> str:
+        return self._source_path
+
+    @property
+    def is_valid(self) -> bool:
+        return self.error is None
+
+    # ---- files ------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> Goal:
+        goal = self.build_goal()
+        goal.save(path)
+        self._source_path = str(Path(path).resolve())
+        return goal
+
+    def load(self, path: str | Path) -> Goal:
+        goal = Goal.load(path)
+        self.set_goal(goal)
+        return goal

@@ -1,0 +1,267 @@
+"""History: projects -> goals -> runs from the SQLite store, with open / compare / resume /
+re-run / delete."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QAbstractItemView,
+    QHBoxLayout,
+    QMessageBox,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.theme import OVERLAY_COLORS, PlotTheme, current_plot_theme, style_plot
+
+log = logging.getLogger(__name__)
+
+RUN_ROLE = Qt.UserRole + 1
+RESUMABLE = ("stopped", "interrupted", "failed")
+
+
+def _when(ts: float | None) -> str:
+    return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
+
+
+def delete_run(store, run_id: int) -> None:
+    """Delete a run and what only it owns. Uses the store's own method when it has one."""
+    if hasattr(store, "delete_run"):
+        store.delete_run(run_id)
+        return
+    # Fallback until the store offers deletion: one transaction, run-owned rows only
+    # (candidates belong to the goal and stay for later runs).
+    followers = [r["id"] for r in store.list_runs() if r.get("resumed_from") == run_id]
+    if followers:
+        raise ValueError(f"run {run_id} is continued by run {followers[0]}; delete that run first")
+    with store._tx() as c:
+        for table in ("evaluations", "lessons", "telemetry"):
+            c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+        c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+
+
+def project_names(store) -> dict[int, str]:
+    try:
+        return {r["id"]: r["name"] for r in store.db.query("SELECT id, name FROM projects")}
+    except Exception:  # an older or newer layout: everything goes under one project
+        return {}
+
+
+class HistoryPanel(QWidget):
+    openRun = Signal(int)
+    compareRuns = Signal(list)
+    resumeRun = Signal(int)
+    rerunGoal = Signal(int)  # a run id whose goal to run again
+    deleted = Signal(int)
+
+    def __init__(self, store_factory, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._store_factory = store_factory
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(5)
+        self.tree.setHeaderLabels(["Run", "Status", "Evals", "Best", "Started"])
+        self.tree.setSelectionMode(QAbstractItemView.ExtendedSelection)
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setUniformRowHeights(True)
+        self.tree.itemDoubleClicked.connect(self._double_clicked)
+        self.tree.itemSelectionChanged.connect(self._update_buttons)
+        for col, w in enumerate((190, 80, 60, 80, 120)):
+            self.tree.setColumnWidth(col, w)
+        self.open_button = QPushButton("Open")
+        self.compare_button = QPushButton("Compare")
+        self.resume_button = QPushButton("Resume")
+        self.rerun_button = QPushButton("Re-run")
+        self.delete_button = QPushButton("Delete…")
+        self.refresh_button = QPushButton("↻")
+        self.refresh_button.setToolTip("Reload the history")
+        self.refresh_button.setFixedWidth(30)
+        self.open_button.clicked.connect(lambda: self._emit_one(self.openRun))
+        self.compare_button.clicked.connect(lambda: self.compareRuns.emit(self.selected_runs()))
+        self.resume_button.clicked.connect(lambda: self._emit_one(self.resumeRun))
+        self.rerun_button.clicked.connect(lambda: self._emit_one(self.rerunGoal))
+        self.delete_button.clicked.connect(self.delete_selected)
+        self.refresh_button.clicked.connect(self.refresh)
+        buttons = QHBoxLayout()
+        for b in (self.open_button, self.compare_button, self.resume_button, self.rerun_button,
+                  self.delete_button):
+            buttons.addWidget(b)
+        buttons.addStretch(1)
+        buttons.addWidget(self.refresh_button)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.tree)
+        layout.addLayout(buttons)
+        self.runs: dict[int, dict] = {}
+        self._update_buttons()
+
+    # ---- contents -------------------------------------------------------------------------
+    def refresh(self) -> None:
+        selected = set(self.selected_runs())
+        self.tree.clear()
+        self.runs = {}
+        try:
+            store = self._store_factory()
+            runs = store.list_runs()
+            projects = project_names(store)
+        except Exception as exc:
+            log.exception("cannot read the history")
+            item = QTreeWidgetItem([f"History unavailable: {exc}"])
+            self.tree.addTopLevelItem(item)
+            return
+        project_items: dict[str, QTreeWidgetItem] = {}
+        goal_items: dict[str, QTreeWidgetItem] = {}
+        for run in sorted(runs, key=lambda r: r["id"]):
+            full = store.get_run(run["id"])
+            run.update({k: full.get(k) for k in ("project_id", "goal_id", "best_value")})
+            self.runs[run["id"]] = run
+            pname = projects.get(run.get("project_id"), "default")
+            pitem = project_items.get(pname)
+            if pitem is None:
+                pitem = QTreeWidgetItem([pname])
+                pitem.setFirstColumnSpanned(True)
+                f = pitem.font(0)
+                f.setBold(True)
+                pitem.setFont(0, f)
+                self.tree.addTopLevelItem(pitem)
+                project_items[pname] = pitem
+            gkey = f"{pname}/{run['goal_key']}"
+            gitem = goal_items.get(gkey)
+            if gitem is None:
+                gitem = QTreeWidgetItem([run["name"]])
+                gitem.setToolTip(0, f"goal {run['goal_key']} · {run['backend']}")
+                pitem.addChild(gitem)
+                goal_items[gkey] = gitem
+            best = run.get("best_value")
+            label = f"run {run['id']}" + (f" (continues {run['resumed_from']})"
+                                          if run.get("resumed_from") else "")
+            item = QTreeWidgetItem([label, run["status"], str(run.get("evaluations") or 0),
+                                    "—" if best is None else f"{best:.4g}", _when(run["started_at"])])
+            item.setData(0, RUN_ROLE, run["id"])
+            item.setToolTip(1, run.get("reason") or "")
+            gitem.addChild(item)
+            if run["id"] in selected:
+                item.setSelected(True)
+        self.tree.expandAll()
+        self._update_buttons()
+
+    def item_for_run(self, run_id: int) -> QTreeWidgetItem | None:
+        it = self.tree.invisibleRootItem()
+        stack = [it.child(i) for i in range(it.childCount())]
+        while stack:
+            item = stack.pop()
+            if item.data(0, RUN_ROLE) == run_id:
+                return item
+            stack.extend(item.child(i) for i in range(item.childCount()))
+        return None
+
+    def select_runs(self, run_ids: list[int]) -> None:
+        self.tree.clearSelection()
+        for rid in run_ids:
+            item = self.item_for_run(rid)
+            if item is not None:
+                item.setSelected(True)
+
+    def selected_runs(self) -> list[int]:
+        out = []
+        for item in self.tree.selectedItems():
+            rid = item.data(0, RUN_ROLE)
+            if rid is not None:
+                out.append(int(rid))
+        return sorted(out)
+
+    # ---- actions ----------------------------------------------------------------------------
+    def _emit_one(self, signal) -> None:
+        runs = self.selected_runs()
+        if runs:
+            signal.emit(runs[-1])
+
+    def _double_clicked(self, item: QTreeWidgetItem, _col: int) -> None:
+        rid = item.data(0, RUN_ROLE)
+        if rid is not None:
+            self.openRun.emit(int(rid))
+
+    def _update_buttons(self) -> None:
+        runs = self.selected_runs()
+        one = len(runs) == 1
+        self.open_button.setEnabled(one)
+        self.compare_button.setEnabled(len(runs) >= 2)
+        self.rerun_button.setEnabled(one)
+        self.delete_button.setEnabled(bool(runs))
+        self.resume_button.setEnabled(one and self.runs.get(runs[0], {}).get("status") in RESUMABLE)
+
+    def delete_selected(self, confirm: bool = True) -> None:
+        runs = self.selected_runs()
+        if not runs:
+            return
+        if confirm:
+            answer = QMessageBox.question(
+                self, "Delete runs",
+                f"Delete {'run ' + str(runs[0]) if len(runs) == 1 else f'{len(runs)} runs'} and "
+                "all their evaluations? This cannot be undone.",
+                QMessageBox.Delete | QMessageBox.Cancel, QMessageBox.Cancel)
+            if answer != QMessageBox.Delete:
+                return
+        store = self._store_factory()
+        for rid in sorted(runs, reverse=True):  # followers first
+            try:
+                delete_run(store, rid)
+                self.deleted.emit(rid)
+            except Exception as exc:
+                QMessageBox.warning(self, "Delete runs", f"Run {rid} was not deleted: {exc}")
+        self.refresh()
+
+
+class ComparePlot(pg.PlotWidget):
+    """Best-so-far curves of several runs on one chart."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        item = self.getPlotItem()
+        item.setLabel("bottom", "evaluations")
+        item.setLabel("left", "best so far")
+        self.legend = item.addLegend(offset=(-10, 10))
+        self.curves: dict[int, pg.PlotDataItem] = {}
+        self.use_time = False
+        self._series: list[tuple[int, str, np.ndarray, np.ndarray, np.ndarray]] = []
+        style_plot(self, current_plot_theme())
+
+    def apply_theme(self, theme: PlotTheme) -> None:
+        style_plot(self, theme)
+
+    def set_runs(self, series: list[tuple[int, str, list[tuple]]]) -> None:
+        """series: (run id, label, convergence rows (index, elapsed, value, best))."""
+        self._series = []
+        for rid, label, rows in series:
+            arr = np.array([(r[0], r[1], np.nan if r[3] is None else r[3]) for r in rows],
+                           dtype=float).reshape(-1, 3)
+            self._series.append((rid, label, arr[:, 0], arr[:, 1], arr[:, 2]))
+        self.redraw()
+
+    def set_use_time(self, use_time: bool) -> None:
+        self.use_time = use_time
+        self.getPlotItem().setLabel("bottom", "run time (s)" if use_time else "evaluations")
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.legend.clear()
+        for c in self.curves.values():
+            self.removeItem(c)
+        self.curves = {}
+        for n, (rid, label, idx, elapsed, best) in enumerate(self._series):
+            x = elapsed if self.use_time else idx
+            ok = ~np.isnan(best)
+            xs, ys = x[ok], best[ok]
+            if len(xs):  # staircase
+                xs, ys = np.repeat(xs, 2)[1:], np.repeat(ys, 2)[:-1]
+            color = OVERLAY_COLORS[n % len(OVERLAY_COLORS)]
+            curve = self.plot(xs, ys, pen=pg.mkPen(color, width=2.5), name=label)
+            self.curves[rid] = curve
+        self.getPlotItem().enableAutoRange()

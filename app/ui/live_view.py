@@ -1,0 +1,494 @@
+"""Live view of a run: convergence, every candidate, failures by reason, agent contributions,
+budget, counters and telemetry. Draws from a RunData buffer on a timer (25 Hz), never per event."""
+
+from __future__ import annotations
+
+import math
+import time
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QCheckBox,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QRadioButton,
+    QSizePolicy,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.swarm.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
+from app.ui.buffers import RingBuffer, RunData
+from app.ui.theme import PlotTheme, agent_color, current_plot_theme, failure_symbol, style_plot
+
+REDRAW_HZ = 25
+AXIS_WIDTH = 64
+SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
+                 "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
+                 "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
+TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperature", "°C"),
+                  ("power_w", "Power", "W"))
+
+
+def format_value(v: float | None, unit: str = "ms") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if abs(v) >= 1000:
+        return f"{v:,.0f} {unit}"
+    return f"{v:.4g} {unit}"
+
+
+def format_duration(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class ConvergencePlot(pg.PlotWidget):
+    """Best-so-far staircase over every candidate (a scatter per agent), with baseline, target
+    and hardware-limit lines."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumHeight(220)
+        item = self.getPlotItem()
+        item.setLabel("left", "objective")
+        item.setLabel("bottom", "evaluations")
+        item.setClipToView(True)
+        item.getAxis("left").setWidth(AXIS_WIDTH)  # same as the failure strip: x axes line up
+        self.legend = item.addLegend(offset=(-10, 10), labelTextSize="8pt")
+        self._scatters: dict[str, pg.PlotDataItem] = {}
+        self._best = pg.PlotDataItem(name="best so far")
+        self.addItem(self._best)
+        self._lines: dict[str, pg.InfiniteLine] = {}
+        self.use_time = False
+
+    # ---- drawing --------------------------------------------------------------------------
+    def scatter_for(self, agent: str, order: int) -> pg.PlotDataItem:
+        s = self._scatters.get(agent)
+        if s is None:
+            color = agent_color(agent, order)
+            # PlotDataItem (not a bare ScatterPlotItem) so log scale and clip-to-view apply
+            s = pg.PlotDataItem(pen=None, symbol="o", symbolSize=5, symbolPen=None,
+                                symbolBrush=pg.mkBrush(color), name=agent)
+            s.setZValue(-1)  # the staircase stays on top
+            self.addItem(s)
+            self._scatters[agent] = s
+        return s
+
+    def draw(self, data: RunData, theme: PlotTheme) -> None:
+        x_all = data.elapsed.view() if self.use_time else data.index.view().astype(float)
+        values = data.value.view()
+        codes = data.agent_code.view()
+        for code, agent in enumerate(data.agents):
+            mask = (codes == code) & ~np.isnan(values)
+            self.scatter_for(agent, code).setData(x=x_all[mask], y=values[mask])
+        x, y = data.best_steps(self.use_time)
+        # a staircase: hold each best until the next improvement
+        xs, ys = (np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]) if len(x) else (x, y)
+        self._best.setData(x=xs, y=ys, pen=pg.mkPen(theme.best_pen, width=2.5))
+
+    def set_reference(self, name: str, value: float | None, color: str, label: str) -> None:
+        line = self._lines.get(name)
+        log_y = self.getPlotItem().ctrl.logYCheck.isChecked()
+        if value is None or not math.isfinite(value) or (log_y and value <= 0):
+            if line is not None:
+                line.hide()
+            return
+        if line is None:
+            line = pg.InfiniteLine(angle=0, movable=False,
+                                   pen=pg.mkPen(color, width=1.5, style=Qt.DashLine),
+                                   label=label, labelOpts={"position": 0.02, "color": color,
+                                                           "anchors": [(0, 1), (0, 1)]})
+            self.addItem(line)
+            self._lines[name] = line
+        line.setPen(pg.mkPen(color, width=1.5, style=Qt.DashLine))
+        line.label.setColor(color)
+        line.label.setFormat(label)
+        line.setValue(math.log10(value) if log_y else value)
+        line.show()
+
+    def clear_run(self) -> None:
+        for s in self._scatters.values():
+            self.removeItem(s)
+        self._scatters.clear()
+        self._best.setData([], [])
+        for line in self._lines.values():
+            line.hide()
+
+
+class FailureStrip(pg.PlotWidget):
+    """Failed candidates, one row per reason, on the convergence plot's x axis."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setFixedHeight(90)
+        item = self.getPlotItem()
+        item.setMouseEnabled(y=False)
+        item.hideButtons()
+        item.getAxis("left").setWidth(AXIS_WIDTH)
+        self._scatters: dict[str, pg.ScatterPlotItem] = {}
+
+    def draw(self, data: RunData, use_time: bool, theme: PlotTheme) -> None:
+        x_all = data.elapsed.view() if use_time else data.index.view().astype(float)
+        codes = data.reason_code.view()
+        ticks = []
+        for code, reason in enumerate(data.reasons):
+            s = self._scatters.get(reason)
+            if s is None:
+                s = pg.ScatterPlotItem(size=7, symbol=failure_symbol(reason), pxMode=True,
+                                       pen=pg.mkPen(theme.failure), brush=pg.mkBrush(theme.failure))
+                self.addItem(s)
+                self._scatters[reason] = s
+            mask = codes == code
+            s.setData(x=x_all[mask], y=np.full(int(mask.sum()), code, dtype=float))
+            ticks.append((code, SHORT_REASONS.get(reason, reason[:9])))
+        self.getPlotItem().getAxis("left").setTicks([ticks])
+        self.getPlotItem().setYRange(-0.7, max(len(data.reasons), 1) - 0.3, padding=0)
+
+    def clear_run(self) -> None:
+        for s in self._scatters.values():
+            self.removeItem(s)
+        self._scatters.clear()
+        self.getPlotItem().getAxis("left").setTicks([[]])
+
+
+class AgentChart(pg.PlotWidget):
+    """Each agent's share of the evaluations and of the improvements (%)."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setMinimumWidth(220)
+        item = self.getPlotItem()
+        item.setLabel("left", "share", units="%")
+        item.setMouseEnabled(x=False, y=False)
+        item.hideButtons()
+        item.setTitle("Agent share: evaluations (light) · improvements (solid)", size="9pt")
+        self._evals = pg.BarGraphItem(x=[], height=[], width=0.38)
+        self._wins = pg.BarGraphItem(x=[], height=[], width=0.38)
+        self.addItem(self._evals)
+        self.addItem(self._wins)
+        self.shares: dict[str, tuple[float, float]] = {}
+
+    def draw(self, data: RunData, theme: PlotTheme) -> None:
+        agents = list(data.agents)
+        total_e = max(sum(data.evaluated_by_agent.values()), 1)
+        total_w = max(sum(data.improved_by_agent.values()), 1)
+        x = np.arange(len(agents), dtype=float)
+        e = [100.0 * data.evaluated_by_agent[a] / total_e for a in agents]
+        w = [100.0 * data.improved_by_agent[a] / total_w for a in agents]
+        self.shares = {a: (e[i], w[i]) for i, a in enumerate(agents)}
+        colors = [agent_color(a, i) for i, a in enumerate(agents)]
+        self._evals.setOpts(x=x - 0.2, height=e, width=0.38,
+                            brushes=[pg.mkBrush(pg.mkColor(c).lighter(150)) for c in colors],
+                            pen=pg.mkPen(theme.foreground, width=0.5))
+        self._wins.setOpts(x=x + 0.2, height=w, width=0.38, brushes=[pg.mkBrush(c) for c in colors],
+                           pen=pg.mkPen(theme.foreground, width=0.5))
+        self.getPlotItem().getAxis("bottom").setTicks([list(enumerate(agents))])
+        self.getPlotItem().setYRange(0, 100, padding=0.02)
+        self.getPlotItem().setXRange(-0.6, max(len(agents), 1) - 0.4, padding=0)
+
+
+class TelemetryStrip(QWidget):
+    """Strip charts of device telemetry (clock, temperature, power), shown once readings arrive."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        layout = QHBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        self.buffers = {key: RingBuffer(600) for key, _, _ in TELEMETRY_KEYS}
+        self.plots: dict[str, pg.PlotWidget] = {}
+        self._curves: dict[str, pg.PlotDataItem] = {}
+        for key, title, unit in TELEMETRY_KEYS:
+            w = pg.PlotWidget()
+            w.setFixedHeight(110)
+            w.getPlotItem().setTitle(f"{title} ({unit})", size="8pt")
+            w.getPlotItem().hideButtons()
+            self.plots[key] = w
+            self._curves[key] = w.plot(pen=pg.mkPen("#4e79a7", width=1.5))
+            layout.addWidget(w)
+        self._t0: float | None = None
+        self.dirty = False
+        self.hide()
+
+    def add(self, events: list[Telemetry]) -> None:
+        for ev in events:
+            if self._t0 is None:
+                self._t0 = ev.at
+            for key in self.buffers:
+                if key in ev.readings:
+                    self.buffers[key].append(ev.at - self._t0, float(ev.readings[key]))
+        self.dirty = True
+        if not self.isVisible():
+            self.show()
+
+    def draw(self) -> None:
+        if not self.dirty:
+            return
+        self.dirty = False
+        for key, buf in self.buffers.items():
+            t, v = buf.arrays()
+            self._curves[key].setData(t, v)
+
+    def clear(self) -> None:
+        for key in self.buffers:
+            self.buffers[key] = RingBuffer(600)
+            self._curves[key].setData([], [])
+        self._t0 = None
+        self.hide()
+
+
+class LiveView(QWidget):
+    """The run dashboard. Feed it through `start_run` / `on_*` slots (connected to the bridge),
+    or show a stored run with `show_run`."""
+
+    xAxisChanged = Signal(bool)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.data = RunData()
+        self.unit = "ms"
+        self._drawn_version = -1
+        self._started_wall: float | None = None
+        self._running = False
+        self.frames = 0
+
+        # header: progress, ETA, axis toggle
+        self.title = QLabel("No run yet — fill in a goal and press Run")
+        self.title.setStyleSheet("font-size: 13pt; font-weight: 600;")
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setTextVisible(True)
+        self.progress.setFormat("idle")
+        self.eta = QLabel("")
+        self.eta.setMinimumWidth(150)
+        self.by_evals = QRadioButton("vs evaluations")
+        self.by_time = QRadioButton("vs time")
+        self.by_evals.setChecked(True)
+        group = QButtonGroup(self)
+        group.addButton(self.by_evals)
+        group.addButton(self.by_time)
+        self.by_time.toggled.connect(self.set_use_time)
+        self.log_y = QCheckBox("log scale")
+        self.log_y.toggled.connect(self._set_log_y)
+
+        header = QHBoxLayout()
+        header.addWidget(self.title, 1)
+        header.addWidget(self.by_evals)
+        header.addWidget(self.by_time)
+        header.addWidget(self.log_y)
+        budget = QHBoxLayout()
+        budget.addWidget(QLabel("Budget"))
+        budget.addWidget(self.progress, 1)
+        budget.addWidget(self.eta)
+
+        # counters
+        self.counters: dict[str, QLabel] = {}
+        counter_row = QGridLayout()
+        for col, (key, label) in enumerate((("evaluated", "Evaluated"), ("improved", "Improved"),
+                                            ("failed", "Failed"), ("best", "Best"),
+                                            ("speedup", "Speedup"))):
+            name = QLabel(label)
+            name.setStyleSheet("color: palette(placeholder-text); font-size: 8pt;")
+            value = QLabel("—")
+            value.setStyleSheet("font-size: 14pt; font-weight: 600;")
+            value.setTextInteractionFlags(Qt.TextSelectableByMouse)
+            counter_row.addWidget(name, 0, col)
+            counter_row.addWidget(value, 1, col)
+            self.counters[key] = value
+        self.failure_detail = QLabel("")
+        self.failure_detail.setWordWrap(True)
+        self.failure_detail.setStyleSheet("font-size: 8pt;")
+        counter_row.addWidget(self.failure_detail, 2, 0, 1, 5)
+
+        self.convergence = ConvergencePlot()
+        self.failures = FailureStrip()
+        self.failures.setXLink(self.convergence)
+        self.agents = AgentChart()
+        self.telemetry = TelemetryStrip()
+
+        plots = QWidget()
+        pl = QVBoxLayout(plots)
+        pl.setContentsMargins(0, 0, 0, 0)
+        pl.setSpacing(2)
+        pl.addWidget(self.convergence, 1)
+        pl.addWidget(self.failures)
+        splitter = QSplitter(Qt.Horizontal)
+        splitter.addWidget(plots)
+        splitter.addWidget(self.agents)
+        splitter.setStretchFactor(0, 4)
+        splitter.setStretchFactor(1, 1)
+        splitter.setSizes([800, 260])
+
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addLayout(header)
+        layout.addLayout(budget)
+        layout.addLayout(counter_row)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.telemetry)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / REDRAW_HZ))
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+        self.apply_theme(current_plot_theme())
+
+    # ---- feeding --------------------------------------------------------------------------
+    def reset(self, minimize: bool = True, title: str = "", unit: str = "ms") -> None:
+        self.data = RunData(minimize=minimize)
+        self.unit = unit
+        self.convergence.clear_run()
+        self.failures.clear_run()
+        self.telemetry.clear()
+        self.convergence.getPlotItem().setLabel("left", "objective", units=None)
+        self.convergence.getPlotItem().getAxis("left").setLabel(f"objective ({unit})")
+        self.title.setText(title or "Run")
+        self._drawn_version = -1
+        self._started_wall = None
+        self.progress.setValue(0)
+        self.progress.setFormat("idle")
+        self.eta.setText("")
+
+    def preload(self, rows: list) -> None:
+        """Evaluations already stored (a resumed run, or a past run being opened)."""
+        self.data.add(list(rows))
+
+    def on_run_started(self, ev: RunStarted) -> None:
+        d = self.data
+        d.baseline, d.limit, d.target = ev.baseline_value, ev.limit_value, ev.target_value
+        d.max_evals, d.time_budget_s = ev.max_evals, ev.time_budget_s or None
+        d.finished_reason = None
+        self._running = True
+        self._started_wall = time.monotonic()
+        self._start_count = len(d)
+        self.title.setText(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}")
+        d.version += 1
+
+    def on_evaluated(self, events: list[Evaluated]) -> None:
+        self.data.add([(e.index, e.evaluation, e.elapsed_s) for e in events])
+
+    def on_credit(self, ev: AgentCredit) -> None:
+        pass  # the chart derives shares from the evaluations themselves (same for past runs)
+
+    def on_telemetry(self, events: list[Telemetry]) -> None:
+        self.telemetry.add(events)
+
+    def on_run_finished(self, ev: RunFinished) -> None:
+        self._running = False
+        self.data.finished_reason = ev.reason
+        self.data.version += 1
+        self.redraw()
+
+    def show_run(self, rows: list, *, minimize: bool, title: str, unit: str = "ms",
+                 baseline: float | None = None, limit: float | None = None,
+                 target: float | None = None, max_evals: int | None = None,
+                 reason: str | None = None) -> None:
+        """Draw a stored run (from the history)."""
+        self.reset(minimize=minimize, title=title, unit=unit)
+        self.data.baseline, self.data.limit, self.data.target = baseline, limit, target
+        self.data.max_evals = max_evals
+        self.data.finished_reason = reason
+        self.preload(rows)
+        self._running = False
+        self.redraw()
+
+    # ---- drawing --------------------------------------------------------------------------
+    def set_use_time(self, use_time: bool) -> None:
+        self.convergence.use_time = use_time
+        self.convergence.getPlotItem().setLabel("bottom", "run time (s)" if use_time else "evaluations")
+        if self.by_time.isChecked() != use_time:
+            self.by_time.setChecked(use_time) if use_time else self.by_evals.setChecked(True)
+        self._drawn_version = -1
+        self.redraw()
+        self.convergence.getPlotItem().enableAutoRange()
+        self.xAxisChanged.emit(use_time)
+
+    def _set_log_y(self, on: bool) -> None:
+        self.convergence.getPlotItem().setLogMode(y=on)
+        self._drawn_version = -1
+        self.redraw()
+
+    def apply_theme(self, theme: PlotTheme) -> None:
+        self._theme = theme
+        for w in (self.convergence, self.failures, self.agents, *self.telemetry.plots.values()):
+            style_plot(w, theme)
+        self.failures.getPlotItem().showGrid(x=True, y=False, alpha=theme.grid_alpha)
+        self.agents.getPlotItem().showGrid(x=False, y=True, alpha=theme.grid_alpha)
+        self.convergence.clear_run()
+        self.failures.clear_run()
+        self._drawn_version = -1
+        self.redraw()
+
+    def redraw(self) -> None:
+        self.telemetry.draw()
+        self._update_budget()
+        d = self.data
+        if d.version == self._drawn_version:
+            return
+        self._drawn_version = d.version
+        self.frames += 1
+        theme = self._theme
+        self.convergence.draw(d, theme)
+        if d.reasons:
+            self.failures.draw(d, self.convergence.use_time, theme)
+        self.agents.draw(d, theme)
+        unit = self.unit
+        self.convergence.set_reference("baseline", d.baseline, theme.baseline,
+                                       f"baseline {format_value(d.baseline, unit)}")
+        self.convergence.set_reference("target", d.target, theme.target,
+                                       f"target {format_value(d.target, unit)}")
+        self.convergence.set_reference("limit", d.limit, theme.limit,
+                                       f"hardware limit {format_value(d.limit, unit)}")
+        self._update_counters()
+
+    def _update_counters(self) -> None:
+        d = self.data
+        self.counters["evaluated"].setText(f"{len(d):,}")
+        self.counters["improved"].setText(f"{len(d.improvements):,}")
+        self.counters["failed"].setText(f"{d.n_failed:,}")
+        self.counters["best"].setText(format_value(d.best_value, self.unit))
+        best = d.best_value
+        if d.baseline and best:
+            ratio = d.baseline / best if d.minimize else best / d.baseline
+            self.counters["speedup"].setText(f"{ratio:.2f}×")
+        else:
+            ratio = d.speedup_over_first()
+            self.counters["speedup"].setText(f"{ratio:.2f}× vs first" if ratio else "—")
+        self.failure_detail.setText("  ·  ".join(
+            f"{reason.replace('_', ' ')}: {n}" for reason, n in d.failed_by_reason.most_common()))
+
+    def _update_budget(self) -> None:
+        d = self.data
+        n = len(d)
+        fractions = []
+        if d.max_evals:
+            fractions.append(min(1.0, n / d.max_evals))
+        if d.time_budget_s and n:
+            fractions.append(min(1.0, float(d.elapsed.view()[-1]) / d.time_budget_s))
+        frac = max(fractions) if fractions else 0.0
+        self.progress.setValue(int(frac * 1000))
+        if d.finished_reason:
+            self.progress.setFormat(f"finished: {d.finished_reason.replace('_', ' ')} — {n:,} evaluations")
+            self.eta.setText("")
+            return
+        if not self._running:
+            return
+        self.progress.setFormat(f"{frac:.0%} — {n:,}" + (f" / {d.max_evals:,}" if d.max_evals else ""))
+        done_here = n - getattr(self, "_start_count", 0)
+        if self._started_wall is not None and done_here > 0 and 0 < frac < 1:
+            spent = time.monotonic() - self._started_wall
+            start_frac = getattr(self, "_start_count", 0) / d.max_evals if d.max_evals else 0.0
+            progress_here = max(frac - start_frac, 1e-9)
+            remaining = spent * (1 - frac) / progress_here
+            self.eta.setText(f"ETA {format_duration(remaining)}")
+        else:
+            self.eta.setText("")

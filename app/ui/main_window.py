@@ -1,0 +1,600 @@
+"""The main window: toolbar, menus, dock panels, status bar; wires the goal form, the run
+controller, the live view, candidates, history and exports together."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QFileDialog,
+    QLabel,
+    QListWidget,
+    QMainWindow,
+    QMessageBox,
+    QStyle,
+    QTabWidget,
+)
+
+from app.goal import Goal, GoalError
+from app.gpu.base import DeviceInfo
+from app.paths import default_db_path, resources_dir
+from app.ui.about import AboutDialog
+from app.ui.bridge import EventBridge
+from app.ui.candidates import CandidateDetail, CandidateTable
+from app.ui.goal_form import GoalForm, default_goal
+from app.ui.history import ComparePlot, HistoryPanel
+from app.ui.live_view import LiveView
+from app.ui.run_controller import RunController
+from app.ui.theme import THEMES, ThemeManager
+
+log = logging.getLogger(__name__)
+
+UNITS = {"time": "ms", "throughput": "GFLOP/s", "energy": "mJ"}
+MAX_RECENT = 8
+
+
+def device_text(device: DeviceInfo | None) -> str:
+    """What the status bar says about the device of the current run."""
+    if device is None:
+        return "No device in use"
+    d = device.details or {}
+    if device.kind == "cuda":
+        parts = [device.name]
+        cc = d.get("compute_capability") or d.get("cc")
+        if cc:
+            parts.append(f"CC {cc}")
+        mem = d.get("memory_gb") or d.get("memory")
+        if mem:
+            parts.append(f"{mem} GB" if isinstance(mem, (int, float)) else str(mem))
+        if d.get("driver"):
+            parts.append(f"driver {d['driver']}")
+        return "GPU: " + " · ".join(str(p) for p in parts)
+    if device.kind == "cpu":
+        return f"CPU: {device.summary()}"
+    if device.kind == "replay":
+        return f"Replay — {device.summary().removeprefix('replay: ')}"
+    return device.summary()
+
+
+def app_icon() -> QIcon:
+    return QIcon(str(resources_dir() / "icons" / "kernelswarm.svg"))
+
+
+class MainWindow(QMainWindow):
+    def __init__(self, db_path: str | Path | None = None, settings: QSettings | None = None,
+                 theme: ThemeManager | None = None) -> None:
+        super().__init__()
+        self.setWindowTitle("KernelSwarm")
+        self.setWindowIcon(app_icon())
+        self.setObjectName("MainWindow")
+        self.settings = settings or QSettings("KernelSwarm", "KernelSwarm")
+        self.db_path = Path(db_path) if db_path else default_db_path()
+        self._store = None
+        self.theme = theme or ThemeManager(QApplication.instance())
+        self.current_run_id: int | None = None
+        self.current_goal: Goal | None = None
+        self.interactive = True  # tests switch modal questions off
+
+        self.bridge = EventBridge(self)
+        self.controller = RunController(self.bridge, self.store, self)
+
+        # central: live view and comparison
+        self.live = LiveView()
+        self.compare = ComparePlot()
+        self.tabs = QTabWidget()
+        self.tabs.setDocumentMode(True)
+        self.tabs.addTab(self.live, "Run")
+        self.tabs.addTab(self.compare, "Compare runs")
+        self.setCentralWidget(self.tabs)
+
+        # docks
+        self.form = GoalForm()
+        self.history = HistoryPanel(self.store)
+        self.table = CandidateTable()
+        self.detail = CandidateDetail(self.table.model)
+        self.lessons = QListWidget()
+        self.lessons.setWordWrap(True)
+        self.goal_dock = self._dock("Goal", self.form, Qt.LeftDockWidgetArea)
+        self.history_dock = self._dock("History", self.history, Qt.LeftDockWidgetArea)
+        self.tabifyDockWidget(self.goal_dock, self.history_dock)
+        self.goal_dock.raise_()
+        self.table_dock = self._dock("Candidates", self.table, Qt.BottomDockWidgetArea)
+        self.lessons_dock = self._dock("Lessons", self.lessons, Qt.BottomDockWidgetArea)
+        self.tabifyDockWidget(self.table_dock, self.lessons_dock)
+        self.table_dock.raise_()
+        self.detail_dock = self._dock("Candidate", self.detail, Qt.RightDockWidgetArea)
+        self.resizeDocks([self.goal_dock], [400], Qt.Horizontal)
+        self.resizeDocks([self.detail_dock], [380], Qt.Horizontal)
+        self.resizeDocks([self.table_dock], [260], Qt.Vertical)
+
+        self._make_actions()
+        self._make_menus()
+        self._make_toolbar()
+        self._make_status_bar()
+        self._wire()
+        self._restore_settings()
+        self._update_actions()
+        QTimer.singleShot(0, self.history.refresh)
+
+    # ---- construction -----------------------------------------------------------------------
+    def store(self):
+        """The one Store of this window (opened on first use)."""
+        if self._store is None:
+            from app.store import Store
+
+            self._store = Store(self.db_path)
+        return self._store
+
+    def _dock(self, title: str, widget, area) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(f"dock:{title}")  # saveState needs stable names
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetClosable
+                         | QDockWidget.DockWidgetFloatable)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _action(self, text: str, slot, shortcut=None, icon=None, tip: str = "") -> QAction:
+        action = QAction(text, self)
+        if shortcut is not None:
+            action.setShortcuts(shortcut if isinstance(shortcut, list) else [shortcut])
+        if icon is not None:
+            action.setIcon(self.style().standardIcon(icon))
+        keys = ", ".join(s.toString(QKeySequence.NativeText) for s in action.shortcuts())
+        action.setToolTip(f"{tip or text.replace('…', '')}" + (f" ({keys})" if keys else ""))
+        action.triggered.connect(slot)
+        return action
+
+    def _make_actions(self) -> None:
+        S = QStyle.StandardPixmap
+        self.act_new = self._action("&New goal", self.new_goal, QKeySequence.New, S.SP_FileIcon)
+        self.act_open = self._action("&Open goal…", self.open_goal_dialog, QKeySequence.Open,
+                                     S.SP_DialogOpenButton)
+        self.act_save = self._action("&Save goal", self.save_goal, QKeySequence.Save,
+                                     S.SP_DialogSaveButton)
+        self.act_save_as = self._action("Save goal &as…", self.save_goal_as, QKeySequence.SaveAs)
+        self.act_run = self._action("&Run", self.run_goal, [QKeySequence("Ctrl+R"), QKeySequence("F5")],
+                                    S.SP_MediaPlay, "Run the goal")
+        self.act_pause = self._action("&Pause", self.toggle_pause, [QKeySequence("Ctrl+P"), QKeySequence("F6")],
+                                      S.SP_MediaPause, "Pause or resume the run")
+        self.act_pause.setCheckable(True)
+        self.act_stop = self._action("S&top", self.stop_run, [QKeySequence("Ctrl+."), QKeySequence("Shift+F5")],
+                                     S.SP_MediaStop, "Stop the run (it stays resumable)")
+        self.act_export = self._action("&Export report…", self.export_report_dialog,
+                                       QKeySequence("Ctrl+E"), S.SP_DialogSaveButton,
+                                       "Export an HTML run report")
+        self.act_export_source = self._action("Best kernel source…", self.export_source_dialog)
+        self.act_export_csv = self._action("Evaluations as CSV…", lambda: self.export_data_dialog("csv"))
+        self.act_export_t4 = self._action("T4 results (JSON)…", lambda: self.export_data_dialog("t4"))
+        self.act_export_json = self._action("Everything as JSON…", lambda: self.export_data_dialog("json"))
+        self.act_export_plot = self._action("Convergence plot image…", self.export_plot_dialog)
+        self.act_quit = self._action("&Quit", self.close, QKeySequence.Quit)
+        self.act_axis = self._action("Plot against &time", self.live.set_use_time, QKeySequence("Ctrl+T"))
+        self.act_axis.setCheckable(True)
+        self.act_about = self._action("&About KernelSwarm", self.show_about, QKeySequence.HelpContents)
+        self.act_log = self._action("Show log file location", self.show_log_location)
+
+    def _make_menus(self) -> None:
+        bar = self.menuBar()
+        file = bar.addMenu("&File")
+        for a in (self.act_new, self.act_open, self.act_save, self.act_save_as):
+            file.addAction(a)
+        self.recent_menu = file.addMenu("Recent goals")
+        file.addSeparator()
+        export = file.addMenu("E&xport")
+        for a in (self.act_export, self.act_export_source, self.act_export_csv, self.act_export_t4,
+                  self.act_export_json, self.act_export_plot):
+            export.addAction(a)
+        file.addSeparator()
+        file.addAction(self.act_quit)
+        run = bar.addMenu("&Run")
+        for a in (self.act_run, self.act_pause, self.act_stop):
+            run.addAction(a)
+        view = bar.addMenu("&View")
+        view.addAction(self.act_axis)
+        theme_menu = view.addMenu("Theme")
+        group = QActionGroup(self)
+        self.theme_actions = {}
+        for mode in THEMES:
+            a = QAction(mode.capitalize(), self, checkable=True)
+            a.triggered.connect(lambda _c=False, m=mode: self.set_theme(m))
+            group.addAction(a)
+            theme_menu.addAction(a)
+            self.theme_actions[mode] = a
+        view.addSeparator()
+        for dock in (self.goal_dock, self.history_dock, self.table_dock, self.detail_dock,
+                     self.lessons_dock):
+            view.addAction(dock.toggleViewAction())
+        help_ = bar.addMenu("&Help")
+        help_.addAction(self.act_log)
+        help_.addAction(self.act_about)
+
+    def _make_toolbar(self) -> None:
+        tb = self.addToolBar("Main")
+        tb.setObjectName("toolbar:main")
+        tb.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
+        for a in (self.act_new, self.act_open):
+            tb.addAction(a)
+        tb.addSeparator()
+        for a in (self.act_run, self.act_pause, self.act_stop):
+            tb.addAction(a)
+        tb.addSeparator()
+        tb.addAction(self.act_export)
+
+    def _make_status_bar(self) -> None:
+        self.device_label = QLabel("No device in use")
+        self.state_label = QLabel("Idle")
+        self.db_label = QLabel(f"History: {self.db_path}")
+        self.db_label.setStyleSheet("color: palette(placeholder-text);")
+        sb = self.statusBar()
+        sb.addPermanentWidget(self.state_label)
+        sb.addPermanentWidget(self.device_label)
+        sb.addPermanentWidget(self.db_label)
+
+    def _wire(self) -> None:
+        b = self.bridge
+        b.runStarted.connect(self.live.on_run_started)
+        b.runStarted.connect(self._on_run_started)
+        b.evaluated.connect(self.live.on_evaluated)
+        b.evaluated.connect(lambda evs: self.table.add([(e.index, e.evaluation, e.elapsed_s) for e in evs]))
+        b.telemetry.connect(self.live.on_telemetry)
+        b.lesson.connect(lambda ev: self.lessons.addItem(f"[{ev.lesson.kind}] {ev.lesson.text}"))
+        b.newBest.connect(lambda ev: self.statusBar().showMessage(
+            f"New best {ev.evaluation.value:.4g} by {ev.evaluation.agent} at evaluation {ev.index}", 4000))
+        b.runFinished.connect(self.live.on_run_finished)
+        c = self.controller
+        c.prepared.connect(self._on_prepared)
+        c.finished.connect(self._on_finished)
+        c.failed.connect(self._on_failed)
+        c.stateChanged.connect(self._on_state)
+        self.form.validityChanged.connect(lambda _ok: self._update_actions())
+        self.table.selected.connect(self.detail.show_evaluation)
+        self.history.openRun.connect(self.open_run)
+        self.history.compareRuns.connect(self.compare_runs)
+        self.history.resumeRun.connect(self.resume_run)
+        self.history.rerunGoal.connect(self.rerun_goal)
+        self.live.xAxisChanged.connect(self._axis_changed)
+        self.theme.changed.connect(self._theme_changed)
+
+    # ---- settings ---------------------------------------------------------------------------
+    def _restore_settings(self) -> None:
+        s = self.settings
+        geometry = s.value("geometry")
+        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
+            self.restoreGeometry(geometry)
+        else:
+            self.resize(1500, 950)
+        state = s.value("windowState")
+        if isinstance(state, QByteArray) and not state.isEmpty():
+            self.restoreState(state)
+        self.set_theme(str(s.value("theme", "system")))
+        self.live.set_use_time(str(s.value("plotAgainstTime", "false")).lower() == "true")
+        self._rebuild_recent()
+
+    def save_settings(self) -> None:
+        s = self.settings
+        s.setValue("geometry", self.saveGeometry())
+        s.setValue("windowState", self.saveState())
+        s.setValue("theme", self.theme.mode)
+        s.setValue("plotAgainstTime", self.live.convergence.use_time)
+        s.sync()
+
+    def recent_goals(self) -> list[str]:
+        value = self.settings.value("recentGoals", [])
+        if isinstance(value, str):
+            value = [value]
+        return [str(v) for v in (value or [])]
+
+    def _remember_goal(self, path: str) -> None:
+        recent = [p for p in self.recent_goals() if p != path]
+        self.settings.setValue("recentGoals", [path, *recent][:MAX_RECENT])
+        self._rebuild_recent()
+
+    def _rebuild_recent(self) -> None:
+        self.recent_menu.clear()
+        recent = self.recent_goals()
+        for p in recent:
+            a = self.recent_menu.addAction(Path(p).name)
+            a.setToolTip(p)
+            a.triggered.connect(lambda _c=False, path=p: self.open_goal(path))
+        self.recent_menu.setEnabled(bool(recent))
+
+    def set_theme(self, mode: str) -> None:
+        self.theme.apply(mode)
+        if mode in self.theme_actions:
+            self.theme_actions[self.theme.mode].setChecked(True)
+
+    def _theme_changed(self, theme) -> None:
+        self.live.apply_theme(theme)
+        self.compare.apply_theme(theme)
+        self.detail.apply_theme(theme)
+
+    def _axis_changed(self, use_time: bool) -> None:
+        self.act_axis.setChecked(use_time)
+        self.compare.set_use_time(use_time)
+
+    # ---- goal files ---------------------------------------------------------------------------
+    def new_goal(self) -> None:
+        self.form.set_goal(default_goal())
+        self.goal_dock.raise_()
+
+    def open_goal_dialog(self) -> None:
+        start = str(resources_dir() / "goals")
+        path, _ = QFileDialog.getOpenFileName(self, "Open goal", start, "Goals (*.toml);;All files (*)")
+        if path:
+            self.open_goal(path)
+
+    def open_goal(self, path: str) -> bool:
+        try:
+            self.form.load(path)
+        except GoalError as exc:
+            self._notify("Open goal", f"{path}\n\n{exc}", QMessageBox.Warning)
+            return False
+        self._remember_goal(str(Path(path).resolve()))
+        self.goal_dock.raise_()
+        self.statusBar().showMessage(f"Opened {path}", 4000)
+        return True
+
+    def save_goal(self) -> None:
+        src = self.form.source_path
+        if src and src.endswith(".toml") and not src.startswith(str(resources_dir())):
+            self._save_to(src)
+        else:
+            self.save_goal_as()
+
+    def save_goal_as(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save goal", "goal.toml", "Goals (*.toml)")
+        if path:
+            self._save_to(path)
+
+    def _save_to(self, path: str) -> None:
+        try:
+            self.form.save(path)
+        except (GoalError, OSError) as exc:
+            self._notify("Save goal", str(exc), QMessageBox.Warning)
+            return
+        self._remember_goal(str(Path(path).resolve()))
+        self.statusBar().showMessage(f"Saved {path}", 4000)
+
+    # ---- running ------------------------------------------------------------------------------
+    def _prepare_views(self, goal: Goal, title: str) -> None:
+        unit = UNITS.get(goal.objective.metric, "")
+        self.live.reset(minimize=goal.objective.minimize, title=title, unit=unit)
+        self.table.reset(minimize=goal.objective.minimize, unit=unit)
+        self.detail.language = "c" if goal.backend == "cpu" else "cuda"
+        self.lessons.clear()
+        self.tabs.setCurrentWidget(self.live)
+
+    def run_goal(self) -> None:
+        if self.controller.running:
+            return
+        try:
+            goal = self.form.goal()
+        except GoalError as exc:
+            self.form.show_error(exc)
+            self.goal_dock.raise_()
+            return
+        self._start(goal, None, f"{goal.name} — starting…")
+
+    def _start(self, goal: Goal, resume_run_id: int | None, title: str) -> None:
+        self.current_goal = goal
+        self._prepare_views(goal, title)
+        if resume_run_id is not None:
+            rows = self.store().load_evaluations(resume_run_id)
+            self.live.preload(rows)
+            self.table.add(rows)
+        self.current_run_id = resume_run_id
+        self.controller.start(goal, resume_run_id=resume_run_id)
+
+    def toggle_pause(self) -> None:
+        if self.controller.state == "running":
+            self.controller.pause()
+        elif self.controller.state == "paused":
+            self.controller.resume()
+        self._update_actions()
+
+    def stop_run(self) -> None:
+        self.controller.stop()
+
+    def _on_prepared(self, run_id: int, device: DeviceInfo) -> None:
+        self.current_run_id = None if run_id < 0 else run_id
+        self.device_label.setText(device_text(device))
+        self.device_label.setToolTip(device.summary())
+        self.history.refresh()
+
+    def _on_run_started(self, ev) -> None:
+        run = f"run {self.current_run_id}" if self.current_run_id else "run"
+        self.setWindowTitle(f"KernelSwarm — {ev.goal_name} ({run})")
+        self.table.model.set_references(ev.baseline_value, ev.limit_value)
+
+    def _on_finished(self, result) -> None:
+        self.table.flush()
+        best = f"best {result.best.value:.4g}" if result.best is not None and result.best.value else "no correct candidate"
+        self.statusBar().showMessage(f"Run finished ({result.reason.replace('_', ' ')}): "
+                                     f"{result.evaluations} evaluations, {best}", 10000)
+        self.history.refresh()
+        if result.best is not None:
+            self.table.select_key(result.best.key)
+
+    def _on_failed(self, message: str) -> None:
+        self.live.on_run_finished(type("F", (), {"reason": "error"})())
+        self.history.refresh()
+        self._notify("Run failed", message, QMessageBox.Warning)
+
+    def _on_state(self, state: str) -> None:
+        self.state_label.setText({"idle": "Idle", "starting": "Starting…", "running": "Running",
+                                  "paused": "Paused", "stopping": "Stopping…"}.get(state, state))
+        self._update_actions()
+
+    def _update_actions(self) -> None:
+        state = self.controller.state
+        busy = state != "idle"
+        self.act_run.setEnabled(not busy and self.form.is_valid)
+        self.act_pause.setEnabled(state in ("running", "paused"))
+        self.act_pause.setChecked(state == "paused")
+        self.act_stop.setEnabled(state in ("starting", "running", "paused"))
+        self.form.setEnabled(not busy)
+        has_run = self.current_run_id is not None
+        for a in (self.act_export, self.act_export_source, self.act_export_csv, self.act_export_t4,
+                  self.act_export_json):
+            a.setEnabled(has_run)
+        self.history.setEnabled(not busy)
+
+    # ---- history --------------------------------------------------------------------------------
+    def open_run(self, run_id: int) -> None:
+        if self.controller.running:
+            self._notify("Open run", "Stop the current run first.", QMessageBox.Information)
+            return
+        from app.session import target_value
+
+        store = self.store()
+        run = store.get_run(run_id)
+        goal = store.goal_of_run(run_id)
+        rows = store.load_evaluations(run_id)
+        baseline, limit = run.get("baseline_value"), run.get("limit_value")
+        unit = UNITS.get(goal.objective.metric, "")
+        self.current_run_id = run_id
+        self.current_goal = goal
+        self.live.show_run(rows, minimize=bool(run["minimize"]), unit=unit,
+                           title=f"{run['name']} — run {run_id} ({run['status']})",
+                           baseline=baseline, limit=limit,
+                           target=target_value(goal, baseline, limit),
+                           max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"])
+        self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit)
+        self.detail.language = "c" if goal.backend == "cpu" else "cuda"
+        self.table.add(rows)
+        self.table.flush()
+        self.lessons.clear()
+        for lesson in store.lessons(run_id=run_id):
+            self.lessons.addItem(f"[{lesson['kind']}] {lesson['text']}")
+        device = run.get("device") or {}
+        self.device_label.setText(device_text(DeviceInfo(kind=device.get("kind", ""),
+                                                         name=device.get("name", "unknown"))))
+        self.tabs.setCurrentWidget(self.live)
+        self.setWindowTitle(f"KernelSwarm — {run['name']} (run {run_id})")
+        self._update_actions()
+
+    def compare_runs(self, run_ids: list[int]) -> None:
+        store = self.store()
+        series = []
+        for rid in run_ids:
+            run = store.get_run(rid)
+            series.append((rid, f"run {rid}: {run['name']} (seed {run.get('seed')})",
+                           store.convergence(rid)))
+        self.compare.set_runs(series)
+        self.tabs.setCurrentWidget(self.compare)
+
+    def resume_run(self, run_id: int) -> None:
+        if self.controller.running:
+            return
+        goal = self.store().goal_of_run(run_id)
+        self._start(goal, run_id, f"{goal.name} — resuming run {run_id}…")
+
+    def rerun_goal(self, run_id: int) -> None:
+        if self.controller.running:
+            return
+        goal = self.store().goal_of_run(run_id)
+        self.form.set_goal(goal)
+        self._start(goal, None, f"{goal.name} — starting…")
+
+    # ---- exports ----------------------------------------------------------------------------------
+    def _ask_path(self, title: str, name: str, filters: str) -> str:
+        path, _ = QFileDialog.getSaveFileName(self, title, name, filters)
+        return path
+
+    def report_plots(self) -> dict:
+        return {"Convergence": self.live.convergence, "Failures by reason": self.live.failures,
+                "Agent contribution": self.live.agents}
+
+    def export_report(self, path: str | Path) -> Path:
+        from app.ui.report import write_html_report
+
+        self.live.redraw()
+        return write_html_report(path, self.store(), self.current_run_id, self.report_plots())
+
+    def export_report_dialog(self) -> None:
+        if self.current_run_id is None:
+            return
+        path = self._ask_path("Export run report", f"kernelswarm-run-{self.current_run_id}.html",
+                              "HTML (*.html)")
+        if path:
+            self._export(lambda: self.export_report(path), path)
+
+    def export_source_dialog(self) -> None:
+        from app.export import write_atomic
+        from app.ui.report import best_source_text
+
+        if self.current_run_id is None:
+            return
+        try:
+            text, suffix = best_source_text(self.store(), self.current_run_id)
+        except ValueError as exc:
+            self._notify("Export best kernel", str(exc), QMessageBox.Information)
+            return
+        path = self._ask_path("Export best kernel", f"best-run-{self.current_run_id}{suffix}",
+                              f"*{suffix}")
+        if path:
+            self._export(lambda: write_atomic(path, text), path)
+
+    def export_data_dialog(self, fmt: str) -> None:
+        from app.ui.report import export_data
+
+        if self.current_run_id is None:
+            return
+        suffix = {"csv": ".csv", "t4": ".t4.json", "json": ".json"}[fmt]
+        path = self._ask_path(f"Export {fmt.upper()}", f"kernelswarm-run-{self.current_run_id}{suffix}",
+                              f"*{suffix}")
+        if path:
+            self._export(lambda: export_data(self.store(), self.current_run_id, fmt, path), path)
+
+    def export_plot_dialog(self) -> None:
+        from app.ui.report import export_plot_image
+
+        path = self._ask_path("Export plot image", "convergence.png", "PNG (*.png);;SVG (*.svg)")
+        if path:
+            self._export(lambda: export_plot_image(self.live.convergence, path), path)
+
+    def _export(self, fn, path: str) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            log.exception("export failed")
+            self._notify("Export", f"Could not write {path}:\n{exc}", QMessageBox.Warning)
+            return
+        self.statusBar().showMessage(f"Exported {path}", 6000)
+
+    # ---- misc ---------------------------------------------------------------------------------
+    def show_about(self) -> None:
+        AboutDialog(self).exec()
+
+    def show_log_location(self) -> None:
+        from app.ui.errors import log_file_path
+
+        self._notify("Log file", f"The log is written to:\n{log_file_path()}", QMessageBox.Information)
+
+    def _notify(self, title: str, text: str, icon=QMessageBox.Information) -> None:
+        """A message that does not block the event loop (a run keeps drawing behind it)."""
+        log.info("%s: %s", title, text)
+        self.statusBar().showMessage(f"{title}: {text.splitlines()[0]}", 10000)
+        if not self.interactive:
+            return
+        box = QMessageBox(icon, title, text, QMessageBox.Ok, self)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()
+
+    def closeEvent(self, event: QCloseEvent) -> None:
+        if self.controller.running:
+            # Stop cleanly: the run records 'stopped' and stays resumable from the history.
+            self.statusBar().showMessage("Stopping the run before closing…")
+            if not self.controller.stop_and_wait(timeout_s=30.0):
+                log.warning("the run did not stop within 30 s; closing anyway")
+        self.save_settings()
+        if self._store is not None:
+            self._store.close()
+            self._store = None
+        event.accept()
