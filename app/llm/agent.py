@@ -17,6 +17,7 @@ import concurrent.futures as cf
 import hashlib
 import logging
 import random
+import time
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -80,7 +81,7 @@ class LLMAgent(Agent):
         self.max_in_flight = max(1, max_in_flight)
         self.key_fn = key_fn  # the backend's keying when it has one (hash of what runs)
         self.exhausted_wait_s = (exhausted_wait_s if exhausted_wait_s is not None
-                                 else client.settings.timeout_s * (client.settings.max_retries + 1))
+                                 else client.settings.timeout_s)
         self._pool = cf.ThreadPoolExecutor(self.max_in_flight, thread_name_prefix=self.name)
         self._futures: list[cf.Future] = []
         self._ready: deque[Candidate] = deque()
@@ -96,12 +97,18 @@ class LLMAgent(Agent):
     # ---- the Agent interface ---------------------------------------------------------------
     def propose(self, board: Blackboard, n: int = 1) -> list[Candidate]:
         self._queue_warm_start(board)
-        self._harvest()
-        if not self.stopped_reason:
-            self._submit(board)
-        if not self._ready and self._futures and self._space_used_up(board):
-            cf.wait(self._futures, timeout=self.exhausted_wait_s, return_when=cf.FIRST_COMPLETED)
+        deadline = time.monotonic() + self.exhausted_wait_s
+        while True:
             self._harvest()
+            if not self.stopped_reason:
+                self._submit(board)
+            if self._ready or not self._futures or not self._space_used_up(board):
+                break
+            # Nothing else left to evaluate: waiting for a reply costs the run nothing.
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            cf.wait(self._futures, timeout=left, return_when=cf.FIRST_COMPLETED)
         out: list[Candidate] = []
         while self._ready and len(out) < n:
             cand = self._ready.popleft()

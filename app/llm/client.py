@@ -282,7 +282,10 @@ class LLMClient:
                         n_chars += len(piece)
                     if choice.finish_reason:
                         finish = choice.finish_reason
-                if n_chars > max_chars or time.monotonic() > deadline:
+                if time.monotonic() > deadline:
+                    cut.set()
+                    break
+                if n_chars > max_chars:
                     finish = "length"
                     break
         except Exception as exc:
@@ -296,6 +299,8 @@ class LLMClient:
             stream.close()
         text = "".join(parts)
         if cut.is_set():
+            if not text.strip():
+                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s")
             finish = "length"
         return _finish(text, finish, tokens, not got_usage, max_chars)
 

@@ -94,9 +94,19 @@ FAST_MATH = _rx(r"\b(__expf|__logf|__powf|__sinf|__cosf|__tanf|__fdividef|__exp1
                 r"__frcp_\w+|__fsqrt_\w+)\s*\(")
 ATOMICS = _rx(r"\batomic\w*\s*\(|\b_Atomic\b|\b__atomic_\w+|\b__sync_\w+|#\s*pragma\s+omp\s+atomic")
 INCLUDE = _rx(r'#\s*include\s*[<"]([^>"]+)[>"]')
-STATIC_VAR = _rx(r"\bstatic\s+(?!const\b|constexpr\b|inline\b|__device__\s+__forceinline__)"
-                 r"(?:(?:volatile|unsigned|signed|long|short|struct\s+\w+|\w+)\s*\**\s*)+"
-                 r"\s*\**\s*\w+\s*(\[[^\]]*\]\s*)*(=|;)")
+# `static` data (not functions): one line, words separated by blanks or stars (written so a
+# failed match cannot backtrack exponentially).
+STATIC_VAR = _rx(r"\bstatic[ \t]+(?!inline\b|__device__[ \t]+__forceinline__)"
+                 r"(?:\w+(?:[ \t]+|[ \t]*\*+[ \t]*))+\w+[ \t]*(?:\[[^\]\n]*\][ \t]*)*(?:=|;|,)")
+
+
+def _mutable(declaration: str) -> bool:
+    """Whether a data declaration can change: `const float *p` can (the pointer moves),
+    `const float t[4]` and `float *const p` cannot."""
+    decl = declaration.split("=")[0]
+    if "*" in decl:
+        return not re.search(r"\*\s*const\b[^*]*$", decl)
+    return not re.search(r"\b(const|constexpr|__constant__)\b", decl)
 
 
 class PolicyViolation(ValueError):
@@ -187,7 +197,7 @@ def check(source: str, *, language: str = "c", entry: str = "ks_kernel", dtype: 
         m = ATOMICS.search(code)
         if m:
             raise PolicyViolation("atomics", "the goal forbids atomics", m.group(0).strip())
-    m = STATIC_VAR.search(code)
+    m = next((m for m in STATIC_VAR.finditer(code) if _mutable(m.group(0))), None)
     if m:
         raise PolicyViolation("static_state", "static variables keep state between calls "
                               "(e.g. outputs cached by pointer); make it const or local",
@@ -236,7 +246,7 @@ def _check_file_scope(code: str, language: str, entry: str) -> None:
                                       "named ks_*): an exported name could interpose library "
                                       "or harness symbols", fn)
             continue
-        if re.search(r"\b(const|constexpr|__constant__)\b", s):
+        if not _mutable(s):
             continue
         raise PolicyViolation("global_state", "mutable file-scope variables keep state between "
                               "calls (e.g. outputs cached by pointer)", s[:80])
