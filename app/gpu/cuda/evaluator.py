@@ -69,7 +69,7 @@ class CudaEvaluator(Evaluator):
                  run_id: int | None = None, protocol: Protocol | None = None,
                  deadlines: Deadlines | None = None, compile_cache: Any = True,
                  measure_baseline: bool = True, telemetry_interval_s: float = 1.0,
-                 devices: list[int] | None = None) -> None:
+                 devices: list[int] | None = None, worker_factory: str = WORKER_FACTORY) -> None:
         op = get_operator("cuda", goal.operator)
         op.check_dtype(goal.dtype)
         for shape in goal.shapes:
@@ -92,7 +92,7 @@ class CudaEvaluator(Evaluator):
         self.measure_baseline = measure_baseline
         self.devices = devices if devices is not None else visible_devices(goal.device)
         self.max_parallel = len(self.devices)
-        self.pool = WorkerPool(WORKER_FACTORY, [(d,) for d in self.devices], name="cuda",
+        self.pool = WorkerPool(worker_factory, [(d,) for d in self.devices], name="cuda",
                                recycle_after=200)
         self.telemetry = TelemetrySampler(self.devices, bus=bus, interval_s=telemetry_interval_s,
                                           run_id=run_id)
