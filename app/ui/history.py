@@ -87,7 +87,7 @@ class HistoryPanel(QWidget):
         self.compare_button.clicked.connect(lambda: self.compareRuns.emit(self.selected_runs()))
         self.resume_button.clicked.connect(lambda: self._emit_one(self.resumeRun))
         self.rerun_button.clicked.connect(lambda: self._emit_one(self.rerunGoal))
-        self.delete_button.clicked.connect(self.delete_selected)
+        self.delete_button.clicked.connect(lambda: self.delete_selected())
         self.refresh_button.clicked.connect(self.refresh)
         buttons = QHBoxLayout()
         for b in (self.open_button, self.compare_button, self.resume_button, self.rerun_button,
@@ -206,8 +206,8 @@ class HistoryPanel(QWidget):
                 self, "Delete runs",
                 f"Delete {'run ' + str(runs[0]) if len(runs) == 1 else f'{len(runs)} runs'} and "
                 "all their evaluations? This cannot be undone.",
-                QMessageBox.Delete | QMessageBox.Cancel, QMessageBox.Cancel)
-            if answer != QMessageBox.Delete:
+                QMessageBox.Yes | QMessageBox.Cancel, QMessageBox.Cancel)
+            if answer != QMessageBox.Yes:
                 return
         store = self._store_factory()
         for rid in sorted(runs, reverse=True):  # followers first

@@ -215,7 +215,7 @@ class MainWindow(QMainWindow):
         help_.addAction(self.act_about)
 
     def _make_toolbar(self) -> None:
-        tb = self.addToolBar("Main")
+        tb = self.toolbar_main = self.addToolBar("Main")
         tb.setObjectName("toolbar:main")
         tb.setToolButtonStyle(Qt.ToolButtonTextBesideIcon)
         for a in (self.act_new, self.act_open):
