@@ -1,0 +1,136 @@
+"""LLMAgent on its own: proposals never wait on the network, the fixer repairs near misses
+with edit blocks, prompts carry the evidence, budgets and a rejecting endpoint stop requests.
+The chat server is the real loopback one; evaluations are written by hand (no compiler)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from app.goal import Goal
+from app.llm.agent import LLMAgent, candidate_key
+from app.llm.client import LLMClient
+from app.llm.lessons import LessonBook
+from app.llm.settings import LLMSettings
+from app.llm.spec import KernelSpec
+from app.swarm.blackboard import Blackboard
+from app.swarm.space import SearchSpace
+from app.swarm.types import Evaluation
+from llm_server import ChatServer, Reply, Stall, Status
+
+TEMPLATE = """#ifndef VEC
+#define VEC 4
+#endif
+void ks_kernel(float *restrict y, const float *restrict x, long n) {
+    for (long i = 0; i < n; ++i) y[i] = 2.0f * x[i];
+}
+"""
+FASTER = "Idea: vectorise\n```c\n" + TEMPLATE.replace("for (long i", "#pragma omp simd\n    for (long i") + "```"
+GOAL = Goal(name="scale", operator="softmax", backend="cpu", shapes=[[8, 100]])
+
+
+def _agent(server: ChatServer, role: str = "memory", **settings) -> tuple[LLMAgent, Blackboard]:
+    space = SearchSpace({"VEC": [4, 8, 16]})
+    s = LLMSettings(base_url=server.base_url, model="scripted", timeout_s=5, backoff_s=0.01,
+                    max_retries=0, **settings)
+    book = LessonBook(GOAL, "test cpu", generation=1, prior_lessons=["tiling by 64 paid off"])
+    agent = LLMAgent(space, random.Random(0), role=role, client=LLMClient(s, api_key="k"),
+                     spec=KernelSpec("c", "ks_kernel", TEMPLATE, ["VEC"], "the contract"),
+                     goal=GOAL, book=book, device="Test CPU (8 cores)",
+                     limits={"baseline (same protocol)": 1.5}, exhausted_wait_s=3)
+    return agent, Blackboard(space)
+
+
+def _record(board: Blackboard, agent: LLMAgent, e: Evaluation) -> None:
+    board.claim(e.key)
+    board.record(e)
+    agent.observe(e)
+
+
+def _until(agent: LLMAgent, board: Blackboard, seconds: float = 5.0):
+    t_end = time.monotonic() + seconds
+    while time.monotonic() < t_end:
+        got = agent.propose(board, 1)
+        if got:
+            return got
+        time.sleep(0.05)
+    return []
+
+
+def test_propose_returns_at_once_while_a_request_is_in_flight():
+    with ChatServer([Stall(1.0, then=Reply(FASTER))]) as srv:
+        agent, board = _agent(srv)
+        _record(board, agent, Evaluation(key="t1", config={"VEC": 8}, ok=True, value=2.0))
+        t0 = time.monotonic()
+        assert agent.propose(board, 1) == []
+        assert time.monotonic() - t0 < 0.5 and agent.pending()
+        got = _until(agent, board)
+        agent.close()
+    assert len(got) == 1
+    cand = got[0]
+    assert cand.config == {"VEC": 8} and cand.parent_key == "t1" and cand.note == "vectorise"
+    assert cand.key == candidate_key({"VEC": 8}, cand.source) and "omp simd" in cand.source
+    prompt = srv.requests[0]["messages"][1]["content"]
+    for needle in ("GOAL: scale", "Test CPU (8 cores)", "baseline (same protocol): 1.5",
+                   "tiling by 64 paid off", "the contract", "y[i] = 2.0f * x[i]", "time 2"):
+        assert needle in prompt, needle
+
+
+def test_when_the_space_is_used_up_propose_waits_for_the_reply():
+    with ChatServer([Stall(0.5, then=Reply(FASTER))]) as srv:
+        agent, board = _agent(srv)
+        for v in (4, 8, 16):
+            _record(board, agent, Evaluation(key=board.space.key({"VEC": v}), config={"VEC": v},
+                                             ok=True, value=v))
+        got = agent.propose(board, 1)  # nothing else to evaluate: worth waiting for
+        agent.close()
+    assert len(got) == 1 and got[0].config == {"VEC": 4}
+
+
+def test_the_fixer_repairs_a_near_miss_with_an_edit():
+    broken = TEMPLATE.replace("2.0f * x[i];", "2.0f * x[i]")
+    edit = ("Idea: add the missing semicolon\n<<<<<<< SEARCH\n    for (long i = 0; i < n; ++i) "
+            "y[i] = 2.0f * x[i]\n=======\n    for (long i = 0; i < n; ++i) y[i] = 2.0f * x[i];\n"
+            ">>>>>>> REPLACE\n")
+    with ChatServer([Reply(edit)]) as srv:
+        agent, board = _agent(srv, role="fixer")
+        assert agent.propose(board, 1) == [] and not srv.requests  # nothing to repair yet
+        _record(board, agent, Evaluation(key="t1", config={"VEC": 4}, ok=True, value=3.0))
+        _record(board, agent, Evaluation(
+            key="bad", config={"VEC": 16}, ok=False, reason="compile_failed", source=broken,
+            agent="llm-memory", detail="compiler error", log="k.c:5: error: expected ';'"))
+        got = _until(agent, board)
+        agent.close()
+    assert got and got[0].source.strip() == TEMPLATE.strip() and got[0].parent_key == "bad"
+    assert got[0].config == {"VEC": 16}
+    prompt = srv.requests[0]["messages"][1]["content"]
+    assert "near miss to repair" in prompt and "expected ';'" in prompt
+    assert "repair engineer" in srv.requests[0]["messages"][0]["content"]
+
+
+def test_no_code_replies_are_fed_back_and_failures_listed():
+    with ChatServer([Reply("Use SIMD."), Reply(FASTER)]) as srv:
+        agent, board = _agent(srv)
+        _record(board, agent, Evaluation(key="t1", config={"VEC": 4}, ok=True, value=3.0))
+        _record(board, agent, Evaluation(key="x", config={"VEC": 8}, ok=False,
+                                         reason="verification_failed", source="int q;",
+                                         agent="llm-memory", detail="wrong at [3, 7]"))
+        got = _until(agent, board)
+        agent.close()
+    assert got and agent.stats["no_code"] == 1
+    second = srv.requests[1]["messages"][1]["content"]
+    assert "NO USABLE CODE" in second and "contains no code" in second
+    assert "wrong at [3, 7]" in second
+
+
+def test_budget_and_a_rejecting_endpoint_stop_the_agent():
+    with ChatServer(default=Reply("Use SIMD.", prompt_tokens=5000, completion_tokens=10)) as srv:
+        agent, board = _agent(srv, run_token_budget=1000)
+        _until(agent, board, seconds=1.5)
+        agent.close()
+    assert agent.stopped_reason.startswith("the run's LLM budget") and len(srv.requests) == 1
+    with ChatServer(default=Status(401, "invalid key")) as srv:
+        agent, board = _agent(srv)
+        _until(agent, board, seconds=2.0)
+        agent.close()
+    assert "rejecting" in agent.stopped_reason and len(srv.requests) == 3
