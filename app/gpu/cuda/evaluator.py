@@ -64,12 +64,18 @@ def visible_devices(pinned: int | None = None) -> list[int]:
     return list(range(count))
 
 
+def make_pool(devices: list[int], worker_factory: str = WORKER_FACTORY) -> WorkerPool:
+    """One GPU worker process per device."""
+    return WorkerPool(worker_factory, [(d,) for d in devices], name="cuda", recycle_after=200)
+
+
 class CudaEvaluator(Evaluator):
     def __init__(self, goal: Goal, validation_cases: list[dict] | tuple = (), *, bus: Any = None,
                  run_id: int | None = None, protocol: Protocol | None = None,
                  deadlines: Deadlines | None = None, compile_cache: Any = True,
                  measure_baseline: bool = True, telemetry_interval_s: float = 1.0,
-                 devices: list[int] | None = None, worker_factory: str = WORKER_FACTORY) -> None:
+                 devices: list[int] | None = None, worker_factory: str = WORKER_FACTORY,
+                 pool: WorkerPool | None = None) -> None:
         op = get_operator("cuda", goal.operator)
         op.check_dtype(goal.dtype)
         for shape in goal.shapes:
@@ -92,8 +98,10 @@ class CudaEvaluator(Evaluator):
         self.measure_baseline = measure_baseline
         self.devices = devices if devices is not None else visible_devices(goal.device)
         self.max_parallel = len(self.devices)
-        self.pool = WorkerPool(worker_factory, [(d,) for d in self.devices], name="cuda",
-                               recycle_after=200)
+        # A pool may be shared by several evaluators (a benchmark over many goals): its worker
+        # processes, CUDA contexts and imported libraries are then set up once.
+        self._own_pool = pool is None
+        self.pool = pool or make_pool(self.devices, worker_factory)
         self.telemetry = TelemetrySampler(self.devices, bus=bus, interval_s=telemetry_interval_s,
                                           run_id=run_id)
         if bus is not None:
@@ -353,4 +361,5 @@ class CudaEvaluator(Evaluator):
 
     def close(self) -> None:
         self.telemetry.stop()
-        self.pool.close()
+        if self._own_pool:
+            self.pool.close()

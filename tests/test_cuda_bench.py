@@ -1,0 +1,76 @@
+"""bench/gpu_kernels.py end to end without a GPU: real NVRTC compiles, real worker processes and
+the real swarm, with `BenchGpu` standing in for the GPU worker (it cannot run here) and
+answering with a made-up time per configuration. Checks the report files and the last line."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+INFO = {"ok": True, "name": "NVIDIA H200", "compute_capability": "90", "sms": 132,
+        "l2_bytes": 50 << 20, "shared_per_block_optin": 232448, "regs_per_block": 65536,
+        "memory_bytes": 141 << 30, "driver": "570.00", "uuid": "GPU-fake", "copy_bw": 4.0e12,
+        "cupy": "fake"}
+
+
+class BenchGpu:
+    """Stand-in GPU worker: every candidate verifies; its time is a hash of its configuration."""
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+    def __call__(self, request, progress):
+        if request["kind"] == "info":
+            return dict(INFO)
+        if request["kind"] == "baselines":
+            return {"ok": True, "best": "torch:x", "baselines": {"torch:x": {"ok": True, "ms": [0.2]}}}
+        digest = hashlib.sha256(json.dumps(request["config"], sort_keys=True).encode()).digest()
+        ms = 0.1 + digest[0] / 255.0
+        st = {"median": ms, "p10": ms * 0.99, "p90": ms * 1.01, "n": 10, "rel_ci": 0.004, "min": ms}
+        base = {"median": 0.2, "p10": 0.2, "p90": 0.2, "n": 10, "rel_ci": 0.001, "min": 0.2}
+        return {"ok": True, "restart": False, "stages": [("verify", True, 0.0, ""), ("time", True, 0.0, ""),
+                                                          ("reverify", True, 0.0, "")],
+                "timed": [{"shape": s, "stats": {"candidate": st, "baseline": base}, "samples": [ms] * 10,
+                           "mode": {"candidate": "events"}, "cache": "cold", "stop_reason": "converged",
+                           "discarded_throttled": 0, "throttle_seen": []} for s in request["goal_shapes"]]}
+
+
+def test_benchmark_report_and_last_line(tmp_path):
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "KERNELSWARM_CACHE": str(tmp_path / "cache"),
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_kernels.py"), "--out", str(tmp_path), "--budget-s", "8",
+         "--only", "softmax:bfloat16,gemm:bfloat16", "--no-faults", "--worker-factory", "test_cuda_bench:BenchGpu"],
+        capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("memory-bound min ") and "% of copy bandwidth; GEMM bf16 " in last, last
+    data = json.loads((tmp_path / "gpu_kernels.json").read_text())
+    rows = {(r["kernel"], r["dtype"]): r for r in data["rows"]}
+    soft = rows[("softmax", "bfloat16")]
+    assert soft["evaluations"] >= 3 and soft["time_ms"] >= 0.1 and soft["pct_copy_bw"] > 0
+    gemm = rows[("gemm", "bfloat16")]
+    assert gemm["tflops"] > 0 and gemm["speedup"] == gemm["baseline_ms"] / gemm["time_ms"]
+    assert f"GEMM bf16 {100 * 0.2 / gemm['time_ms']:.1f}% of cuBLAS" in last
+    md = (tmp_path / "gpu_kernels.md").read_text()
+    assert "| softmax | bfloat16 | 8192x8192 |" in md and md.strip().endswith(last)
+
+
+def test_benchmark_without_a_gpu_says_so(tmp_path):
+    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "gpu_kernels.py"), "--out", str(tmp_path)],
+                          capture_output=True, text=True, timeout=120, cwd=ROOT,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "KERNELSWARM_CACHE": str(tmp_path / "c")})
+    try:
+        import cupy.cuda.runtime as rt
+
+        if rt.getDeviceCount() > 0:
+            return
+    except Exception:
+        pass
+    assert proc.returncode == 2 and "no usable NVIDIA GPU" in proc.stdout and not proc.stderr.strip()
