@@ -140,3 +140,18 @@ def test_tolerances_reject_a_zero_output():
                 assert bad.mean() > 0.9, (name, dtype)
                 rounded = from_storage(np, to_storage(np, out, dtype), dtype)
                 assert np.all(np.abs(rounded - out) <= atol + rtol * np.abs(out)), (name, dtype)
+
+
+def test_bundled_cuda_goals_load_and_fit_the_catalog():
+    from pathlib import Path
+
+    from app.goal import Goal
+
+    files = sorted((Path(__file__).resolve().parent.parent / "resources" / "goals").glob("cuda_*.toml"))
+    assert len(files) >= 6
+    for f in files:
+        goal = Goal.load(f).validate()
+        op = OPERATORS[goal.operator]
+        for shape in goal.shapes:
+            assert op.check_shape(shape, goal.dtype) is None, f
+            assert op.recommended(goal.dtype, shape), f
