@@ -20,7 +20,13 @@ from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines
 from app.swarm.types import (
-    COMPILE_FAILED, CRASH, OUT_OF_MEMORY, RESOURCE_LIMIT, STATIC_CHECK, TIMEOUT, VERIFY_FAILED,
+    COMPILE_FAILED,
+    CRASH,
+    OUT_OF_MEMORY,
+    RESOURCE_LIMIT,
+    STATIC_CHECK,
+    TIMEOUT,
+    VERIFY_FAILED,
     Candidate,
 )
 
@@ -237,3 +243,11 @@ def test_no_c_compiler_says_so_plainly(monkeypatch, tmp_path):
 def test_example_cpu_goals_load(path):
     g = Goal.load(path).validate()
     assert g.backend == "cpu" and g.dtype == "float32"
+
+
+def test_compare_times_candidate_numpy_and_c_reference_together(transpose):
+    best = source(transpose, transpose.template, "to-compare")
+    result = transpose.compare(best)
+    assert result["candidate_ms"] > 0 and result["numpy_ms"] > 0 and result["c_reference_ms"] > 0
+    assert result["speedup_vs_c_reference"] == pytest.approx(
+        result["c_reference_ms"] / result["candidate_ms"])

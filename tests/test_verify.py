@@ -8,7 +8,13 @@ import pytest
 
 from app.catalog.cpu.ops import GEMM, RMSNORM, SOFTMAX, TRANSPOSE
 from app.gpu.verify import (
-    DISTRIBUTIONS, CheckCase, GuardedOutput, edge_shapes, make_inputs, plan_checks, verify,
+    DISTRIBUTIONS,
+    CheckCase,
+    GuardedOutput,
+    edge_shapes,
+    make_inputs,
+    plan_checks,
+    verify,
 )
 
 OPS = [GEMM, SOFTMAX, RMSNORM, TRANSPOSE]

@@ -11,18 +11,32 @@ from __future__ import annotations
 
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
 from app.gpu.timing import CacheFlusher, TimingSettings, TimingStats, time_interleaved
 from app.gpu.verify import (
-    CheckCase, GuardedOutput, Runner, VerifiableOperator, make_inputs, plan_checks,
-    refill_inputs, run_check, tolerance_for, verify,
+    CheckCase,
+    GuardedOutput,
+    Runner,
+    VerifiableOperator,
+    make_inputs,
+    plan_checks,
+    refill_inputs,
+    run_check,
+    tolerance_for,
+    verify,
 )
 from app.swarm.types import (
-    OUT_OF_MEMORY, RUNTIME_FAILED, STATIC_CHECK, VERIFY_FAILED, Evaluation, Stage,
+    OUT_OF_MEMORY,
+    RUNTIME_FAILED,
+    STATIC_CHECK,
+    VERIFY_FAILED,
+    Evaluation,
+    Stage,
 )
 
 STAGES = ("static_check", "compile", "resources", "verify", "time", "reverify")
@@ -135,7 +149,7 @@ def run_cascade(request: CascadeRequest, op: VerifiableOperator, backend: Cascad
         ev.reason, ev.detail = OUT_OF_MEMORY, "ran out of memory in the worker"
         stages.append(Stage(_next_stage(stages), False, 0.0, ev.detail))
         restart = True
-    except Exception as exc:  # a harness or loader error must still be an evaluation
+    except Exception as exc:  # noqa: BLE001 - a harness or loader error must still be an evaluation
         ev.reason, ev.detail = RUNTIME_FAILED, f"{type(exc).__name__}: {exc}"
         ev.log = "\n".join(x for x in (ev.log, traceback.format_exc()) if x)
         stages.append(Stage(_next_stage(stages), False, 0.0, ev.detail))

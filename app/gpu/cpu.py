@@ -22,9 +22,10 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -34,12 +35,18 @@ from app.goal import Goal, GoalError
 from app.gpu.base import BackendUnavailable, DeviceInfo, Evaluator
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, run_cascade
 from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
-from app.gpu.verify import GuardedOutput, make_inputs, CheckCase
+from app.gpu.verify import CheckCase, GuardedOutput, make_inputs
 from app.gpu.worker import Deadlines, WorkerPool
 from app.paths import cache_dir
 from app.swarm.space import SearchSpace, config_key
 from app.swarm.types import (
-    COMPILE_FAILED, INVALID, RESOURCE_LIMIT, TIMEOUT, Candidate, Evaluation, Stage,
+    COMPILE_FAILED,
+    INVALID,
+    RESOURCE_LIMIT,
+    TIMEOUT,
+    Candidate,
+    Evaluation,
+    Stage,
 )
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
@@ -52,9 +59,9 @@ FORBIDDEN = [
     (r"#\s*pragma\s+GCC\s+optimize|__attribute__\s*\(\(\s*optimize|fast-math|fp-contract",
      "changing floating-point semantics from the source is not allowed"),
     (r"__attribute__\s*\(\(\s*(constructor|destructor)", "code that runs at load time is not allowed"),
-    (r"\b(system|fork|vfork|exec[lv]p?e?|popen|dlopen|dlsym|syscall|pthread_create|signal|"
-     r"sigaction|setitimer|alarm|clock_gettime|gettimeofday|clock|time|rdtsc|__rdtsc|mmap|"
-     r"mprotect|kill|raise|exit|_exit|abort)\s*\(",
+    ((r"\b(system|fork|vfork|exec[lv]p?e?|popen|dlopen|dlsym|syscall|pthread_create|signal|"
+      r"sigaction|setitimer|alarm|clock_gettime|gettimeofday|clock|time|rdtsc|__rdtsc|mmap|"
+      r"mprotect|kill|raise|exit|_exit|abort)\s*\("),
      "calls a function a kernel may not call (processes, signals, timers, memory mapping)"),
 ]
 # Symbols a kernel library may import: libc memory and output, libm, OpenMP, libmvec.
@@ -97,7 +104,7 @@ def toolchain(compiler: str | None = None) -> Toolchain:
             "clang on PATH). Install gcc or clang, or choose the replay backend (recorded spaces) "
             "or the cuda backend.")
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30)
+        version = subprocess.run([compiler, "--version"], check=False, capture_output=True, text=True, timeout=30)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise BackendUnavailable(f"The C compiler {compiler} does not run ({exc}); the CPU backend "
                                  "needs a working C compiler.") from None
@@ -106,7 +113,7 @@ def toolchain(compiler: str | None = None) -> Toolchain:
         src = Path(tmp) / "probe.c"
         src.write_text("#include <omp.h>\nint ks_probe(void) { return omp_get_max_threads(); }\n")
         probe = subprocess.run([compiler, *BASE_FLAGS, "-fopenmp", str(src), "-o", str(Path(tmp) / "p.so")],
-                               capture_output=True, text=True, timeout=60)
+                               check=False, capture_output=True, text=True, timeout=60)
     return Toolchain(compiler, identity, probe.returncode == 0)
 
 
@@ -120,7 +127,7 @@ def build_key(op: CpuOperator, config: dict[str, Any], source: str, tc: Toolchai
 def static_problems(source: str, entry: str = ENTRY_SYMBOL) -> list[str]:
     if len(source.encode()) > MAX_SOURCE_BYTES:
         return [f"source is larger than {MAX_SOURCE_BYTES // 1000} KB"]
-    code = re.sub(r"/\*.*?\*/", " ", source, flags=re.S)
+    code = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
     code = re.sub(r"//[^\n]*", " ", code)
     problems = []
     for header in re.findall(r'#\s*include\s*[<"]([^>"]+)[>"]', code):
@@ -145,7 +152,7 @@ def compile_library(source: str, defines: dict[str, Any], out: Path, tc: Toolcha
     tmp_out = f"{tmp_src[:-2]}.so"
     cmd = [tc.compiler, *tc.flags, *(f"-D{k}={v}" for k, v in defines.items()), tmp_src, "-o", tmp_out]
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s)
         if proc.returncode != 0:
             return False, proc.stderr.replace(tmp_src, "kernel.c")
         os.replace(tmp_out, out)
@@ -162,7 +169,7 @@ def imported_symbols(library: Path) -> list[str] | None:
     nm = shutil.which("nm")
     if not nm:
         return None
-    proc = subprocess.run([nm, "-D", "--undefined-only", str(library)], capture_output=True, text=True,
+    proc = subprocess.run([nm, "-D", "--undefined-only", str(library)], check=False, capture_output=True, text=True,
                           timeout=30)
     if proc.returncode != 0:
         return None
@@ -212,10 +219,10 @@ class CpuKernelBackend:
         info["imports"] = len(symbols)
         return info
 
-    def load(self, built: Built) -> "KernelRunner":
+    def load(self, built: Built) -> KernelRunner:
         return KernelRunner(_load_entry(built.artifact, ENTRY_SYMBOL, self.op), self.op)
 
-    def timing_calls(self, runner: "KernelRunner", inputs: dict[str, np.ndarray],
+    def timing_calls(self, runner: KernelRunner, inputs: dict[str, np.ndarray],
                      out: GuardedOutput) -> dict[str, Callable[[], None]]:
         fn = runner.fn
         args = _args(self.op, inputs, out.view)  # pointers resolved once, outside the timed call
@@ -263,28 +270,55 @@ class CpuWorker:
             evaluation, restart = run_cascade(request[1], self.op, self.backend, progress,
                                               throughput=self.op.throughput, flusher=self.flusher)
             return {"evaluation": evaluation.to_dict(), "restart": restart}
+        if kind == "compare":
+            progress("time")
+            return self.compare(request[1])
         if kind == "baselines":
             progress("baselines")
             return self.baselines(request[1], request[2])
         raise ValueError(f"unknown request {kind!r}")
 
+    def _reference(self) -> Any:
+        """The plain C reference loop of this operator, built once into the cache."""
+        source = kernel_source(REFERENCE_SOURCE)
+        lib = kernels_dir() / f"reference-{build_key(self.op, {}, source, self.tc)}.so"
+        if not lib.exists():
+            ok, log = compile_library(source, {}, lib, self.tc, 120)
+            if not ok:
+                raise RuntimeError(f"the C reference does not compile: {log[:500]}")
+        return _load_entry(lib, self.op.reference_symbol, self.op)
+
+    def compare(self, request: CascadeRequest) -> dict[str, float]:
+        """A verified candidate, numpy and the C reference timed interleaved (medians in ms,
+        summed over the goal's shapes)."""
+        source = request.source if request.source is not None else request.template
+        runner = self.backend.load(self.backend.build(source, request.config))
+        ref = self._reference()
+        totals = {"candidate": 0.0, "numpy": 0.0, "c_reference": 0.0}
+        for shape in request.goal_shapes:
+            inputs = make_inputs(self.op, CheckCase(list(shape), "normal", request.seed), "float32")
+            out = GuardedOutput(self.op.output_shape(tuple(shape)), "float32")
+            calls = self.backend.timing_calls(runner, inputs, out)
+            ref_out = np.empty(out.shape, np.float32)  # kept alive: the call holds its address
+            ref_args = _args(self.op, inputs, ref_out)
+            calls["c_reference"] = lambda args=ref_args: ref(*args)
+            for name, stats in time_interleaved(calls, request.timing, self.flusher).items():
+                totals[name] += stats.median_ms
+        return totals
+
     def baselines(self, shapes: list[list[int]], timing: TimingSettings) -> dict[str, Any]:
         """numpy and the plain C reference loop, interleaved, on the goal's shapes; plus the
         machine's copy bandwidth (the limit for memory-bound operators)."""
-        lib = kernels_dir() / f"reference-{build_key(self.op, {}, kernel_source(REFERENCE_SOURCE), self.tc)}.so"
-        if not lib.exists():
-            ok, log = compile_library(kernel_source(REFERENCE_SOURCE), {}, lib, self.tc, 120)
-            if not ok:
-                raise RuntimeError(f"the C reference does not compile: {log[:500]}")
-        ref = _load_entry(lib, self.op.reference_symbol, self.op)
+        ref = self._reference()
         result: dict[str, Any] = {"numpy_ms": 0.0, "c_reference_ms": 0.0, "per_shape": []}
         for shape in shapes:
             inputs = make_inputs(self.op, CheckCase(list(shape), "normal", 1), "float32")
             out_np = np.empty(self.op.output_shape(tuple(shape)), np.float32)
             out_c = np.empty_like(out_np)
             args = _args(self.op, inputs, out_c)
-            stats = time_interleaved({"numpy": lambda: self.op.numpy_baseline(inputs, out_np),
-                                      "c_reference": lambda: ref(*args)}, timing, self.flusher)
+            stats = time_interleaved(
+                {"numpy": lambda x=inputs, o=out_np: self.op.numpy_baseline(x, o),
+                 "c_reference": lambda a=args: ref(*a)}, timing, self.flusher)
             result["numpy_ms"] += stats["numpy"].median_ms
             result["c_reference_ms"] += stats["c_reference"].median_ms
             result["per_shape"].append({k: s.median_ms for k, s in stats.items()})
@@ -389,22 +423,24 @@ class CpuEvaluator(Evaluator):
         with self._lock:
             return list(self._cases)
 
-    def evaluate(self, candidate: Candidate) -> Evaluation:
-        t0 = time.perf_counter()
-        base = dict(key=candidate.key, config=dict(candidate.config), agent=candidate.agent,
-                    source=candidate.source, parent_key=candidate.parent_key)
-        if not self.space.is_valid(candidate.config):
-            return Evaluation(ok=False, reason=INVALID, detail="not a valid configuration of the space",
-                              stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
-        baselines = self._ensure_baselines()
-        request = CascadeRequest(
+    def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
+        return CascadeRequest(
             key=candidate.key, config=dict(candidate.config), source=candidate.source,
             template=self.template, goal_shapes=[list(s) for s in self.goal.shapes],
             params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
             atol=self.goal.tolerance.atol, validation_cases=self.validation_cases,
             seed=self._rng.randrange(2**31), metric=self.goal.objective.metric,
             timing=self.settings.timing, agent=candidate.agent, parent_key=candidate.parent_key)
-        reply = self.pool.call(("evaluate", request), self.settings.deadlines)
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        t0 = time.perf_counter()
+        base = {"key": candidate.key, "config": dict(candidate.config), "agent": candidate.agent,
+                "source": candidate.source, "parent_key": candidate.parent_key}
+        if not self.space.is_valid(candidate.config):
+            return Evaluation(ok=False, reason=INVALID, detail="not a valid configuration of the space",
+                              stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
+        baselines = self._ensure_baselines()
+        reply = self.pool.call(("evaluate", self._request(candidate)), self.settings.deadlines)
         if reply.fault is not None:
             f = reply.fault
             stages = [Stage(name, True, secs) for name, secs in f.completed]
@@ -426,11 +462,27 @@ class CpuEvaluator(Evaluator):
         if "throughput" in ev.metrics:
             ev.metrics[unit] = ev.metrics.pop("throughput")
         if b.get("c_reference_ms") and ev.time_ms:
-            # the C reference was timed once; scale it by how numpy's time drifted since
-            drift = ev.metrics.get("numpy_ms", b["numpy_ms"]) / b["numpy_ms"] if b.get("numpy_ms") else 1.0
-            ev.metrics["speedup_vs_c_reference"] = b["c_reference_ms"] * drift / ev.time_ms
+            # the C reference loop is timed once per run (interleaved with numpy): it can be
+            # far too slow to time beside every candidate; `compare` times all three together
+            ev.metrics["speedup_vs_c_reference"] = b["c_reference_ms"] / ev.time_ms
         if unit == "gbs" and b.get("copy_gbs") and ev.metrics.get("gbs"):
             ev.metrics["fraction_of_copy_bandwidth"] = ev.metrics["gbs"] / b["copy_gbs"]
+
+    @staticmethod
+    def operator_of(name: str) -> CpuOperator:
+        return get_operator("cpu", name)
+
+    def compare(self, candidate: Candidate | Evaluation) -> dict[str, float] | None:
+        """Time a (verified) candidate, numpy and the plain C reference loop interleaved in one
+        measurement: medians in ms and the candidate's speedups over both. None on a fault."""
+        request = self._request(candidate)
+        reply = self.pool.call(("compare", request), self.settings.deadlines)
+        if reply.fault is not None:
+            return None
+        t = reply.result
+        return {**{f"{k}_ms": v for k, v in t.items()},
+                "speedup_vs_numpy": t["numpy"] / t["candidate"],
+                "speedup_vs_c_reference": t["c_reference"] / t["candidate"]}
 
     # ---- baselines and limits -------------------------------------------------------------
     def _ensure_baselines(self) -> dict[str, Any] | None:

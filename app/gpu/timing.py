@@ -9,8 +9,8 @@ is spent, or the sample cap is reached.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

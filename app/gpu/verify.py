@@ -21,8 +21,9 @@ device, launches on the interior, and copies it back.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -64,7 +65,7 @@ class CheckCase:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "CheckCase":
+    def from_dict(cls, data: dict[str, Any]) -> CheckCase:
         dist = data.get("distribution", "normal")
         if dist not in DISTRIBUTIONS:
             dist = "normal"
@@ -194,8 +195,9 @@ def edge_shapes(op: VerifiableOperator, goal_shapes: Sequence[Sequence[int]],
     small = [not_multiple(p) for p in (3, 5, 7, 11)][:op.ndim]
     large = [not_multiple(biggest + 3 + 2 * i) for i in range(op.ndim)]
     shapes = [small, large]
-    if goal_shapes:  # the goal's shape, each dimension nudged off every tile multiple
-        nudged = [not_multiple(max(1, d - 1 - min(d - 1, biggest))) if d > biggest else not_multiple(d)
+    if goal_shapes:  # the goal's shape nudged off every tile multiple (capped: verification
+        # at full size is already done on the goal shape itself)
+        nudged = [not_multiple(min(d, 4 * biggest) - 1) if d > 2 else not_multiple(d)
                   for d in goal_shapes[0]]
         shapes.append(nudged)
     out: list[list[int]] = []

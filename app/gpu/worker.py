@@ -24,8 +24,9 @@ import tempfile
 import threading
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from app.swarm.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
 
@@ -80,7 +81,7 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str) -> No
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
     try:
         handler = _load_factory(factory_spec)(*args)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return
     conn.send(("ready",))
@@ -100,7 +101,7 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str) -> No
             conn.send(("result", result))
         except MemoryError:
             conn.send(("error", OUT_OF_MEMORY, "ran out of memory", traceback.format_exc()))
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - reported to the parent
             conn.send(("error", RUNTIME_FAILED, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
 
 

@@ -7,4 +7,4 @@ from app.catalog.cpu.ops import OPERATORS
 for _name, _op in OPERATORS.items():
     register("cpu", _name, _op)
 
-__all__ = ["CpuOperator", "OPERATORS"]
+__all__ = ["OPERATORS", "CpuOperator"]

@@ -9,9 +9,9 @@ replace the template's source (LLM agents), never the harness.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
-from typing import Callable
 
 import numpy as np
 
