@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Smoke test of the frozen app, after `packaging/build.sh linux`:
+#   1. the bundle in dist/kernelswarm: `kernelswarm --version` (matches pyproject.toml), no NVIDIA
+#      driver library inside, `kernelswarm selftest` (storage, replay run, CPU compile-and-run,
+#      NVRTC), the GUI started offscreen until its main window is up, with its output and log
+#      checked for import errors and missing Qt plugins;
+#   2. the .deb installed into a scratch root (dpkg --instdir, no container) and run the same
+#      way through /usr/bin/kernelswarm, then removed: nothing may be left behind;
+#   3. the .tar.gz unpacked and its `kernelswarm --version` run.
+# Needs no display and no GPU. Prints one line per check; exits 1 if any failed.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+DIST="${DIST:-dist}"
+VERSION="$(python3 -c 'import tomllib; print(tomllib.load(open("pyproject.toml", "rb"))["project"]["version"])')"
+SCRATCH="$(mktemp -d "${TMPDIR:-/tmp}/kernelswarm-smoke.XXXXXX")"
+trap 'rm -rf "$SCRATCH"' EXIT
+FAILED=0
+pass() { echo "PASS  $*"; }
+fail() { echo "FAIL  $*"; FAILED=1; }
+
+# Lines that mean the frozen app lacks something: a module, a shared library, a Qt plugin.
+BROKEN='Traceback|ModuleNotFoundError|ImportError|No module named|cannot open shared object|Cannot load library|qt\.qpa\.plugin|Could not (find|load) the Qt platform plugin|This application failed to start|Failed to execute script|Failed to load'
+
+# A home of its own per run: the app's database, settings and log start empty and are read here.
+fresh_home() {
+  local home="$SCRATCH/home-$1"
+  rm -rf "$home" && mkdir -p "$home"
+  echo "$home"
+}
+with_home() {  # with_home HOME CMD...
+  local home="$1"; shift
+  env HOME="$home" XDG_DATA_HOME="$home/data" XDG_STATE_HOME="$home/state" \
+      XDG_CACHE_HOME="$home/cache" XDG_CONFIG_HOME="$home/config" QT_QPA_PLATFORM=offscreen \
+      KERNELSWARM_DB="$home/history.sqlite" "$@"
+}
+
+check_app() {  # check_app LABEL CLI_EXE GUI_EXE
+  local label="$1" cli="$2" gui="$3" home out started
+  out="$("$cli" --version 2>&1)"
+  if [[ "$out" == "kernelswarm $VERSION" ]]; then pass "$label --version: $out"
+  else fail "$label --version: expected 'kernelswarm $VERSION', got '$out'"; fi
+
+  home="$(fresh_home "$label-selftest")"
+  out="$(with_home "$home" timeout 300 "$cli" selftest 2>&1)"; local rc=$?
+  echo "$out" | sed 's/^/      /'
+  if [[ $rc -eq 0 ]] && ! grep -q '^FAIL' <<<"$out" && grep -q '^PASS  storage' <<<"$out" \
+      && grep -q '^PASS  replay' <<<"$out"; then
+    pass "$label selftest"
+  else
+    fail "$label selftest (exit $rc)"
+  fi
+
+  home="$(fresh_home "$label-gui")"
+  started="$(date +%s.%N)"
+  out="$(with_home "$home" KERNELSWARM_STARTUP_PROBE="$started" timeout 120 "$gui" 2>&1)"; rc=$?
+  local log; log="$(cat "$home"/state/kernelswarm/log/*.log 2>/dev/null)"
+  if [[ $rc -ne 0 ]] || ! grep -q 'startup probe: main window up' <<<"$out"; then
+    fail "$label GUI: no main window (exit $rc): $(tail -c 2000 <<<"$out")"
+  elif grep -E -q "$BROKEN" <<<"$out"$'\n'"$log"; then
+    fail "$label GUI: came up, but output or log shows a missing part:"
+    grep -E "$BROKEN" <<<"$out"$'\n'"$log" | head -20 | sed 's/^/      /'
+  else
+    pass "$label GUI: $(grep -o 'main window up after [0-9.]* s' <<<"$out") (cold start, offscreen)"
+  fi
+}
+
+# ---- 1. the bundle ---------------------------------------------------------------------------
+BUNDLE="$DIST/kernelswarm"
+if [[ ! -x "$BUNDLE/kernelswarm" ]]; then
+  fail "no bundle at $BUNDLE: run packaging/build.sh linux first"
+  exit 1
+fi
+driver="$(find "$BUNDLE" -type f \( -name 'libcuda.so*' -o -name 'libnvidia-*' \) -print)"
+if [[ -z "$driver" ]]; then pass "bundle holds no NVIDIA driver library"
+else fail "bundle holds driver libraries: $driver"; fi
+check_app bundle "$BUNDLE/kernelswarm" "$BUNDLE/kernelswarm-gui"
+
+# ---- 2. the .deb in a scratch root -----------------------------------------------------------
+DEB="$(ls "$DIST"/kernelswarm_"$VERSION"_*.deb 2>/dev/null | grep -v nocuda | head -1)"
+[[ -n "$DEB" ]] || DEB="$(ls "$DIST"/kernelswarm_"$VERSION"_*.deb 2>/dev/null | head -1)"
+if [[ -z "$DEB" ]]; then
+  fail "no .deb for $VERSION in $DIST"
+else
+  R="$SCRATCH/root"
+  mkdir -p "$R/var/lib/dpkg/info" "$R/var/lib/dpkg/updates" && touch "$R/var/lib/dpkg/status"
+  dpkg_r() { dpkg --instdir="$R" --admindir="$R/var/lib/dpkg" --force-script-chrootless \
+                  --force-depends --force-not-root "$@"; }
+  if out="$(dpkg_r -i "$DEB" 2>&1)"; then
+    pass "dpkg -i $(basename "$DEB") into a scratch root"
+    for f in usr/bin/kernelswarm usr/bin/kernelswarm-gui usr/share/applications/kernelswarm.desktop \
+             usr/share/icons/hicolor/256x256/apps/kernelswarm.png; do
+      [[ -e "$R/$f" ]] || fail ".deb lacks /$f"
+    done
+    if command -v desktop-file-validate >/dev/null; then
+      desktop-file-validate "$R/usr/share/applications/kernelswarm.desktop" \
+        && pass "desktop entry valid" || fail "desktop entry invalid"
+    fi
+    check_app deb "$R/usr/bin/kernelswarm" "$R/usr/bin/kernelswarm-gui"
+    if out="$(dpkg_r -r kernelswarm 2>&1)"; then
+      left="$(cd "$R" && find . -path ./var/lib/dpkg -prune -o \( -type f -o -type l \) -print)"
+      if [[ -z "$left" ]]; then pass "dpkg -r kernelswarm left nothing behind"
+      else fail "dpkg -r left files behind: $(head -5 <<<"$left")"; fi
+    else
+      fail "dpkg -r kernelswarm: $out"
+    fi
+  else
+    fail "dpkg -i $DEB: $out"
+  fi
+fi
+
+# ---- 3. the .tar.gz --------------------------------------------------------------------------
+TARBALL="$(ls "$DIST"/kernelswarm-"$VERSION"-linux-*.tar.gz 2>/dev/null | head -1)"
+if [[ -z "$TARBALL" ]]; then
+  fail "no .tar.gz for $VERSION in $DIST"
+else
+  mkdir -p "$SCRATCH/tar" && tar -C "$SCRATCH/tar" -xzf "$TARBALL"
+  out="$("$SCRATCH/tar/kernelswarm-$VERSION/kernelswarm" --version 2>&1)"
+  if [[ "$out" == "kernelswarm $VERSION" ]]; then pass "$(basename "$TARBALL") unpacked: $out"
+  else fail "$(basename "$TARBALL") unpacked: --version said '$out'"; fi
+fi
+
+if [[ $FAILED -eq 0 ]]; then echo "smoke: all checks passed"; else echo "smoke: FAILED"; fi
+exit $FAILED
