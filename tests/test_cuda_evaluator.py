@@ -21,7 +21,13 @@ from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
 from app.swarm.events import EventBus
 from app.swarm.types import (
-    COMPILE_FAILED, INVALID, RESOURCE_LIMIT, RUNTIME_FAILED, TIMEOUT, VERIFY_FAILED, Candidate,
+    COMPILE_FAILED,
+    INVALID,
+    RESOURCE_LIMIT,
+    RUNTIME_FAILED,
+    TIMEOUT,
+    VERIFY_FAILED,
+    Candidate,
 )
 
 H200 = {"ok": True, "name": "NVIDIA H200", "compute_capability": "90", "sms": 132,

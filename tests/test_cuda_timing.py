@@ -8,7 +8,13 @@ import random
 import pytest
 
 from app.gpu.cuda.timing import (
-    Protocol, StopRule, describe_reasons, median_ci_rel, quantile, summarize, throttle_reasons,
+    Protocol,
+    StopRule,
+    describe_reasons,
+    median_ci_rel,
+    quantile,
+    summarize,
+    throttle_reasons,
 )
 
 

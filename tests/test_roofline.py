@@ -9,7 +9,10 @@ import json
 import pytest
 
 from app.gpu.cuda.roofline import (
-    Limits, cached_copy_bandwidth, device_key, peak_flops,
+    Limits,
+    cached_copy_bandwidth,
+    device_key,
+    peak_flops,
 )
 
 

@@ -92,7 +92,6 @@ def test_planted_faults_are_recorded_and_the_run_continues():
 
 def test_out_of_memory_is_recorded():
     shape = [1 << 21, 1 << 16]  # 512 GiB of fp32 inputs
-    op = OPERATORS["softmax"]
     ev = make("softmax", "float32", shape, measure_baseline=False)
     try:
         cfg = {"THREADS": 1024, "TPR": 1024, "VEC": 4, "FAST_EXP": 1}
