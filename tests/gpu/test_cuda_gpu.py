@@ -8,7 +8,7 @@ import pytest
 
 from app.catalog.cuda import OPERATORS
 from app.goal import Goal
-from app.gpu.cuda.evaluator import CudaEvaluator
+from app.gpu.cuda.evaluator import CudaEvaluator, make_pool
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
 from app.swarm.types import OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT, VERIFY_FAILED, Candidate
@@ -20,6 +20,14 @@ FAMILIES = [("softmax", "bfloat16", [2048, 4096]), ("softmax", "float32", [1000,
             ("bias_gelu", "float32", [1024, 4096]), ("transpose", "float32", [2048, 4096]),
             ("gemm", "bfloat16", [1024, 1024, 1024]), ("gemm", "float16", [512, 768, 256]),
             ("gemm", "float32", [512, 512, 512])]
+
+
+@pytest.fixture(scope="module")
+def shared_pool():
+    """One GPU worker for the family tests: CuPy, the CUDA context and torch load once."""
+    pool = make_pool([0])
+    yield pool
+    pool.close()
 
 
 def make(name, dtype, shape, **kw) -> CudaEvaluator:
@@ -35,9 +43,9 @@ def candidate(op, dtype, shape, i=0, source=None) -> Candidate:
 
 
 @pytest.mark.parametrize("name,dtype,shape", FAMILIES, ids=[f"{n}-{d}" for n, d, _ in FAMILIES])
-def test_recommended_kernels_verify_and_time(name, dtype, shape):
+def test_recommended_kernels_verify_and_time(name, dtype, shape, shared_pool):
     op = OPERATORS[name]
-    ev = make(name, dtype, shape)
+    ev = make(name, dtype, shape, pool=shared_pool)
     try:
         for i in range(len(op.recommended(dtype, shape))):
             result = ev.evaluate(candidate(op, dtype, shape, i))
