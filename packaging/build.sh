@@ -144,7 +144,7 @@ build_linux() {
   # the newest glibc symbol any bundled binary needs is the oldest libc6 it runs on
   glibc="$(find "$root/opt" -type f \( -name '*.so*' -o -perm -u+x \) -print0 \
     | xargs -0 objdump -T 2>/dev/null | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' \
-    | sort -uV | tail -1)"
+    | sort -uV | tail -1 || true)"
   size_kb=$(du -sk "$root" | cut -f1)
   # Desktop integration (menu cache, icon cache) runs from the desktop-file-utils and
   # hicolor-icon-theme dpkg triggers, so the package needs no maintainer scripts and

@@ -54,7 +54,7 @@ def _install_startup_probe(started: float) -> None:
 def _cli_knows(command: str) -> bool:
     from app.cli import build_parser
 
-    for action in build_parser()._subparsers._group_actions:  # noqa: SLF001 - argparse has no API
+    for action in build_parser()._subparsers._group_actions:
         if command in getattr(action, "choices", {}):
             return True
     return False

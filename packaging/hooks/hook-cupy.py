@@ -25,8 +25,8 @@ def _stdlib_imported_by_cupy() -> list:
     import sys
 
     before = set(sys.modules)
-    import cupy  # noqa: F401
-    import cupy.cuda.compiler  # noqa: F401
+    import cupy
+    import cupy.cuda.compiler
     import cupy.random  # noqa: F401
     import cupy_backends.cuda.libs.nvrtc  # noqa: F401
 
