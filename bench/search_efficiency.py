@@ -65,7 +65,8 @@ def expected_random_best(times: Sequence[float | None], m: int, penalty: float) 
         raise ValueError(f"budget {m} must be between 1 and the number of configurations {n}")
     valid = sorted(t for t in times if t is not None)
     total = math.comb(n, m)
-    expected = sum(t * math.comb(n - i, m - 1) for i, t in enumerate(valid, start=1)) / total
+    # Big-integer ratios first, so the probabilities are exact to float precision.
+    expected = sum(t * (math.comb(n - i, m - 1) / total) for i, t in enumerate(valid, start=1))
     p_none = math.comb(n - len(valid), m) / total
     return expected + p_none * penalty
 
