@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import random
 
+import numpy as np
+
 from app.swarm.agents.base import Agent, Config
-from app.swarm.agents.moves import Picker, distance, random_free
+from app.swarm.agents.moves import Picker, Positions, random_free
 from app.swarm.blackboard import Blackboard
 from app.swarm.space import SearchSpace
 
@@ -20,10 +22,20 @@ class ExplorerAgent(Agent):
                  pool: int = 32) -> None:
         super().__init__(space, rng, minimize)
         self.pool = pool
+        self.positions = Positions(space)
+        self._seen = np.zeros((0, len(self.positions.names)))
+        self._synced = 0
+
+    def _sync(self, board: Blackboard) -> None:
+        evaluations = board.evaluations
+        new = self.positions.matrix(e.config for e in evaluations[self._synced:])
+        self._seen = np.vstack([self._seen, new])
+        self._synced = len(evaluations)
 
     def propose(self, board: Blackboard, n: int = 1) -> list[Config]:
+        self._sync(board)
         picker = Picker(self.space, board)
-        seen = [e.config for e in board.evaluations]
+        seen = self._seen
         out: list[Config] = []
         for _ in range(n):
             candidates = []
@@ -33,9 +45,13 @@ class ExplorerAgent(Agent):
                     candidates.append(cand)
             if not candidates:
                 break
-            # Farthest from its nearest evaluated (or just proposed) neighbour.
-            best = max(candidates, key=lambda c: min((distance(self.space, c, s) for s in seen),
-                                                      default=0.0))
+            # Farthest from its nearest evaluated (or just proposed) configuration.
+            cands = self.positions.matrix(candidates)
+            if len(seen):
+                gaps = np.abs(cands[:, None, :] - seen[None, :, :]).sum(axis=2).min(axis=1)
+                best = candidates[int(np.argmax(gaps))]
+            else:
+                best = candidates[0]
             out.append(picker.take(best))
-            seen.append(best)
+            seen = np.vstack([seen, self.positions.matrix([best])])
         return out

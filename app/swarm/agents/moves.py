@@ -9,6 +9,8 @@ here materialises the space's product.
 from __future__ import annotations
 
 import random
+
+import numpy as np
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -21,6 +23,24 @@ Config = dict[str, Any]
 def free_params(space: SearchSpace) -> list[str]:
     """Parameters with more than one value (the others never change)."""
     return [n for n, v in space.params.items() if len(v) > 1]
+
+
+class Positions:
+    """Configurations as normalised position vectors (each parameter's index in its value list
+    scaled to [0, 1]), so distances to many configurations are one numpy expression."""
+
+    def __init__(self, space: SearchSpace) -> None:
+        self.names = free_params(space)
+        self.index = [{v: i for i, v in enumerate(space.params[n])} for n in self.names]
+        self.scale = np.array([len(space.params[n]) - 1 for n in self.names], dtype=float)
+
+    def vector(self, config: Mapping[str, Any]) -> np.ndarray:
+        return np.array([ix[config[n]] for n, ix in zip(self.names, self.index)],
+                        dtype=float) / self.scale
+
+    def matrix(self, configs: Iterable[Mapping[str, Any]]) -> np.ndarray:
+        rows = [self.vector(c) for c in configs]
+        return np.array(rows) if rows else np.zeros((0, len(self.names)))
 
 
 def distance(space: SearchSpace, a: Mapping[str, Any], b: Mapping[str, Any]) -> float:
@@ -42,8 +62,10 @@ class Picker:
         self.taken: set[str] = set()
 
     def is_free(self, config: Mapping[str, Any]) -> bool:
+        if not self.space.is_valid(config):  # cheaper than hashing the key: check it first
+            return False
         key = self.space.key(config)
-        return key not in self.taken and self.space.is_valid(config) and not self.board.known(key)
+        return key not in self.taken and not self.board.known(key)
 
     def take(self, config: Config) -> Config:
         self.taken.add(self.space.key(config))
