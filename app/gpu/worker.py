@@ -256,10 +256,14 @@ class Worker:
             fault = WorkerFault(reason, f"killed: {killed_for}", stage, elapsed, log, completed)
         elif code is not None and code < 0:
             sig = _signal_name(-code)
-            # SIGKILL that the watchdog did not send: the system's out-of-memory killer.
-            reason = OUT_OF_MEMORY if -code == signal.SIGKILL else CRASH
-            fault = WorkerFault(reason, f"worker died with {sig} in the {stage} stage", stage,
-                                elapsed, log, completed)
+            # A SIGKILL the watchdog did not send: the system's out-of-memory killer, usually.
+            if -code == signal.SIGKILL:
+                fault = WorkerFault(OUT_OF_MEMORY, f"worker was killed (SIGKILL, most likely the "
+                                    f"system's out-of-memory killer) in the {stage} stage", stage,
+                                    elapsed, log, completed)
+            else:
+                fault = WorkerFault(CRASH, f"worker died with {sig} in the {stage} stage", stage,
+                                    elapsed, log, completed)
         else:
             fault = WorkerFault(CRASH, f"worker exited with code {code} in the {stage} stage", stage,
                                 elapsed, log, completed)

@@ -56,6 +56,7 @@ class CpuOperator:
     flops: Callable[[Shape], float]
     bytes_moved: Callable[[Shape], float]
     throughput_unit: str  # "GFLOP/s" (compute-bound) or "GB/s" (memory-bound)
+    default_shape: list[int]  # a realistic size, offered when a goal names none
     base_params: dict[str, list]  # THREADS is added per machine
     restrictions: list[str] = field(default_factory=list)
     tile_params: tuple[str, ...] = ()  # parameters whose values are tile sizes (edge shapes)
