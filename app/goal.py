@@ -94,6 +94,8 @@ class Goal:
     constraints: Constraints = field(default_factory=Constraints)
     swarm: SwarmSettings = field(default_factory=SwarmSettings)
     simulate_time: bool = True  # replay: charge recorded compile/verify/benchmark times
+    # LLM endpoint settings (app.llm.settings.LLMSettings fields; never the API key)
+    llm: dict[str, Any] = field(default_factory=dict)
     source_path: str = ""  # where the goal was loaded from (not saved)
 
     # ---- validation -------------------------------------------------------------------
@@ -172,6 +174,17 @@ class Goal:
             raise GoalError("swarm.workers", "must be an integer between 1 and 256")
         if isinstance(self.swarm.seed, bool) or not isinstance(self.swarm.seed, int):
             raise GoalError("swarm.seed", "must be an integer")
+        if not isinstance(self.llm, dict):
+            raise GoalError("llm", "must be a table of LLM endpoint settings")
+        if self.llm or "llm" in self.swarm.agents:
+            from app.llm.settings import LLMSettings, LLMSettingsError
+
+            try:
+                LLMSettings.from_dict(dict(self.llm))
+            except LLMSettingsError as exc:
+                raise GoalError(f"llm.{exc.field}", exc.problem) from None
+            except TypeError as exc:
+                raise GoalError("llm", str(exc)) from None
         return self
 
     # ---- TOML --------------------------------------------------------------------------

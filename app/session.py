@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from app.goal import Goal
 from app.gpu.base import Evaluator
 from app.swarm.coordinator import Coordinator, RunResult
-from app.swarm.events import EventBus, Evaluated, Telemetry
+from app.swarm.events import EventBus, Telemetry
 
 if TYPE_CHECKING:  # the store is optional: benchmarks run without one
     from app.store import Store
@@ -89,8 +89,15 @@ class RunSession:
                                                   **device.details}) if store else None
         baseline = self.evaluator.baseline()
         limit = self.evaluator.limit()
+        agents: list[Any] = [a for a in goal.swarm.agents if a != "llm"]
+        evaluator_for_run = self.evaluator
+        self.llm_team = None
+        if "llm" in goal.swarm.agents:
+            self.llm_team = self._make_llm_team(goal)
+            agents += self.llm_team.agents
+            evaluator_for_run = self.llm_team.evaluator  # source policy before compiling
         self.coordinator = Coordinator(
-            self.evaluator.space, self.evaluator, agents=goal.swarm.agents,
+            self.evaluator.space, evaluator_for_run, agents=agents,
             minimize=goal.objective.minimize, stop=goal.stop, workers=goal.swarm.workers,
             seed=goal.swarm.seed, bus=self.bus, run_id=self.run_id, prior=prior,
             prior_elapsed_s=prior_elapsed,
@@ -100,14 +107,21 @@ class RunSession:
         )
         self._unsubscribe: list = []
         if store is not None and self.run_id is not None:
-            # critical: a failed commit must stop the run, never silently drop an evaluation
+            # critical: a failed commit must stop the run, never silently drop an evaluation.
+            # The subscriber also adds failing verification cases to the goal's validation set.
             self._unsubscribe.append(self.bus.subscribe(store.subscriber(self.run_id), critical=True))
-            self._unsubscribe.append(self.bus.subscribe(self._keep_failing_cases))
         self._telemetry_stop = threading.Event()
+        attach_bus = getattr(self.evaluator, "attach_bus", None)
+        if attach_bus is not None:  # backends with their own telemetry sampler (NVML)
+            attach_bus(self.bus, self.run_id)
 
-    def _keep_failing_cases(self, event: Any) -> None:
-        if isinstance(event, Evaluated) and event.evaluation.failing_case and self.store:
-            self.store.add_validation_case(self.goal, event.evaluation.failing_case)
+    def _make_llm_team(self, goal: Goal) -> Any:
+        from app.llm import LLMSettings, make_llm_team
+
+        settings = LLMSettings.from_env(base=LLMSettings.from_dict(dict(goal.llm)))
+        db_path = getattr(self.store, "path", None) if self.store is not None else None
+        return make_llm_team(goal, self.evaluator, settings=settings, bus=self.bus,
+                             run_id=self.run_id, db_path=db_path)
 
     def _telemetry_loop(self) -> None:
         sample = getattr(self.evaluator, "sample_telemetry", None)

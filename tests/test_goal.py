@@ -92,7 +92,9 @@ def test_missing_goal_file_is_named(tmp_path):
 @pytest.mark.parametrize("path", sorted(GOALS.glob("*.toml")), ids=lambda p: p.name)
 def test_example_goals_are_valid_and_find_their_space(path):
     goal = Goal.load(path).validate()
-    assert goal.backend == "replay"
+    if goal.backend != "replay":
+        assert goal.operator and goal.shapes  # catalog goals name an operator and shapes
+        return
     try:
         space = goal.resolve_space_path()
     except FileNotFoundError:

@@ -193,7 +193,10 @@ class Coordinator:
                        and len(in_flight) < self.slots and issued + len(in_flight) < self._budget_left()):
                     cand = self._next_candidate()
                     if cand is None:
-                        exhausted = True
+                        # Agents still waiting on slow ideas (LLM replies) are not out of ideas.
+                        exhausted = not in_flight and not self._agents_pending()
+                        if not exhausted:
+                            self._stop.wait(0.05)
                         break
                     in_flight[pool.submit(self._evaluate, cand)] = (issued, cand)
                     issued += 1
@@ -205,7 +208,9 @@ class Coordinator:
                     if not self._running.is_set():
                         self._running.wait(0.1)
                         continue
-                    return self._check_stop() or "max_evals"
+                    if self._budget_left() <= 0:
+                        return self._check_stop() or "max_evals"
+                    continue  # agents are waiting on replies: ask again
                 done, _ = cf.wait(list(in_flight), timeout=0.2, return_when=cf.FIRST_COMPLETED)
                 # Accept in submission order so one-worker runs are reproducible.
                 for fut in sorted(done, key=lambda f: in_flight[f][0]):
@@ -226,6 +231,9 @@ class Coordinator:
                         return reason
                 if self._stop.is_set() and not in_flight:
                     return "stopped"
+
+    def _agents_pending(self) -> bool:
+        return any(getattr(a, "pending", lambda: False)() for a in self.agents.values())
 
     def _evaluate(self, cand: Candidate) -> Evaluation:
         try:
