@@ -153,6 +153,12 @@ def _apply_overrides(goal: Goal, args: argparse.Namespace) -> Goal:
         goal.stop.time_budget_s = args.time_budget
     if args.workers is not None:
         goal.swarm.workers = args.workers
+    if args.agents:
+        goal.swarm.agents = [a.strip() for a in args.agents.split(",") if a.strip()]
+    if args.llm_base_url:
+        goal.llm["base_url"] = args.llm_base_url
+    if args.llm_model:
+        goal.llm["model"] = args.llm_model
     return goal
 
 
@@ -423,6 +429,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--time-budget", type=_non_negative_float, metavar="S",
                      help="wall-clock budget in seconds (run clock; 0 = none)")
     run.add_argument("--workers", type=_positive_int, metavar="N", help="evaluation threads")
+    run.add_argument("--agents", metavar="A,B,...",
+                     help="agents to use (explorer, local, evolution, model, llm); overrides the goal")
+    run.add_argument("--llm-base-url", metavar="URL",
+                     help="OpenAI-compatible endpoint for the llm agents (key from "
+                          "KERNELSWARM_LLM_API_KEY or OPENAI_API_KEY)")
+    run.add_argument("--llm-model", metavar="NAME", help="model for the llm agents")
     run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as a JSON line")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--resume", type=int, metavar="RUN_ID",
@@ -446,7 +458,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     dev = sub.add_parser("devices", help="which backends can run here")
     dev.set_defaults(func=cmd_devices)
+
+    selftest = sub.add_parser("selftest", help="check this installation (storage, replay, CPU, NVRTC)",
+                              add_help=False)
+    selftest.add_argument("selftest_args", nargs=argparse.REMAINDER)
+    selftest.set_defaults(func=cmd_selftest)
     return parser
+
+
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from app.selftest import main as selftest_main
+
+    return selftest_main(args.selftest_args)
 
 
 def _open_gui(parser: argparse.ArgumentParser) -> int:
