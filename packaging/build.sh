@@ -132,9 +132,8 @@ build_linux() {
   rm -rf build/deb && mkdir -p "$root/DEBIAN" "$root/opt" "$root/usr/bin" \
     "$root/usr/share/applications" "$root/usr/share/icons/hicolor/scalable/apps"
   cp -a "$BUNDLE" "$root/opt/kernelswarm"
-  # relative links: right in / and in any scratch root the package is unpacked into
+  # a relative link: right in / and in any scratch root the package is unpacked into
   ln -s ../../opt/kernelswarm/kernelswarm "$root/usr/bin/kernelswarm"
-  ln -s ../../opt/kernelswarm/kernelswarm-gui "$root/usr/bin/kernelswarm-gui"
   cp packaging/linux/kernelswarm.desktop "$root/usr/share/applications/"
   for s in 48 128 256 512; do
     mkdir -p "$root/usr/share/icons/hicolor/${s}x${s}/apps"
@@ -165,7 +164,7 @@ Description: desktop swarm of search agents that optimises GPU kernels
  reference on many inputs, times them honestly and keeps only the correct and
  faster ones, with the whole history in SQLite. Backends: CUDA (uses the NVIDIA
  driver installed on the machine), CPU (the system C compiler) and recorded
- tuning spaces. Commands: kernelswarm (CLI; bare opens the GUI), kernelswarm-gui.
+ tuning spaces. `kernelswarm` opens the GUI; `kernelswarm run GOAL.toml` etc. is the CLI.
 EOF
   deb="$DEB"
   # gzip: xz takes minutes on the CUDA libraries for a few percent

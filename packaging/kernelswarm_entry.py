@@ -1,7 +1,7 @@
 """Entry point of the frozen bundle.
 
-One script, two executables in one bundle: `kernelswarm` (console: the CLI; bare opens the GUI)
-and `kernelswarm-gui` (windowed on Windows and macOS: always the GUI).
+`kernelswarm` is the CLI (bare, it opens the GUI); on Windows and macOS the bundle also holds
+`kernelswarm-gui`, the same program built windowed, which always opens the GUI.
 
 KERNELSWARM_STARTUP_PROBE=<epoch seconds> makes the GUI print how long it took from that moment
 until its main window was shown, then quit: the smoke test's way to check that the frozen GUI

@@ -36,8 +36,8 @@ with_home() {  # with_home HOME CMD...
       KERNELSWARM_DB="$home/history.sqlite" "$@"
 }
 
-check_app() {  # check_app LABEL CLI_EXE GUI_EXE
-  local label="$1" cli="$2" gui="$3" home out started
+check_app() {  # check_app LABEL EXE   (bare, EXE opens the GUI, as the desktop entry runs it)
+  local label="$1" cli="$2" home out started
   out="$("$cli" --version 2>&1)"
   if [[ "$out" == "kernelswarm $VERSION" ]]; then pass "$label --version: $out"
   else fail "$label --version: expected 'kernelswarm $VERSION', got '$out'"; fi
@@ -54,7 +54,7 @@ check_app() {  # check_app LABEL CLI_EXE GUI_EXE
 
   home="$(fresh_home "$label-gui")"
   started="$(date +%s.%N)"
-  out="$(with_home "$home" KERNELSWARM_STARTUP_PROBE="$started" timeout 120 "$gui" 2>&1)"; rc=$?
+  out="$(with_home "$home" KERNELSWARM_STARTUP_PROBE="$started" timeout 120 "$cli" 2>&1)"; rc=$?
   local log; log="$(cat "$home"/state/kernelswarm/log/*.log 2>/dev/null)"
   if [[ $rc -ne 0 ]] || ! grep -q 'startup probe: main window up' <<<"$out"; then
     fail "$label GUI: no main window (exit $rc): $(tail -c 2000 <<<"$out")"
@@ -75,7 +75,7 @@ fi
 driver="$(find "$BUNDLE" -type f \( -name 'libcuda.so*' -o -name 'libnvidia-*' \) -print)"
 if [[ -z "$driver" ]]; then pass "bundle holds no NVIDIA driver library"
 else fail "bundle holds driver libraries: $driver"; fi
-check_app bundle "$BUNDLE/kernelswarm" "$BUNDLE/kernelswarm-gui"
+check_app bundle "$BUNDLE/kernelswarm"
 
 # ---- 2. the .deb in a scratch root -----------------------------------------------------------
 DEB="$(ls "$DIST"/kernelswarm_"$VERSION"_*.deb 2>/dev/null | grep -v nocuda | head -1)"
@@ -89,7 +89,7 @@ else
                   --force-depends --force-not-root "$@"; }
   if out="$(dpkg_r -i "$DEB" 2>&1)"; then
     pass "dpkg -i $(basename "$DEB") into a scratch root"
-    for f in usr/bin/kernelswarm usr/bin/kernelswarm-gui usr/share/applications/kernelswarm.desktop \
+    for f in usr/bin/kernelswarm usr/share/applications/kernelswarm.desktop \
              usr/share/icons/hicolor/256x256/apps/kernelswarm.png; do
       [[ -e "$R/$f" ]] || fail ".deb lacks /$f"
     done
@@ -97,7 +97,7 @@ else
       desktop-file-validate "$R/usr/share/applications/kernelswarm.desktop" \
         && pass "desktop entry valid" || fail "desktop entry invalid"
     fi
-    check_app deb "$R/usr/bin/kernelswarm" "$R/usr/bin/kernelswarm-gui"
+    check_app deb "$R/usr/bin/kernelswarm"
     if out="$(dpkg_r -r kernelswarm 2>&1)"; then
       left="$(cd "$R" && find . -path ./var/lib/dpkg -prune -o \( -type f -o -type l \) -print)"
       if [[ -z "$left" ]]; then pass "dpkg -r kernelswarm left nothing behind"

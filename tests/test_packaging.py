@@ -108,14 +108,26 @@ def test_spec_leaves_out_the_nvidia_driver_and_unused_qt(monkeypatch, capsys):
         assert Path(path).exists(), path
 
 
-def test_spec_makes_cli_and_gui_in_one_bundle(monkeypatch):
+@pytest.mark.parametrize(("platform", "names"), [
+    ("linux", ["kernelswarm"]),  # bare `kernelswarm` is the GUI; no second 20 MB executable
+    ("win32", ["kernelswarm", "kernelswarm-gui"]),
+    ("darwin", ["kernelswarm", "kernelswarm-gui"]),
+])
+def test_spec_makes_cli_and_gui_in_one_bundle(monkeypatch, platform, names):
+    monkeypatch.setattr(sys, "platform", platform)
     _run_spec(monkeypatch, cuda=True, toc=TOC)
     exes = [r for r in _Recorder.made if type(r).__name__ == "EXE"]
-    assert sorted(e.kwargs["name"] for e in exes) == ["kernelswarm", "kernelswarm-gui"]
-    assert all(e.kwargs["console"] for e in exes if e.kwargs["name"] == "kernelswarm")
+    assert [e.kwargs["name"] for e in exes] == names
+    assert [e.kwargs["console"] for e in exes] == [True, False][:len(names)]
     (collect,) = [r for r in _Recorder.made if type(r).__name__ == "COLLECT"]
     assert collect.kwargs["name"] == "kernelswarm"
     assert all(any(arg is exe for arg in collect.args) for exe in exes)
+    bundles = [r for r in _Recorder.made if type(r).__name__ == "BUNDLE"]
+    if platform == "darwin":
+        assert bundles[0].kwargs["info_plist"]["CFBundleExecutable"] == "kernelswarm-gui"
+        assert bundles[0].kwargs["version"] == __version__
+    else:
+        assert not bundles
 
 
 def test_spec_without_cuda_leaves_cupy_and_cuda_libraries_out(monkeypatch):
@@ -178,10 +190,9 @@ def _fake_bundle(tmp_path: Path, version: str) -> Path:
     that answers --version like the app, and a driver-free _internal folder."""
     bundle = tmp_path / "bundle"
     (bundle / "_internal").mkdir(parents=True)
-    for name in ("kernelswarm", "kernelswarm-gui"):
-        exe = bundle / name
-        exe.write_text(f"#!/bin/sh\necho kernelswarm {version}\n")
-        exe.chmod(0o755)
+    exe = bundle / "kernelswarm"
+    exe.write_text(f"#!/bin/sh\necho kernelswarm {version}\n")
+    exe.chmod(0o755)
     (bundle / "_internal" / "base_library.zip").write_bytes(b"PK")
     return bundle
 
@@ -229,7 +240,7 @@ def test_build_sh_refuses_a_bundle_holding_the_nvidia_driver(tmp_path):
 
 def test_desktop_entry_names_the_installed_commands_and_icon():
     entry = (PACKAGING / "linux" / "kernelswarm.desktop").read_text()
-    assert "\nExec=kernelswarm-gui" in entry and "\nIcon=kernelswarm\n" in entry
+    assert "\nExec=kernelswarm\n" in entry and "\nIcon=kernelswarm\n" in entry
     if shutil.which("desktop-file-validate"):
         subprocess.run(["desktop-file-validate", str(PACKAGING / "linux" / "kernelswarm.desktop")],
                        check=True)
