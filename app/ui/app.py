@@ -8,6 +8,8 @@ import sys
 
 log = logging.getLogger(__name__)
 
+GUI_SWITCH_INTERVAL_S = 0.001
+
 
 def _parse(argv: list[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="kernelswarm", description="KernelSwarm desktop application")
@@ -29,6 +31,9 @@ def run_gui(argv: list[str] | None = None) -> int:
     from app import __version__
     from app.ui.errors import ExceptionHandler, setup_logging
 
+    # Engine threads share the GIL with the GUI; PySide releases it on every Qt call, so a
+    # short switch interval lets the GUI thread win it back quickly (bench/ui_responsiveness.py).
+    sys.setswitchinterval(GUI_SWITCH_INTERVAL_S)
     log_path = setup_logging()
     QCoreApplication.setOrganizationName("KernelSwarm")
     QCoreApplication.setApplicationName("KernelSwarm")

@@ -16,12 +16,11 @@ from pygments.lexers import CLexer, CudaLexer, DiffLexer
 from PySide6.QtCore import (
     QAbstractTableModel,
     QModelIndex,
-    QSortFilterProxyModel,
     Qt,
     QTimer,
     Signal,
 )
-from PySide6.QtGui import QColor
+from PySide6.QtGui import QColor, QFont
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -53,12 +52,32 @@ def _first(d: dict, keys: tuple[str, ...]) -> Any:
     return None
 
 
+_ROOT = QModelIndex()
+_OK_COLOR = QColor("#2e9d4f")
+_FAIL_COLOR = QColor("#d9534f")
+_RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
+_BOLD = QFont()
+_BOLD.setBold(True)
+_AGENT_QCOLORS: dict[str, QColor] = {}
+
+
+def _agent_qcolor(agent: str) -> QColor:
+    c = _AGENT_QCOLORS.get(agent)
+    if c is None:
+        c = _AGENT_QCOLORS[agent] = QColor(agent_color(agent))
+    return c
+
+
 def params_text(config: dict) -> str:
     return "  ".join(f"{k}={v}" for k, v in config.items())
 
 
 class CandidateModel(QAbstractTableModel):
-    """Rows are (index, Evaluation, elapsed_s) in run order."""
+    """Rows are (index, Evaluation, elapsed_s) in run order; the model sorts and filters itself.
+
+    A QSortFilterProxyModel over 50,000 streaming rows spends tens of milliseconds per insert
+    calling back into Python; here display strings and sort keys are computed once per row,
+    the view order is a list of source rows, and appends in run order are plain inserts."""
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -70,6 +89,12 @@ class CandidateModel(QAbstractTableModel):
         self.unit = "ms"
         self._first_ok: float | None = None
         self.best: Evaluation | None = None
+        self._cache: list[tuple[list, list]] = []
+        self._accepted: list[bool] = []
+        self._view: list[int] = []  # view row -> source row
+        self.sort_column, self.sort_order = 0, Qt.AscendingOrder
+        self.status = "all"
+        self._needle = ""
 
     # ---- data in ------------------------------------------------------------------------
     def reset(self, minimize: bool = True, baseline: float | None = None, limit: float | None = None,
@@ -79,18 +104,18 @@ class CandidateModel(QAbstractTableModel):
         self.minimize, self.baseline, self.limit, self.unit = minimize, baseline, limit, unit
         self._first_ok = None
         self.best = None
+        self._cache, self._accepted, self._view = [], [], []
         self.endResetModel()
 
     def set_references(self, baseline: float | None, limit: float | None) -> None:
         self.baseline, self.limit = baseline, limit
-        if self.rows:
-            self.dataChanged.emit(self.index(0, 4), self.index(len(self.rows) - 1, 5))
+        self._recache()
+        self._relayout()
 
     def append(self, rows: list[tuple[int, Evaluation, float]]) -> None:
         if not rows:
             return
-        start = len(self.rows)
-        self.beginInsertRows(QModelIndex(), start, start + len(rows) - 1)
+        first_new = len(self.rows)
         for row in rows:
             ev = row[1]
             self.rows.append(row)
@@ -101,7 +126,91 @@ class CandidateModel(QAbstractTableModel):
                 if self.best is None or (ev.value < self.best.value if self.minimize
                                          else ev.value > self.best.value):
                     self.best = ev
-        self.endInsertRows()
+            self._cache.append(self._row_cache(row))
+            self._accepted.append(self._accepts(ev))
+        new = [i for i in range(first_new, len(self.rows)) if self._accepted[i]]
+        if not new:
+            return
+        if self.sort_column == 0 and self.sort_order == Qt.AscendingOrder:
+            start = len(self._view)  # run order: new rows go at the end
+            self.beginInsertRows(_ROOT, start, start + len(new) - 1)
+            self._view.extend(new)
+            self.endInsertRows()
+        else:
+            self._relayout()
+
+    def _recache(self) -> None:
+        self._cache = [self._row_cache(r) for r in self.rows]
+
+    # ---- sorting and filtering -----------------------------------------------------------
+    def sort(self, column: int, order=Qt.AscendingOrder) -> None:
+        self.sort_column, self.sort_order = column, order
+        self._relayout()
+
+    def set_text(self, text: str) -> None:
+        self._needle = text.strip().lower()
+        self._refilter()
+
+    def set_status(self, status: str) -> None:
+        self.status = status
+        self._refilter()
+
+    def _accepts(self, ev: Evaluation) -> bool:
+        if self.status == "ok" and not ev.ok:
+            return False
+        if self.status == "failed" and ev.ok:
+            return False
+        if not self._needle:
+            return True
+        hay = f"{ev.agent} {'ok' if ev.ok else ev.reason} {params_text(ev.config)} {ev.detail}".lower()
+        return all(part in hay for part in self._needle.split())
+
+    def _refilter(self) -> None:
+        self._accepted = [self._accepts(r[1]) for r in self.rows]
+        self._relayout()
+
+    def _relayout(self) -> None:
+        """Recompute the view order, keeping the selection on the same rows."""
+        self.layoutAboutToBeChanged.emit()
+        old_persistent = self.persistentIndexList()
+        old_sources = [self._view[i.row()] if i.row() < len(self._view) else None
+                       for i in old_persistent]
+        col = self.sort_column
+        rows = [i for i, ok in enumerate(self._accepted) if ok]
+        keys = [self._cache[i][1][col] for i in rows]
+        if keys and all(isinstance(k, (int, float)) for k in keys):
+            order = np.argsort(np.asarray(keys, dtype=float), kind="stable")
+            if self.sort_order == Qt.DescendingOrder:  # blanks (inf) stay last
+                arr = np.asarray(keys, dtype=float)[order]
+                finite = np.isfinite(arr)
+                order = np.concatenate([order[finite][::-1], order[~finite]])
+            rows = [rows[i] for i in order]
+        else:
+            rows = [r for _, r in sorted(zip((str(k) for k in keys), rows),
+                                         reverse=self.sort_order == Qt.DescendingOrder)]
+        self._view = rows
+        position = {src: i for i, src in enumerate(rows)}
+        new_persistent = []
+        for idx, src in zip(old_persistent, old_sources):
+            pos = position.get(src)
+            new_persistent.append(_ROOT if pos is None else self.index(pos, idx.column()))
+        self.changePersistentIndexList(old_persistent, new_persistent)
+        self.layoutChanged.emit()
+
+    def view_row_of(self, key: str) -> int | None:
+        for pos, src in enumerate(self._view):
+            if self.rows[src][1].key == key:
+                return pos
+        return None
+
+    def _row_cache(self, row: tuple[int, Evaluation, float]) -> tuple[list, list]:
+        """Display strings and sort keys of a row, computed once: views ask for them
+        thousands of times a second while a run streams."""
+        i, ev, _ = row
+        values = [self._value(i, ev, col) for col in range(len(COLUMNS))]
+        display = [self._display(ev, col, v) for col, v in enumerate(values)]
+        sort = [math.inf if v is None else v for v in values]
+        return display, sort
 
     # ---- derived figures ----------------------------------------------------------------
     def speedup(self, ev: Evaluation) -> float | None:
@@ -118,10 +227,10 @@ class CandidateModel(QAbstractTableModel):
         return 100.0 * (self.limit / ev.value if self.minimize else ev.value / self.limit)
 
     # ---- Qt model -----------------------------------------------------------------------
-    def rowCount(self, parent: QModelIndex = QModelIndex()) -> int:
-        return 0 if parent.isValid() else len(self.rows)
+    def rowCount(self, parent: QModelIndex = _ROOT) -> int:
+        return 0 if parent.isValid() else len(self._view)
 
-    def columnCount(self, parent: QModelIndex = QModelIndex()) -> int:
+    def columnCount(self, parent: QModelIndex = _ROOT) -> int:
         return 0 if parent.isValid() else len(COLUMNS)
 
     def headerData(self, section: int, orientation, role=Qt.DisplayRole):
@@ -130,39 +239,32 @@ class CandidateModel(QAbstractTableModel):
         return None
 
     def evaluation(self, row: int) -> Evaluation:
-        return self.rows[row][1]
+        """The evaluation shown in view row `row`."""
+        return self.rows[self._view[row]][1]
 
     def data(self, index: QModelIndex, role=Qt.DisplayRole):
         if not index.isValid():
             return None
-        i, ev, _elapsed = self.rows[index.row()]
-        col = index.column()
-        if role in (Qt.DisplayRole, SORT_ROLE, Qt.ToolTipRole):
-            value = self._value(i, ev, col)
-            if role == SORT_ROLE:
-                if value is None:  # blanks sort last whatever the direction
-                    return math.inf
-                return value
-            if role == Qt.ToolTipRole:
-                if col == 2 and not ev.ok:
-                    return ev.detail or ev.reason
-                if col == 6:
-                    return "\n".join(f"{k} = {v}" for k, v in ev.config.items())
-                return None
-            return self._display(ev, col, value)
+        row, col = self._view[index.row()], index.column()
+        if role == Qt.DisplayRole:
+            return self._cache[row][0][col]
+        if role == SORT_ROLE:
+            return self._cache[row][1][col]
+        ev = self.rows[row][1]
         if role == Qt.ForegroundRole:
             if col == 2:
-                return QColor("#2e9d4f") if ev.ok else QColor("#d9534f")
+                return _OK_COLOR if ev.ok else _FAIL_COLOR
             if col == 1:
-                return QColor(agent_color(ev.agent))
-        if role == Qt.TextAlignmentRole and col in (0, 3, 4, 5, 7, 8):
-            return int(Qt.AlignRight | Qt.AlignVCenter)
-        if role == Qt.FontRole and self.best is not None and ev is self.best:
-            from PySide6.QtGui import QFont
-
-            f = QFont()
-            f.setBold(True)
-            return f
+                return _agent_qcolor(ev.agent)
+        elif role == Qt.TextAlignmentRole:
+            return _RIGHT if col in (0, 3, 4, 5, 7, 8) else None
+        elif role == Qt.FontRole:
+            return _BOLD if ev is self.best else None
+        elif role == Qt.ToolTipRole:
+            if col == 2 and not ev.ok:
+                return ev.detail or ev.reason
+            if col == 6:
+                return "\n".join(f"{k} = {v}" for k, v in ev.config.items())
         return None
 
     def _value(self, i: int, ev: Evaluation, col: int):
@@ -201,38 +303,6 @@ class CandidateModel(QAbstractTableModel):
         return str(value)
 
 
-class CandidateFilter(QSortFilterProxyModel):
-    """Free text over agent / status / parameters, plus a status choice (all, ok, failed)."""
-
-    def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self.setSortRole(SORT_ROLE)
-        self.setFilterCaseSensitivity(Qt.CaseInsensitive)
-        self.setDynamicSortFilter(True)
-        self.status = "all"
-        self._needle = ""
-
-    def set_text(self, text: str) -> None:
-        self._needle = text.strip().lower()
-        self.invalidateFilter()
-
-    def set_status(self, status: str) -> None:
-        self.status = status
-        self.invalidateFilter()
-
-    def filterAcceptsRow(self, row: int, parent: QModelIndex) -> bool:
-        model: CandidateModel = self.sourceModel()
-        ev = model.rows[row][1]
-        if self.status == "ok" and not ev.ok:
-            return False
-        if self.status == "failed" and ev.ok:
-            return False
-        if not self._needle:
-            return True
-        hay = f"{ev.agent} {'ok' if ev.ok else ev.reason} {params_text(ev.config)} {ev.detail}".lower()
-        return all(part in hay for part in self._needle.split())
-
-
 class CandidateTable(QWidget):
     """Filter bar + table. Rows added through `add` are flushed on a timer in batches."""
 
@@ -241,20 +311,19 @@ class CandidateTable(QWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = CandidateModel(self)
-        self.proxy = CandidateFilter(self)
-        self.proxy.setSourceModel(self.model)
         self.filter = QLineEdit()
         self.filter.setPlaceholderText("Filter: agent, status, parameter=value …")
         self.filter.setClearButtonEnabled(True)
-        self.filter.textChanged.connect(self.proxy.set_text)
+        self.filter.textChanged.connect(self._filter_changed)
         self.status = QComboBox()
         self.status.addItem("all candidates", "all")
         self.status.addItem("correct only", "ok")
         self.status.addItem("failures only", "failed")
-        self.status.currentIndexChanged.connect(lambda _i: self.proxy.set_status(self.status.currentData()))
+        self.status.currentIndexChanged.connect(
+            lambda _i: (self.model.set_status(self.status.currentData()), self._update_count()))
         self.count = QLabel("0 candidates")
         self.view = QTableView()
-        self.view.setModel(self.proxy)
+        self.view.setModel(self.model)
         self.view.setSortingEnabled(True)
         self.view.sortByColumn(0, Qt.AscendingOrder)
         self.view.setSelectionBehavior(QAbstractItemView.SelectRows)
@@ -281,8 +350,8 @@ class CandidateTable(QWidget):
 
         self._pending: list[tuple[int, Evaluation, float]] = []
         self._timer = QTimer(self)
-        self._timer.setInterval(200)  # a table needs no more than 5 updates a second
-        self._timer.timeout.connect(self.flush)
+        self._timer.setInterval(400)  # a table needs no more than a few updates a second
+        self._timer.timeout.connect(self._tick)
         self._timer.start()
 
     def reset(self, **kwargs) -> None:
@@ -293,28 +362,42 @@ class CandidateTable(QWidget):
     def add(self, rows: list[tuple[int, Evaluation, float]]) -> None:
         self._pending.extend(rows)
 
+    def _tick(self) -> None:
+        if self.isVisible():  # a hidden table catches up when it is shown
+            self.flush()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        self.flush()
+
     def flush(self) -> None:
         if not self._pending:
             return
         rows, self._pending = self._pending, []
         self.model.append(rows)
-        n, shown = self.model.rowCount(), self.proxy.rowCount()
+        self._update_count()
+
+    def _filter_changed(self, text: str) -> None:
+        self.model.set_text(text)
+        self._update_count()
+
+    def _update_count(self) -> None:
+        n, shown = len(self.model.rows), self.model.rowCount()
         self.count.setText(f"{n:,} candidates" if n == shown else f"{shown:,} of {n:,} candidates")
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid():
-            row = self.proxy.mapToSource(current).row()
-            self.selected.emit(self.model.evaluation(row))
+            self.selected.emit(self.model.evaluation(current.row()))
 
     def select_key(self, key: str) -> bool:
-        for row, (_i, ev, _t) in enumerate(self.model.rows):
-            if ev.key == key:
-                index = self.proxy.mapFromSource(self.model.index(row, 0))
-                if index.isValid():
-                    self.view.setCurrentIndex(index)
-                    self.view.scrollTo(index)
-                    return True
-        return False
+        self.flush()
+        pos = self.model.view_row_of(key)
+        if pos is None:
+            return False
+        index = self.model.index(pos, 0)
+        self.view.setCurrentIndex(index)
+        self.view.scrollTo(index)
+        return True
 
 
 # ---- detail -----------------------------------------------------------------------------------

@@ -9,7 +9,9 @@ import time
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
+    QGraphicsItem,
     QButtonGroup,
     QCheckBox,
     QGridLayout,
@@ -52,8 +54,16 @@ def format_duration(seconds: float) -> str:
 
 
 class ConvergencePlot(pg.PlotWidget):
-    """Best-so-far staircase over every candidate (a scatter per agent), with baseline, target
-    and hardware-limit lines."""
+    """Best-so-far staircase over every candidate (coloured by agent), with baseline, target
+    and hardware-limit lines.
+
+    Candidate points go into chunks of CHUNK points. Only the newest ("hot") chunk changes;
+    full chunks are frozen with a device-coordinate cache, so Qt blits them from a pixmap
+    instead of re-rasterising tens of thousands of symbols on every frame. A redraw therefore
+    costs O(new points), and a repaint O(points in the hot chunk) while the axes stay put.
+    Log scale is applied to the values here, since bare scatter items have no log mode."""
+
+    CHUNK = 4000
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -61,44 +71,77 @@ class ConvergencePlot(pg.PlotWidget):
         item = self.getPlotItem()
         item.setLabel("left", "objective")
         item.setLabel("bottom", "evaluations")
-        item.setClipToView(True)
         item.getAxis("left").setWidth(AXIS_WIDTH)  # same as the failure strip: x axes line up
         self.legend = item.addLegend(offset=(-10, 10), labelTextSize="8pt")
-        self._scatters: dict[str, pg.PlotDataItem] = {}
+        self._chunks: list[pg.ScatterPlotItem] = []
+        self._legend_items: dict[str, pg.ScatterPlotItem] = {}
+        self._brushes: dict[str, QBrush] = {}
         self._best = pg.PlotDataItem(name="best so far")
         self.addItem(self._best)
         self._lines: dict[str, pg.InfiniteLine] = {}
         self.use_time = False
+        self.log_y = False
+        self.drawn = 0  # rows of the RunData already on screen
 
     # ---- drawing --------------------------------------------------------------------------
-    def scatter_for(self, agent: str, order: int) -> pg.PlotDataItem:
-        s = self._scatters.get(agent)
-        if s is None:
-            color = agent_color(agent, order)
-            # PlotDataItem (not a bare ScatterPlotItem) so log scale and clip-to-view apply
-            s = pg.PlotDataItem(pen=None, symbol="o", symbolSize=5, symbolPen=None,
-                                symbolBrush=pg.mkBrush(color), name=agent)
-            s.setZValue(-1)  # the staircase stays on top
-            self.addItem(s)
-            self._scatters[agent] = s
-        return s
+    def _brush(self, agent: str, order: int) -> QBrush:
+        brush = self._brushes.get(agent)
+        if brush is None:
+            brush = self._brushes[agent] = pg.mkBrush(agent_color(agent, order))
+            legend = pg.ScatterPlotItem(size=7, pen=None, brush=brush, name=agent)
+            self._legend_items[agent] = legend  # legend sample only, holds no points
+            self.legend.addItem(legend, agent)
+        return brush
+
+    def _hot_chunk(self) -> pg.ScatterPlotItem:
+        if not self._chunks or len(self._chunks[-1].data) >= self.CHUNK:
+            if self._chunks:  # freeze the full one: painted from a cached pixmap from now on
+                self._chunks[-1].setCacheMode(QGraphicsItem.DeviceCoordinateCache)
+            chunk = pg.ScatterPlotItem(size=5, pen=None, pxMode=True, hoverable=False)
+            chunk.setZValue(-1)  # the staircase stays on top
+            self.addItem(chunk)
+            self._chunks.append(chunk)
+        return self._chunks[-1]
+
+    def point_count(self) -> int:
+        return sum(len(c.data) for c in self._chunks)
 
     def draw(self, data: RunData, theme: PlotTheme) -> None:
-        x_all = data.elapsed.view() if self.use_time else data.index.view().astype(float)
-        values = data.value.view()
-        codes = data.agent_code.view()
-        for code, agent in enumerate(data.agents):
-            mask = (codes == code) & ~np.isnan(values)
-            self.scatter_for(agent, code).setData(x=x_all[mask], y=values[mask])
+        n = len(data)
+        if n < self.drawn:  # a new run in the same buffers: start over
+            self.clear_points()
+        if n > self.drawn:
+            lo = self.drawn
+            x = data.elapsed.view()[lo:n] if self.use_time else data.index.view()[lo:n].astype(float)
+            values = data.value.view()[lo:n]
+            codes = data.agent_code.view()[lo:n]
+            ok = ~np.isnan(values)
+            if self.log_y:
+                ok &= values > 0
+                values = np.log10(np.where(ok, values, 1.0))
+            brushes = [self._brush(a, i) for i, a in enumerate(data.agents)]
+            x, values, codes = x[ok], values[ok], codes[ok]
+            done = 0
+            while done < len(x):
+                chunk = self._hot_chunk()
+                take = min(len(x) - done, self.CHUNK - len(chunk.data))
+                part = slice(done, done + take)
+                chunk.addPoints(x=x[part], y=values[part], brush=[brushes[c] for c in codes[part]])
+                done += take
+            self.drawn = n
         x, y = data.best_steps(self.use_time)
         # a staircase: hold each best until the next improvement
         xs, ys = (np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]) if len(x) else (x, y)
         self._best.setData(x=xs, y=ys, pen=pg.mkPen(theme.best_pen, width=2.5))
 
+    def set_log_y(self, on: bool) -> None:
+        self.log_y = on
+        self.getPlotItem().setLogMode(y=on)  # axis labels and the staircase follow
+        self.clear_points()
+
     def set_reference(self, name: str, value: float | None, color: str, label: str) -> None:
         line = self._lines.get(name)
-        log_y = self.getPlotItem().ctrl.logYCheck.isChecked()
-        if value is None or not math.isfinite(value) or (log_y and value <= 0):
+        if value is None or not math.isfinite(value) or (self.log_y and value <= 0):
             if line is not None:
                 line.hide()
             return
@@ -112,20 +155,29 @@ class ConvergencePlot(pg.PlotWidget):
         line.setPen(pg.mkPen(color, width=1.5, style=Qt.DashLine))
         line.label.setColor(color)
         line.label.setFormat(label)
-        line.setValue(math.log10(value) if log_y else value)
+        line.setValue(math.log10(value) if self.log_y else value)
         line.show()
 
+    def clear_points(self) -> None:
+        for chunk in self._chunks:
+            self.removeItem(chunk)
+        self._chunks.clear()
+        self.drawn = 0
+
     def clear_run(self) -> None:
-        for s in self._scatters.values():
-            self.removeItem(s)
-        self._scatters.clear()
+        self.clear_points()
+        for legend in self._legend_items.values():
+            self.legend.removeItem(legend)
+        self._legend_items.clear()
+        self._brushes.clear()
         self._best.setData([], [])
         for line in self._lines.values():
             line.hide()
 
 
 class FailureStrip(pg.PlotWidget):
-    """Failed candidates, one row per reason, on the convergence plot's x axis."""
+    """Failed candidates, one row per reason, on the convergence plot's x axis (incremental,
+    like the convergence scatter)."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -135,28 +187,42 @@ class FailureStrip(pg.PlotWidget):
         item.hideButtons()
         item.getAxis("left").setWidth(AXIS_WIDTH)
         self._scatters: dict[str, pg.ScatterPlotItem] = {}
+        self.drawn = 0
+        self._rows = 0
 
     def draw(self, data: RunData, use_time: bool, theme: PlotTheme) -> None:
-        x_all = data.elapsed.view() if use_time else data.index.view().astype(float)
-        codes = data.reason_code.view()
-        ticks = []
-        for code, reason in enumerate(data.reasons):
-            s = self._scatters.get(reason)
-            if s is None:
-                s = pg.ScatterPlotItem(size=7, symbol=failure_symbol(reason), pxMode=True,
-                                       pen=pg.mkPen(theme.failure), brush=pg.mkBrush(theme.failure))
-                self.addItem(s)
-                self._scatters[reason] = s
-            mask = codes == code
-            s.setData(x=x_all[mask], y=np.full(int(mask.sum()), code, dtype=float))
-            ticks.append((code, SHORT_REASONS.get(reason, reason[:9])))
-        self.getPlotItem().getAxis("left").setTicks([ticks])
-        self.getPlotItem().setYRange(-0.7, max(len(data.reasons), 1) - 0.3, padding=0)
+        n = len(data)
+        if n < self.drawn:
+            self.clear_run()
+        if n > self.drawn:
+            lo = self.drawn
+            x_all = data.elapsed.view()[lo:n] if use_time else data.index.view()[lo:n].astype(float)
+            codes = data.reason_code.view()[lo:n]
+            for code, reason in enumerate(data.reasons):
+                mask = codes == code
+                if not mask.any():
+                    continue
+                s = self._scatters.get(reason)
+                if s is None:
+                    s = pg.ScatterPlotItem(size=7, symbol=failure_symbol(reason), pxMode=True,
+                                           pen=pg.mkPen(theme.failure), brush=pg.mkBrush(theme.failure),
+                                           hoverable=False)
+                    self.addItem(s)
+                    self._scatters[reason] = s
+                s.addPoints(x=x_all[mask], y=np.full(int(mask.sum()), code, dtype=float))
+            self.drawn = n
+        if len(data.reasons) != self._rows:
+            self._rows = len(data.reasons)
+            ticks = [(code, SHORT_REASONS.get(r, r[:9])) for code, r in enumerate(data.reasons)]
+            self.getPlotItem().getAxis("left").setTicks([ticks])
+            self.getPlotItem().setYRange(-0.7, max(self._rows, 1) - 0.3, padding=0)
 
     def clear_run(self) -> None:
         for s in self._scatters.values():
             self.removeItem(s)
         self._scatters.clear()
+        self.drawn = 0
+        self._rows = 0
         self.getPlotItem().getAxis("left").setTicks([[]])
 
 
@@ -259,6 +325,7 @@ class LiveView(QWidget):
         self._started_wall: float | None = None
         self._running = False
         self.frames = 0
+        self._agents_drawn_at = 0.0
 
         # header: progress, ETA, axis toggle
         self.title = QLabel("No run yet — fill in a goal and press Run")
@@ -371,6 +438,7 @@ class LiveView(QWidget):
         self._started_wall = time.monotonic()
         self._start_count = len(d)
         self.title.setText(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}")
+        self._fix_x_range()
         d.version += 1
 
     def on_evaluated(self, events: list[Evaluated]) -> None:
@@ -384,6 +452,7 @@ class LiveView(QWidget):
 
     def on_run_finished(self, ev: RunFinished) -> None:
         self._running = False
+        self._fix_x_range()
         self.data.finished_reason = ev.reason
         self.data.version += 1
         self.redraw()
@@ -399,21 +468,37 @@ class LiveView(QWidget):
         self.data.finished_reason = reason
         self.preload(rows)
         self._running = False
+        self._fix_x_range()
         self.redraw()
 
     # ---- drawing --------------------------------------------------------------------------
     def set_use_time(self, use_time: bool) -> None:
         self.convergence.use_time = use_time
+        self.convergence.clear_points()
+        self.failures.clear_run()
         self.convergence.getPlotItem().setLabel("bottom", "run time (s)" if use_time else "evaluations")
         if self.by_time.isChecked() != use_time:
             self.by_time.setChecked(use_time) if use_time else self.by_evals.setChecked(True)
         self._drawn_version = -1
         self.redraw()
         self.convergence.getPlotItem().enableAutoRange()
+        self._fix_x_range()
         self.xAxisChanged.emit(use_time)
 
+    def _fix_x_range(self) -> None:
+        """While a run streams, the x axis spans the whole budget: the axes then stay still
+        and repaints touch only the newest points (frozen chunks are blitted from cache)."""
+        item = self.convergence.getPlotItem()
+        d = self.data
+        span = d.time_budget_s if self.convergence.use_time else d.max_evals
+        if self._running and span:
+            item.enableAutoRange(x=False)
+            item.setXRange(0, span, padding=0.02)
+        else:
+            item.enableAutoRange(x=True)
+
     def _set_log_y(self, on: bool) -> None:
-        self.convergence.getPlotItem().setLogMode(y=on)
+        self.convergence.set_log_y(on)
         self._drawn_version = -1
         self.redraw()
 
@@ -438,9 +523,13 @@ class LiveView(QWidget):
         self.frames += 1
         theme = self._theme
         self.convergence.draw(d, theme)
+        self.failures.setVisible(bool(d.reasons))
         if d.reasons:
             self.failures.draw(d, self.convergence.use_time, theme)
-        self.agents.draw(d, theme)
+        now = time.monotonic()
+        if not self._running or now - self._agents_drawn_at > 0.5:  # shares move slowly
+            self._agents_drawn_at = now
+            self.agents.draw(d, theme)
         unit = self.unit
         self.convergence.set_reference("baseline", d.baseline, theme.baseline,
                                        f"baseline {format_value(d.baseline, unit)}")

@@ -50,7 +50,7 @@ def test_form_run_updates_chart_table_and_database(qtbot, window):
     running = np.fmin.accumulate(np.where(np.isnan(values), np.inf, values))
     assert np.allclose(data.best.view()[np.isfinite(running)], running[np.isfinite(running)])
     # what is on screen: points per agent add up to the correct candidates, staircase ends at best
-    scattered = sum(len(item.xData) for item in window.live.convergence._scatters.values())
+    scattered = window.live.convergence.point_count()
     assert scattered == len(ok)
     x, y = window.live.convergence._best.getData()
     assert y[-1] == data.best_value and x[-1] == 45
@@ -58,7 +58,7 @@ def test_form_run_updates_chart_table_and_database(qtbot, window):
     # table: one row per evaluation; sorting by objective puts the best first
     assert window.table.model.rowCount() == 45
     window.table.view.sortByColumn(3, Qt.AscendingOrder)
-    top = window.table.proxy.index(0, 3)
+    top = window.table.model.index(0, 3)
     assert math.isclose(float(top.data()), data.best_value, rel_tol=1e-3)
 
     # database: the same run, committed
