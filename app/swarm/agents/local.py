@@ -1,9 +1,13 @@
-"""Local search around elites: first-improvement hill climbing over the neighbourhood of the
-best configurations the board knows (the global elites and this agent's own), with an
-iterated-local-search kick when every elite's neighbourhood has been searched.
+"""Local search: iterated local search (ILS) with first-improvement hill climbing.
 
-Evidence is shared, so whichever agent finds a better configuration, the next proposals
-climb from there."""
+The agent climbs from a current point through its neighbourhood (adjacent values first, then
+two steps away, and around the global best any single-parameter change) and moves as soon as
+a neighbour is better. When the current
+point is a local optimum (its whole neighbourhood is known), it kicks the best configuration
+the board knows (a few random changes, repaired onto a free valid configuration) and climbs
+again from there. Evidence is shared: when another agent finds a new global best, the climb
+restarts from it.
+"""
 
 from __future__ import annotations
 
@@ -13,48 +17,71 @@ from app.swarm.agents.base import Agent, Config
 from app.swarm.agents.moves import Picker, mutate, random_free, repair
 from app.swarm.blackboard import Blackboard
 from app.swarm.space import SearchSpace
+from app.swarm.types import Evaluation
 
 
 class LocalAgent(Agent):
     name = "local"
-    strategy = "hill climbing around elites with iterated-local-search kicks"
+    strategy = "iterated local search: first-improvement hill climbing with kicks"
 
-    def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True,
-                 n_elites: int = 5) -> None:
+    def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True) -> None:
         super().__init__(space, rng, minimize)
-        self.n_elites = n_elites
+        self.current: Evaluation | None = None  # the climb's centre
+        self._mine: set[str] = set()  # keys this climb proposed
+        self._kick: str | None = None  # key of the last kick, once evaluated it starts a climb
+        self._seen_best: str | None = None
+        self._synced = 0
 
-    def _centres(self, board: Blackboard) -> list[Config]:
-        centres: list[Config] = []
-        keys: set[str] = set()
-        for e in board.elites(self.n_elites) + board.elites(2, agent=self.name):
-            if e.key not in keys:
-                keys.add(e.key)
-                centres.append(e.config)
-        return centres
+    def _better(self, e: Evaluation, than: Evaluation | None) -> bool:
+        return e.ok and e.value is not None and (
+            than is None or (e.value < than.value if self.minimize else e.value > than.value))
+
+    def _follow(self, board: Blackboard) -> None:
+        """Move the climb's centre according to the evidence that arrived since last time."""
+        evaluations = board.evaluations
+        for e in evaluations[self._synced:]:
+            if e.key == self._kick and e.ok and e.value is not None:
+                self.current, self._kick = e, None  # a kick lands: climb from there
+            elif e.key in self._mine and self._better(e, self.current):
+                self.current = e  # first improvement
+        self._synced = len(evaluations)
+        best = board.best
+        if best is not None and best.key != self._seen_best:
+            self._seen_best = best.key
+            if self._better(best, self.current):
+                self.current = best  # someone found better: climb from there
+
+    def _neighbourhood(self, centre: Evaluation, board: Blackboard) -> list[Config]:
+        """Adjacent values first, then two steps away; around the global best also every
+        single-parameter change (the most valuable region gets the widest look)."""
+        near = self.space.neighbours(centre.config)
+        two = [c for c in self.space.neighbours(centre.config, radius=2) if c not in near]
+        every = self.space.hamming_neighbours(centre.config) if centre.key == self._seen_best else []
+        for moves in (near, two, every):
+            self.rng.shuffle(moves)
+        return near + two + every
 
     def propose(self, board: Blackboard, n: int = 1) -> list[Config]:
+        self._follow(board)
         picker = Picker(self.space, board)
         out: list[Config] = []
-        centres = self._centres(board)
-        for centre in centres:
-            # Adjacent values first (the usual tuning neighbourhood), then any single change.
-            for moves in (self.space.neighbours(centre), self.space.hamming_neighbours(centre)):
-                self.rng.shuffle(moves)
-                for cand in moves:
-                    if len(out) >= n:
-                        return out
-                    if picker.is_free(cand):
-                        out.append(picker.take(cand))
-            if len(out) >= n:
-                return out
+        if self.current is not None:
+            for cand in self._neighbourhood(self.current, board):
+                if len(out) >= n:
+                    break
+                if picker.is_free(cand):
+                    out.append(picker.take(cand))
         while len(out) < n:
-            if centres:  # every elite's neighbourhood is searched: kick the best and repair
-                target = mutate(self.space, centres[0], self.rng, n_changes=self.rng.randint(2, 3))
+            best = board.best
+            if best is not None:  # local optimum: kick the best and repair
+                target = mutate(self.space, best.config, self.rng, n_changes=self.rng.randint(2, 3))
                 cand = repair(self.space, target, picker.is_free, self.rng)
             else:  # nothing has succeeded yet: start somewhere
                 cand = random_free(self.space, picker.is_free, self.rng)
             if cand is None:
                 break
+            self._kick = self.space.key(cand)
             out.append(picker.take(cand))
+        for cand in out:
+            self._mine.add(self.space.key(cand))
         return out

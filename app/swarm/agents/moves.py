@@ -9,10 +9,10 @@ here materialises the space's product.
 from __future__ import annotations
 
 import random
-
-import numpy as np
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import numpy as np
 
 from app.swarm.blackboard import Blackboard
 from app.swarm.space import SearchSpace
