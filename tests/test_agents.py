@@ -151,3 +151,19 @@ def test_best_of_first_counts_distinct_configurations_only():
     assert bench.best_of_first(trace, 2) == 5.0
     assert bench.best_of_first(trace, 3) == 4.0
     assert bench.best_of_first(trace, 4) == 1.0
+
+
+@pytest.mark.parametrize("agent", AGENT_NAMES)
+def test_agents_follow_the_direction_when_maximizing(pnpoly, agent):
+    """With a throughput-like objective (higher is better) the search climbs the other way."""
+    evaluator = ReplayEvaluator(pnpoly, simulate_time=False)
+    coord = Coordinator(evaluator.space, evaluator, agents=[agent], minimize=False,
+                        stop=StopRules(max_evals=60), workers=1, seed=4)
+    best = coord.run().best
+    times = sorted(pnpoly.valid_times())
+    assert best.value >= times[-len(times) // 10]
+
+
+def test_an_unknown_agent_name_is_refused_with_the_known_names():
+    with pytest.raises(ValueError, match="explorer"):
+        make_agent("oracle", FormulaEvaluator().space, random.Random(0))
