@@ -170,9 +170,12 @@ class SpaceStats:
 
 
 def space_stats(path: Path) -> SpaceStats:
-    from app.gpu.replay import _is_number, load_cache_file
+    from app.gpu.replay import CacheFileError, _is_number, load_cache_file
 
-    rec = load_cache_file(path)
+    try:
+        rec = load_cache_file(path)
+    except CacheFileError as exc:
+        raise SystemExit(f"error: {exc}") from None
     times = [float(r["time"]) if _is_number(r.get("time")) else None for r in rec.records.values()]
     valid = [t for t in times if t is not None]
     if not valid:
@@ -285,7 +288,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = score(stats, best, args)
     for strategy, error in errors.items():
         print(f"warning: {strategy} failed (left out where it failed): {error}")
-    print(f"time: {time.perf_counter() - started:.0f} s with {args.jobs} processes")
+    report["elapsed_s"] = round(time.perf_counter() - started, 1)
+    print(f"time: {report['elapsed_s']:.0f} s with {args.jobs} processes")
     print_final(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
