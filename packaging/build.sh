@@ -113,12 +113,14 @@ CUDA_MB=0
 step "bundle: $SIZE_MB MB ($CUDA_MB MB of it CUDA libraries from the nvidia wheels)"
 
 artifacts=()
+# Staging copies as hard links where the file system allows (the bundle is gigabytes).
+copy_tree() { mkdir -p "$2"; cp -al "$1"/. "$2"/ 2>/dev/null || cp -a "$1"/. "$2"/; }
 # ---- Linux: .tar.gz, .deb, AppImage ------------------------------------------------------------
 build_linux() {
   local name="kernelswarm-$VERSION" stage tarball deb_arch deb root glibc size_kb
   stage="build/stage/$name"
   rm -rf build/stage && mkdir -p "$stage/share/applications" "$stage/share/icons"
-  cp -a "$BUNDLE"/. "$stage/"
+  copy_tree "$BUNDLE" "$stage"
   cp packaging/linux/kernelswarm.desktop "$stage/share/applications/"
   cp "$ICONS/kernelswarm-256.png" "$stage/share/icons/kernelswarm.png"
   tarball="$TARBALL"
@@ -131,7 +133,7 @@ build_linux() {
   root="build/deb/root"
   rm -rf build/deb && mkdir -p "$root/DEBIAN" "$root/opt" "$root/usr/bin" \
     "$root/usr/share/applications" "$root/usr/share/icons/hicolor/scalable/apps"
-  cp -a "$BUNDLE" "$root/opt/kernelswarm"
+  copy_tree "$BUNDLE" "$root/opt/kernelswarm"
   # a relative link: right in / and in any scratch root the package is unpacked into
   ln -s ../../opt/kernelswarm/kernelswarm "$root/usr/bin/kernelswarm"
   cp packaging/linux/kernelswarm.desktop "$root/usr/share/applications/"
@@ -175,6 +177,7 @@ EOF
   if packaging/linux/appimage.sh "$BUNDLE" "$ICONS/kernelswarm-256.png" "$VERSION" "$APPIMAGE"; then
     artifacts+=("$APPIMAGE")
   fi
+  rm -rf build/stage build/deb
 }
 
 build_windows() {
