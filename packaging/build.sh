@@ -10,7 +10,7 @@
 # --bundle DIR    package an existing PyInstaller bundle instead of running PyInstaller
 # --dry-run       print the version and the artifacts it would make, build nothing
 # Python: $PYTHON, else .venv/bin/python, else a fresh build/venv with `pip install .[gpu,package]`
-# (a clean checkout). Versions come from pyproject.toml. Artifacts land in $DIST (default dist/);
+# (a clean checkout); PyInstaller (pyproject's `package` extra) is added when missing. Versions come from pyproject.toml. Artifacts land in $DIST (default dist/);
 # $DIST/BUILD_INFO records what was built and how long it took.
 set -euo pipefail
 
@@ -49,7 +49,12 @@ if [[ -z "${PYTHON:-}" ]]; then
     "$PYTHON" -m pip install --quiet ".[${extras}]"
   fi
 fi
-"$PYTHON" -c "import PyInstaller" 2>/dev/null || die "$PYTHON has no PyInstaller: pip install '.[package]'"
+if ! "$PYTHON" -c "import PyInstaller" 2>/dev/null; then
+  # the environment has the app but not the build tools: add pyproject's `package` extra
+  step "installing the 'package' extra (PyInstaller) into $PYTHON's environment"
+  mapfile -t tools < <("$PYTHON" -c 'import sys; t = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); [print(r) for r in t.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["package"]]')
+  "$PYTHON" -m pip install --quiet "${tools[@]}" || die "cannot install ${tools[*]} into $PYTHON's environment"
+fi
 
 VERSION="$("$PYTHON" - <<'EOF'
 import sys
