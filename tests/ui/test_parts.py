@@ -1,0 +1,170 @@
+"""The GUI's parts on their own: the event bridge, chunked plotting, theme and settings,
+the exception dialog and log, the About versions, and the None-refcount guard."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import threading
+
+import numpy as np
+from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSettings, QSortFilterProxyModel, Qt
+
+from app.swarm.events import EventBus, Evaluated, RunFinished, RunStarted
+from app.swarm.types import Evaluation
+
+
+def _evaluated(i: int) -> Evaluated:
+    ok = i % 5 != 0
+    ev = Evaluation(key=f"k{i}", config={"x": i}, ok=ok, value=float(100 - i % 50) if ok else None,
+                    reason=None if ok else "compile_failed", agent=("explorer", "local")[i % 2])
+    return Evaluated(index=i, evaluation=ev, elapsed_s=i * 0.1, best_value=None)
+
+
+def test_bridge_batches_engine_events_in_order(qtbot):
+    from app.ui.bridge import EventBridge
+
+    bridge = EventBridge()
+    bus = EventBus()
+    bridge.attach(bus)
+    batches: list[list[Evaluated]] = []
+    order: list[str] = []
+    bridge.evaluated.connect(lambda b: (batches.append(b), order.append("evals")))
+    bridge.runStarted.connect(lambda _e: order.append("started"))
+    bridge.runFinished.connect(lambda _e: order.append("finished"))
+    received_on: list[threading.Thread] = []
+    bridge.evaluated.connect(lambda _b: received_on.append(threading.current_thread()))
+
+    def engine() -> None:
+        bus.publish(RunStarted(goal_name="g", backend="replay", agents=["explorer"], max_evals=2000,
+                               time_budget_s=None))
+        for i in range(1, 2001):
+            bus.publish(_evaluated(i))
+        bus.publish(RunFinished(reason="max_evals", evaluations=2000, best=None, elapsed_s=1.0))
+
+    t = threading.Thread(target=engine)
+    with qtbot.waitSignal(bridge.runFinished, timeout=10000):
+        t.start()
+    t.join()
+    got = [e.index for b in batches for e in b]
+    assert got == list(range(1, 2001))  # every event, in order
+    assert len(batches) < 2000  # batched, not one signal per event
+    assert order[0] == "started" and order[-1] == "finished"
+    assert all(th is threading.main_thread() for th in received_on)  # widgets run on the GUI thread
+    bridge.detach()
+    bus.publish(_evaluated(1))
+    assert len(bus._subs) == 0
+
+
+def test_convergence_freezes_full_chunks_and_keeps_every_point(qtbot, monkeypatch):
+    from PySide6.QtWidgets import QGraphicsItem
+
+    from app.ui.buffers import RunData
+    from app.ui.live_view import ConvergencePlot
+    from app.ui.theme import LIGHT
+
+    monkeypatch.setattr(ConvergencePlot, "CHUNK", 300)
+    plot = ConvergencePlot()
+    qtbot.addWidget(plot)
+    data = RunData(minimize=True)
+    for start in range(1, 1001, 97):  # uneven batches, as a run delivers them
+        batch = [(e.index, e.evaluation, e.elapsed_s) for e in map(_evaluated, range(start, min(start + 97, 1001)))]
+        data.add(batch)
+        plot.draw(data, LIGHT)
+    ok = int(np.count_nonzero(~np.isnan(data.value.view())))
+    assert plot.point_count() == ok == 800
+    assert [len(c.data) for c in plot._chunks] == [300, 300, 200]
+    modes = [c.cacheMode() for c in plot._chunks]
+    assert modes[:-1] == [QGraphicsItem.DeviceCoordinateCache] * 2
+    assert modes[-1] == QGraphicsItem.NoCache  # the hot chunk still changes
+    plot.set_log_y(True)
+    plot.draw(data, LIGHT)
+    ys = np.concatenate([c.data["y"] for c in plot._chunks])
+    assert np.allclose(np.sort(ys), np.sort(np.log10(data.value.view()[~np.isnan(data.value.view())])))
+
+
+def test_theme_and_layout_are_restored_from_settings(qtbot, tmp_path):
+    from app.ui.main_window import MainWindow
+    from app.ui.theme import DARK
+
+    ini = str(tmp_path / "s.ini")
+    w = MainWindow(db_path=tmp_path / "h.sqlite", settings=QSettings(ini, QSettings.IniFormat))
+    qtbot.addWidget(w)
+    w.show()
+    w.set_theme("dark")
+    assert w.live.convergence.backgroundBrush().color().name() == DARK.background
+    w.table_dock.hide()
+    w.live.set_use_time(True)
+    w.close()
+
+    again = MainWindow(db_path=tmp_path / "h.sqlite", settings=QSettings(ini, QSettings.IniFormat))
+    qtbot.addWidget(again)
+    again.show()
+    assert again.theme.mode == "dark" and again.theme_actions["dark"].isChecked()
+    # (exact geometry is clamped to the offscreen screen, so only its presence is checked)
+    assert not QSettings(ini, QSettings.IniFormat).value("geometry").isEmpty()
+    assert not again.table_dock.isVisible()
+    assert again.live.convergence.use_time and again.act_axis.isChecked()
+    again.set_theme("light")
+    again.close()
+
+
+def test_uncaught_exception_is_logged_and_reported(qtbot, tmp_path, monkeypatch):
+    from app.ui import errors
+
+    monkeypatch.setattr(errors, "log_dir", lambda: tmp_path / "logs")
+    path = errors.setup_logging()
+    handler = errors.ExceptionHandler(interactive=False)
+    old_hook, old_thread_hook = sys.excepthook, threading.excepthook
+    handler.install()
+    try:
+        def boom() -> None:
+            raise RuntimeError("kaput in a worker")
+
+        t = threading.Thread(target=boom)
+        t.start()
+        t.join()
+        qtbot.waitUntil(lambda: bool(handler.seen), timeout=3000)
+    finally:
+        sys.excepthook, threading.excepthook = old_hook, old_thread_hook
+        for h in list(logging.getLogger().handlers):
+            if getattr(h, "baseFilename", None) == str(path):
+                logging.getLogger().removeHandler(h)
+                h.close()
+    assert handler.seen == ["RuntimeError: kaput in a worker"]
+    text = path.read_text()
+    assert "kaput in a worker" in text and "Traceback" in text
+
+
+def test_about_lists_every_version():
+    from app.ui.about import NA, versions
+
+    names = dict(versions())
+    for key in ("KernelSwarm", "Python", "Qt", "PySide6", "CuPy", "CUDA driver", "GPU"):
+        assert names[key]  # a version or "not available", never empty
+    assert names["Qt"] != NA and names["Python"].startswith(f"{sys.version_info.major}.")
+
+
+def test_none_refcount_survives_models_returning_none(qtbot):
+    """PySide6 6.12 drops a reference to None whenever C++ gets None from a Python override;
+    app.ui guards None so thousands of such calls cannot free it (the interpreter would abort)."""
+    import app.ui  # noqa: F401  (installs the guard)
+
+    class Blank(QAbstractTableModel):
+        def rowCount(self, parent=QModelIndex()):  # noqa: B008
+            return 1
+
+        def columnCount(self, parent=QModelIndex()):  # noqa: B008
+            return 1
+
+        def data(self, index, role=Qt.DisplayRole):
+            return None
+
+    model = Blank()
+    proxy = QSortFilterProxyModel()
+    proxy.setSourceModel(model)
+    before = sys.getrefcount(None)
+    for _ in range(5000):
+        proxy.data(proxy.index(0, 0), Qt.DecorationRole)
+    assert sys.getrefcount(None) > 2**39 or sys.version_info >= (3, 12)
+    assert sys.getrefcount(None) > before - 10_000  # still alive and nowhere near zero
