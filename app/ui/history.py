@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import sqlite3
+from contextlib import closing
 
 import numpy as np
 import pyqtgraph as pg
@@ -49,9 +51,12 @@ def delete_run(store, run_id: int) -> None:
 
 
 def project_names(store) -> dict[int, str]:
+    """Project id -> name. The store has no query for it, so read it on a connection of our
+    own (never on the store's, which a running session writes from its thread)."""
     try:
-        return {r["id"]: r["name"] for r in store.db.query("SELECT id, name FROM projects")}
-    except Exception:  # an older or newer layout: everything goes under one project
+        with closing(sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, timeout=5)) as conn:
+            return dict(conn.execute("SELECT id, name FROM projects").fetchall())
+    except sqlite3.Error:  # an older or newer layout: everything goes under one project
         return {}
 
 

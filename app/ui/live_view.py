@@ -231,12 +231,13 @@ class AgentChart(pg.PlotWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumWidth(220)
+        self.setMinimumWidth(300)
         item = self.getPlotItem()
         item.setLabel("left", "share", units="%")
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
-        item.setTitle("Agent share: evaluations (light) · improvements (solid)", size="9pt")
+        item.setTitle("Agent share", size="9pt")
+        item.setLabel("bottom", "light: evaluations · solid: improvements")
         self._evals = pg.BarGraphItem(x=[], height=[], width=0.38)
         self._wins = pg.BarGraphItem(x=[], height=[], width=0.38)
         self.addItem(self._evals)
@@ -363,7 +364,7 @@ class LiveView(QWidget):
                                             ("failed", "Failed"), ("best", "Best"),
                                             ("speedup", "Speedup"))):
             name = QLabel(label)
-            name.setStyleSheet("color: palette(placeholder-text); font-size: 8pt;")
+            name.setStyleSheet("font-size: 8pt;")
             value = QLabel("—")
             value.setStyleSheet("font-size: 14pt; font-weight: 600;")
             value.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -392,7 +393,7 @@ class LiveView(QWidget):
         splitter.addWidget(self.agents)
         splitter.setStretchFactor(0, 4)
         splitter.setStretchFactor(1, 1)
-        splitter.setSizes([800, 260])
+        splitter.setSizes([760, 320])
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(8, 6, 8, 6)
