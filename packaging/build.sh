@@ -49,12 +49,6 @@ if [[ -z "${PYTHON:-}" ]]; then
     "$PYTHON" -m pip install --quiet ".[${extras}]"
   fi
 fi
-if ! "$PYTHON" -c "import PyInstaller" 2>/dev/null; then
-  # the environment has the app but not the build tools: add pyproject's `package` extra
-  step "installing the 'package' extra (PyInstaller) into $PYTHON's environment"
-  mapfile -t tools < <("$PYTHON" -c 'import sys; t = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); [print(r) for r in t.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["package"]]')
-  "$PYTHON" -m pip install --quiet "${tools[@]}" || die "cannot install ${tools[*]} into $PYTHON's environment"
-fi
 
 VERSION="$("$PYTHON" - <<'EOF'
 import sys
@@ -97,6 +91,12 @@ if [[ -n "$PREBUILT" ]]; then
   BUNDLE="$PREBUILT"
   [[ -x "$BUNDLE/kernelswarm" || -f "$BUNDLE/kernelswarm.exe" ]] || die "$BUNDLE holds no kernelswarm executable"
 else
+  if ! "$PYTHON" -c "import PyInstaller" 2>/dev/null; then
+    # the environment has the app but not the build tools: add pyproject's `package` extra
+    step "installing the 'package' extra (PyInstaller) into $PYTHON's environment"
+    mapfile -t tools < <("$PYTHON" -c 'import sys; t = __import__("tomllib" if sys.version_info >= (3, 11) else "tomli"); [print(r) for r in t.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["package"]]')
+    "$PYTHON" -m pip install --quiet "${tools[@]}" || die "cannot install ${tools[*]} into $PYTHON's environment"
+  fi
   step "PyInstaller"
   rm -rf "$DIST/kernelswarm" "$DIST/KernelSwarm.app"
   "$PYTHON" -m PyInstaller --noconfirm --clean --log-level WARN \
