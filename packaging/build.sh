@@ -9,12 +9,14 @@
 # --no-cuda       leave CuPy and the CUDA libraries out (cpu and replay backends only)
 # --bundle DIR    package an existing PyInstaller bundle instead of running PyInstaller
 # --dry-run       print the version and the artifacts it would make, build nothing
+#
 # Python: $PYTHON, else .venv/bin/python, else a fresh build/venv with `pip install .[gpu,package]`
-# (a clean checkout); PyInstaller (pyproject's `package` extra) is added when missing. Versions come from pyproject.toml. Artifacts land in $DIST (default dist/);
+# (a clean checkout); PyInstaller (pyproject's `package` extra) is added when missing.
+# Versions come from pyproject.toml. Artifacts land in $DIST (default dist/);
 # $DIST/BUILD_INFO records what was built and how long it took.
 set -euo pipefail
 
-usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
+usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 2; }
 die() { echo "build.sh: error: $*" >&2; exit 1; }
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -171,7 +173,7 @@ Description: desktop swarm of search agents that optimises GPU kernels
  reference on many inputs, times them honestly and keeps only the correct and
  faster ones, with the whole history in SQLite. Backends: CUDA (uses the NVIDIA
  driver installed on the machine), CPU (the system C compiler) and recorded
- tuning spaces. `kernelswarm` opens the GUI; `kernelswarm run GOAL.toml` etc. is the CLI.
+ tuning spaces. "kernelswarm" opens the GUI; "kernelswarm run GOAL.toml" etc. is the CLI.
 EOF
   deb="$DEB"
   # gzip: xz takes minutes on the CUDA libraries for a few percent

@@ -207,6 +207,7 @@ def test_build_sh_packages_a_bundle_as_tar_gz_and_deb(tmp_path):
     fields = subprocess.run(["dpkg-deb", "-f", str(deb)], capture_output=True, text=True,
                             check=True).stdout
     assert "Package: kernelswarm" in fields and "Version: 9.8.7" in fields
+    assert '"kernelswarm" opens the GUI' in fields
     assert "nvidia" not in fields.split("Suggests:")[0]  # the driver is never a hard dependency
     listing = subprocess.run(["dpkg-deb", "-c", str(deb)], capture_output=True, text=True,
                              check=True).stdout
