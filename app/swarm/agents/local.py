@@ -27,7 +27,7 @@ class LocalAgent(Agent):
     def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True) -> None:
         super().__init__(space, rng, minimize)
         self.current: Evaluation | None = None  # the climb's centre
-        self._mine: set[str] = set()  # keys this climb proposed
+        self._mine: set[str] = set()  # keys this agent proposed
         self._kick: str | None = None  # key of the last kick, once evaluated it starts a climb
         self._seen_best: str | None = None
         self._synced = 0
@@ -51,7 +51,7 @@ class LocalAgent(Agent):
             if self._better(best, self.current):
                 self.current = best  # someone found better: climb from there
 
-    def _neighbourhood(self, centre: Evaluation, board: Blackboard) -> list[Config]:
+    def _neighbourhood(self, centre: Evaluation) -> list[Config]:
         """Adjacent values first, then two steps away; around the global best also every
         single-parameter change (the most valuable region gets the widest look)."""
         near = self.space.neighbours(centre.config)
@@ -66,7 +66,7 @@ class LocalAgent(Agent):
         picker = Picker(self.space, board)
         out: list[Config] = []
         if self.current is not None:
-            for cand in self._neighbourhood(self.current, board):
+            for cand in self._neighbourhood(self.current):
                 if len(out) >= n:
                     break
                 if picker.is_free(cand):
