@@ -11,10 +11,7 @@ import pytest
 # Before anything imports Qt: tests run without a display.
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-ROOT = Path(__file__).resolve().parent.parent
-SPACES = ROOT / "resources" / "spaces"
-GOALS = ROOT / "resources" / "goals"
-SMALL_SPACE = SPACES / "pnpoly_RTX_3090.json.gz"  # 4092 configs, 4 parameters, has failures
+from project_paths import GOALS, ROOT, SMALL_SPACE, SPACES  # noqa: F401  (fixtures use them)
 
 
 @pytest.fixture(autouse=True)

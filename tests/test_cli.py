@@ -10,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from project_paths import ROOT
 
 from app import __version__
 from app.cli import main

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from conftest import GOALS
+from project_paths import GOALS
 
 from app.goal import Goal, GoalError
 

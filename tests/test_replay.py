@@ -7,7 +7,7 @@ import gzip
 import json
 
 import pytest
-from conftest import SPACES
+from project_paths import SPACES
 
 from app.gpu.replay import CacheFileError, ReplayEvaluator, load_cache_file
 from app.swarm.types import COMPILE_FAILED, INVALID, RUNTIME_FAILED, Candidate

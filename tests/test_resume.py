@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from conftest import ROOT, SPACES
+from project_paths import ROOT, SPACES
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="SIGKILL is POSIX")
 
