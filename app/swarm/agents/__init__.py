@@ -6,20 +6,19 @@ model-guided proposals.
 
 from __future__ import annotations
 
+import importlib
 import random
 
 from app.swarm.agents.base import Agent
-from app.swarm.agents.evolution import EvolutionAgent
-from app.swarm.agents.explorer import ExplorerAgent
-from app.swarm.agents.local import LocalAgent
-from app.swarm.agents.model import ModelAgent
 from app.swarm.space import SearchSpace
 
-_AGENTS: dict[str, type[Agent]] = {
-    "explorer": ExplorerAgent,
-    "local": LocalAgent,
-    "evolution": EvolutionAgent,
-    "model": ModelAgent,
+# Imported when first made: the model agent pulls in optuna, which a headless GPU box may lack
+# while the other strategies still run there.
+_AGENTS: dict[str, str] = {
+    "explorer": "app.swarm.agents.explorer:ExplorerAgent",
+    "local": "app.swarm.agents.local:LocalAgent",
+    "evolution": "app.swarm.agents.evolution:EvolutionAgent",
+    "model": "app.swarm.agents.model:ModelAgent",
 }
 AGENT_NAMES: tuple[str, ...] = tuple(_AGENTS)
 
@@ -27,9 +26,10 @@ AGENT_NAMES: tuple[str, ...] = tuple(_AGENTS)
 def make_agent(name: str, space: SearchSpace, rng: random.Random, minimize: bool = True) -> Agent:
     """A new agent of the named strategy."""
     try:
-        cls = _AGENTS[name]
+        module_name, class_name = _AGENTS[name].split(":")
     except KeyError:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(AGENT_NAMES)}") from None
+    cls: type[Agent] = getattr(importlib.import_module(module_name), class_name)
     return cls(space, rng, minimize)
 
 
