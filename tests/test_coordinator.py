@@ -188,3 +188,23 @@ def test_evaluator_exception_becomes_failed_evaluation(pnpoly):
     result = coord.run()
     crashed = [e for e in result.history if e.reason == "crash"]
     assert len(crashed) == 4 and "boom" in crashed[0].log
+
+
+def test_failure_lessons_match_the_evidence(pnpoly):
+    """Each failure-region lesson states counts that were true when it was learned."""
+    from app.swarm.events import LessonLearned
+
+    _, result, events = run(pnpoly, [RandomAgent], max_evals=600)
+    checked = 0
+    index = 0
+    for event in events:
+        if isinstance(event, Evaluated):
+            index = event.index
+        if isinstance(event, LessonLearned) and event.lesson.kind == "failure_region":
+            ev = event.lesson.evidence
+            seen = [e for e in result.history[:index] if e.config[ev["param"]] == ev["value"]]
+            failed = [e for e in seen if not e.ok]
+            assert (len(failed), len(seen)) == (ev["failed"], ev["total"])
+            assert len(failed) / len(seen) >= 0.8 and ev["reason"] == "runtime_failed"
+            checked += 1
+    assert checked, "pnpoly has regions that fail at run time"

@@ -7,10 +7,9 @@ methods are thread-safe.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import defaultdict
-from typing import Iterable
-
 from app.swarm.space import SearchSpace
 from app.swarm.types import Evaluation, Lesson
 
@@ -26,6 +25,9 @@ class Blackboard:
         self._lessons: list[Lesson] = []
         self._best: Evaluation | None = None
         self._by_agent: dict[str, list[Evaluation]] = defaultdict(list)
+        # Correct evaluations kept sorted best-first (ties in arrival order), so elites are a
+        # slice instead of a sort per proposal.
+        self._ranked: list[Evaluation] = []
 
     # ---- ordering ----------------------------------------------------------------------
     def better(self, a: float, b: float | None) -> bool:
@@ -65,8 +67,10 @@ class Blackboard:
             self._by_key[evaluation.key] = evaluation
             self._evaluations.append(evaluation)
             self._by_agent[evaluation.agent].append(evaluation)
-            if evaluation.ok and evaluation.value is not None and self.better(
-                    evaluation.value, self._best.value if self._best else None):
+            if not (evaluation.ok and evaluation.value is not None):
+                return False
+            bisect.insort_right(self._ranked, evaluation, key=self.sort_key)
+            if self.better(evaluation.value, self._best.value if self._best else None):
                 self._best = evaluation
                 return True
             return False
@@ -105,6 +109,12 @@ class Blackboard:
     def elites(self, k: int, agent: str | None = None) -> list[Evaluation]:
         """The k best correct evaluations, globally or of one agent."""
         with self._lock:
-            pool: Iterable[Evaluation] = self._by_agent.get(agent, []) if agent else self._evaluations
-            ok = [e for e in pool if e.ok and e.value is not None]
+            if agent is None:
+                return self._ranked[:k]
+            ok = [e for e in self._by_agent.get(agent, []) if e.ok and e.value is not None]
         return sorted(ok, key=self.sort_key)[:k]
+
+    def rank_threshold(self, k: int) -> float | None:
+        """The objective value of the k-th best correct evaluation (None with fewer)."""
+        with self._lock:
+            return self._ranked[k - 1].value if 0 < k <= len(self._ranked) else None

@@ -28,7 +28,7 @@ from app.swarm.blackboard import Blackboard
 from app.swarm.events import (
     AgentCredit, EventBus, Evaluated, LessonLearned, NewBest, Proposed, RunFinished, RunStarted,
 )
-from app.swarm.lessons import failure_regions, good_regions
+from app.swarm.lessons import FailureTally, good_regions
 from app.swarm.space import SearchSpace
 from app.swarm.types import CRASH, Candidate, Evaluation
 
@@ -96,6 +96,7 @@ class Coordinator:
         self._running = threading.Event()
         self._running.set()
         self._lesson_texts: set[str] = set()
+        self._failures = FailureTally()
         self._since_improvement = 0
         self._index = 0
         self._lock = threading.Lock()
@@ -165,6 +166,7 @@ class Coordinator:
     def _replay_prior(self) -> None:
         """Resume: the evidence of the interrupted run goes back on the board, unevaluated."""
         for e in self._prior:
+            self._failures.add(e)
             improved = self.board.record(e)
             self._since_improvement = 0 if improved else self._since_improvement + 1
             for agent in self.agents.values():
@@ -289,6 +291,7 @@ class Coordinator:
         if self.simulated_clock:
             self._sim_clock += evaluation.sim_seconds / self.slots
         self._index += 1
+        self._failures.add(evaluation)
         improved = self.board.record(evaluation)
         best = self.board.best
         elapsed = self.elapsed()
@@ -321,15 +324,14 @@ class Coordinator:
             return 1.0
         if not evaluation.ok or evaluation.value is None:
             return 0.0
-        elites = self.board.elites(max(3, len(self.board) // 10))
-        threshold = elites[-1].value if elites else None
+        n_ok = len(self.board.elites(max(3, len(self.board) // 10)))
+        threshold = self.board.rank_threshold(n_ok)
         if threshold is not None and not self.board.better(threshold, evaluation.value):
             return 0.25  # in the top decile, without beating the best
         return 0.0
 
     def _distil_lessons(self) -> None:
-        evidence = self.board.evaluations
-        for lesson in failure_regions(evidence) + good_regions(self.board.elites(5)):
+        for lesson in self._failures.regions() + good_regions(self.board.elites(5)):
             if lesson.text in self._lesson_texts:
                 continue
             self._lesson_texts.add(lesson.text)

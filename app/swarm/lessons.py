@@ -7,25 +7,39 @@ from collections import Counter, defaultdict
 from app.swarm.types import Evaluation, Lesson
 
 
-def failure_regions(evaluations: list[Evaluation], min_count: int = 5,
-                    min_rate: float = 0.8) -> list[Lesson]:
-    """Parameter values whose evaluations mostly fail, with the dominant reason."""
-    by_value: dict[tuple[str, object], list[Evaluation]] = defaultdict(list)
-    for e in evaluations:
-        for name, value in e.config.items():
-            by_value[(name, value)].append(e)
-    lessons = []
-    for (name, value), evs in sorted(by_value.items(), key=lambda kv: repr(kv[0])):
-        failed = [e for e in evs if not e.ok]
-        if len(evs) >= min_count and len(failed) / len(evs) >= min_rate:
-            reason, _ = Counter(e.reason for e in failed).most_common(1)[0]
-            lessons.append(Lesson(
-                kind="failure_region",
-                text=f"{name}={value!r} fails ({reason}) in {len(failed)} of {len(evs)} evaluations",
-                evidence={"param": name, "value": value, "reason": reason,
-                          "failed": len(failed), "total": len(evs)},
-            ))
-    return lessons
+class FailureTally:
+    """Counts, per parameter value, how many evaluations ran and which failed, as they arrive
+    (so distilling lessons costs the number of values, not the number of evaluations)."""
+
+    def __init__(self) -> None:
+        self.total: Counter[tuple[str, object]] = Counter()
+        self.reasons: dict[tuple[str, object], Counter[str]] = defaultdict(Counter)
+
+    def add(self, evaluation: Evaluation) -> None:
+        for name, value in evaluation.config.items():
+            try:
+                slot = (name, value)
+                self.total[slot] += 1
+            except TypeError:  # unhashable parameter value: not a region we can name
+                continue
+            if not evaluation.ok:
+                self.reasons[slot][evaluation.reason or "failed"] += 1
+
+    def regions(self, min_count: int = 5, min_rate: float = 0.8) -> list[Lesson]:
+        """Parameter values whose evaluations mostly fail, with the dominant reason."""
+        lessons = []
+        for slot in sorted(self.reasons, key=repr):
+            name, value = slot
+            total, failed = self.total[slot], sum(self.reasons[slot].values())
+            if total >= min_count and failed / total >= min_rate:
+                reason, _ = self.reasons[slot].most_common(1)[0]
+                lessons.append(Lesson(
+                    kind="failure_region",
+                    text=f"{name}={value!r} fails ({reason}) in {failed} of {total} evaluations",
+                    evidence={"param": name, "value": value, "reason": reason,
+                              "failed": failed, "total": total},
+                ))
+        return lessons
 
 
 def good_regions(elites: list[Evaluation], min_elites: int = 5) -> list[Lesson]:

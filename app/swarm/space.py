@@ -199,6 +199,16 @@ class SearchSpace:
         self.params = {k: list(v) for k, v in self.params.items()}
         self._predicates = [compile_restriction(r, self.params) for r in self.restrictions]
         self._allowed_list: list[tuple] | None = sorted(self.allowed, key=repr) if self.allowed else None
+        # Membership per parameter as sets where the values allow it (agents call is_valid
+        # hundreds of thousands of times per run).
+        self._value_sets: list[set | list] = []
+        for values in self.params.values():
+            try:
+                self._value_sets.append(set(values))
+            except TypeError:  # unhashable values: fall back to the list
+                self._value_sets.append(values)
+        self._keys: dict[tuple, str] = {}
+        self.free_names = [n for n, v in self.params.items() if len(v) > 1]
 
     @property
     def names(self) -> list[str]:
@@ -216,15 +226,35 @@ class SearchSpace:
         return dict(zip(self.params, values))
 
     def key(self, config: Mapping[str, Any]) -> str:
-        return config_key(config)
+        """config_key(config), memoised per value tuple (keys are hashed JSON: not cheap)."""
+        try:
+            values = self.as_tuple(config)
+            hash(values)
+        except (KeyError, TypeError):
+            return config_key(config)
+        if len(config) != len(self.params):
+            return config_key(config)
+        key = self._keys.get(values)
+        if key is None:
+            if len(self._keys) > 1_000_000:  # bound the memo on huge unrecorded spaces
+                self._keys.clear()
+            key = self._keys[values] = config_key(config)
+        return key
 
     def is_valid(self, config: Mapping[str, Any]) -> bool:
-        if set(config) != set(self.params):
+        if len(config) != len(self.params):
             return False
-        for name, values in self.params.items():
-            if config[name] not in values:
+        try:
+            values = self.as_tuple(config)
+        except KeyError:
+            return False
+        for value, allowed_values in zip(values, self._value_sets):
+            try:
+                if value not in allowed_values:
+                    return False
+            except TypeError:  # an unhashable value is in no set of hashable ones
                 return False
-        if self.allowed is not None and self.as_tuple(config) not in self.allowed:
+        if self.allowed is not None and values not in self.allowed:
             return False
         return all(p(config) for p in self._predicates)
 

@@ -22,7 +22,7 @@ Config = dict[str, Any]
 
 def free_params(space: SearchSpace) -> list[str]:
     """Parameters with more than one value (the others never change)."""
-    return [n for n, v in space.params.items() if len(v) > 1]
+    return space.free_names
 
 
 class Positions:
@@ -123,12 +123,18 @@ def repair(space: SearchSpace, target: Mapping[str, Any], is_free: Callable[[Con
             return cand
     best: tuple[float, Config] | None = None
     names = free_params(space)
+    # No perturbation of two or more parameters can come nearer than the two smallest steps:
+    # one that does is the answer, and the remaining tries could only tie.
+    steps = sorted(1.0 / (len(space.params[n]) - 1) for n in names)
+    nearest_possible = sum(steps[:2]) + 1e-12
     for _ in range(tries):
         cand = mutate(space, target, rng, n_changes=rng.randint(2, max(2, min(4, len(names)))))
         if is_free(cand):
             d = distance(space, target, cand)
             if best is None or d < best[0]:
                 best = (d, cand)
+                if d <= nearest_possible:
+                    break
     if best is not None:
         return best[1]
     return nearest_sample(space, target, is_free, rng)
