@@ -104,13 +104,15 @@ class MainWindow(QMainWindow):
         self.tabifyDockWidget(self.goal_dock, self.history_dock)
         self.goal_dock.raise_()
         self.table_dock = self._dock("Candidates", self.table, Qt.BottomDockWidgetArea)
-        self.lessons_dock = self._dock("Lessons", self.lessons, Qt.BottomDockWidgetArea)
-        self.tabifyDockWidget(self.table_dock, self.lessons_dock)
-        self.table_dock.raise_()
         self.detail_dock = self._dock("Candidate", self.detail, Qt.RightDockWidgetArea)
+        # Lessons sit under the candidate detail rather than tabified with the table: Qt 6.12
+        # leaves a stale copy of the tab bar over the left panel when two areas are tabified.
+        self.lessons_dock = self._dock("Lessons", self.lessons, Qt.RightDockWidgetArea)
+        self.splitDockWidget(self.detail_dock, self.lessons_dock, Qt.Vertical)
         self.resizeDocks([self.goal_dock], [400], Qt.Horizontal)
         self.resizeDocks([self.detail_dock], [380], Qt.Horizontal)
         self.resizeDocks([self.table_dock], [260], Qt.Vertical)
+        self.resizeDocks([self.detail_dock, self.lessons_dock], [520, 160], Qt.Vertical)
 
         self._make_actions()
         self._make_menus()
