@@ -1,9 +1,10 @@
-"""Runs a goal in a worker thread and reports back to the GUI thread.
+"""Runs a goal in an engine process and reports back to the GUI thread.
 
-The RunSession is built and run on the worker (building loads recorded spaces or starts
-compilers, which must not freeze the window). Its events reach the GUI only through the
-EventBridge; the controller itself only reports lifecycle: started (with the run id), failed
-(with a message) and finished.
+The RunSession is built and run in a separate process (app.engine_process): the engine's
+Python work never holds the interpreter lock the window needs, and a crashing backend cannot
+take the window down. A reader thread here passes the engine's events to the EventBridge (the
+only way they reach widgets); the controller itself only reports lifecycle: prepared (run id,
+device), failed (with a message) and finished.
 """
 
 from __future__ import annotations
@@ -14,8 +15,8 @@ import time
 
 from PySide6.QtCore import QObject, Qt, Signal
 
+from app.engine_process import EngineProcess
 from app.goal import Goal
-from app.swarm.events import EventBus
 from app.ui.bridge import EventBridge
 
 log = logging.getLogger(__name__)
@@ -32,7 +33,7 @@ class RunController(QObject):
         self.bridge = bridge
         self._store_factory = store_factory  # callable -> Store (the app's one store)
         self._thread: threading.Thread | None = None
-        self._session = None
+        self._engine: EngineProcess | None = None
         self._stop_requested = threading.Event()
         self.state = "idle"
         self.run_id: int | None = None
@@ -55,29 +56,33 @@ class RunController(QObject):
         self.run_id = resume_run_id
         self._stop_requested.clear()
         self._set_state("starting")
-        self._thread = threading.Thread(target=self._work, args=(goal, resume_run_id),
+        store = self._store_factory()
+        db_path = str(store.path) if store is not None else None
+        self._engine = EngineProcess(goal if resume_run_id is None else None, db_path, resume_run_id)
+        self._thread = threading.Thread(target=self._work, args=(self._engine,),
                                         name="kernelswarm-run", daemon=True)
         self._thread.start()
 
-    def _work(self, goal: Goal, resume_run_id: int | None) -> None:
-        from app.session import RunSession  # heavy imports stay off the GUI's start-up path
-
+    def _work(self, engine: EngineProcess) -> None:
         try:
-            bus = EventBus()
-            self.bridge.attach(bus)
-            session = RunSession(goal if resume_run_id is None else None, store=self._store_factory(),
-                                 bus=bus, resume_run_id=resume_run_id)
-            self._session = session
-            self._prepared.emit(session.run_id if session.run_id is not None else -1,
-                                session.evaluator.device())
+            engine.start()
             if self._stop_requested.is_set():
-                session.stop()
-            result = session.run()
-            self._done.emit(result, "")
-        except Exception as exc:
+                engine.send("stop")
+            for message in engine.messages(self.bridge):
+                kind = message[0]
+                if kind == "prepared":
+                    _, run_id, device = message
+                    self._prepared.emit(run_id if run_id is not None else -1, device)
+                elif kind == "done":
+                    engine.join(10)
+                    self._done.emit(message[1], "")
+                else:
+                    log.error("run failed: %s\n%s", message[1], message[2])
+                    engine.join(10)
+                    self._done.emit(None, message[1])
+        except Exception as exc:  # the process could not even start
             log.exception("run failed")
-            self._done.emit(None, f"{type(exc).__name__}: {exc}" if not str(exc).startswith(
-                type(exc).__name__) else str(exc))
+            self._done.emit(None, f"{type(exc).__name__}: {exc}")
 
     def _on_prepared(self, run_id: int, device: object) -> None:
         self.run_id = None if run_id < 0 else run_id
@@ -88,7 +93,7 @@ class RunController(QObject):
         if self._thread is not None:
             self._thread.join(timeout=5)
         self._thread = None
-        self._session = None
+        self._engine = None
         self._set_state("idle")
         if error:
             self.failed.emit(error)
@@ -101,29 +106,33 @@ class RunController(QObject):
 
     # ---- control ----------------------------------------------------------------------------
     def pause(self) -> None:
-        if self._session is not None and self.state == "running":
-            self._session.pause()
+        if self._engine is not None and self.state == "running":
+            self._engine.send("pause")
             self._set_state("paused")
 
     def resume(self) -> None:
-        if self._session is not None and self.state == "paused":
-            self._session.resume()
+        if self._engine is not None and self.state == "paused":
+            self._engine.send("resume")
             self._set_state("running")
 
     def stop(self) -> None:
         self._stop_requested.set()
-        if self._session is not None:
-            self._session.stop()
+        if self._engine is not None:
+            self._engine.send("stop")
         if self.running:
             self._set_state("stopping")
 
     def stop_and_wait(self, timeout_s: float = 30.0) -> bool:
         """Stop and block until the run has recorded its end (used when the window closes).
-        Returns False when the worker did not finish in time."""
+        Returns False when the engine did not finish in time (it is then killed: every
+        evaluation it completed is already committed)."""
         self.stop()
-        thread = self._thread
+        thread, engine = self._thread, self._engine
         deadline = time.monotonic() + timeout_s
         while thread is not None and thread.is_alive() and time.monotonic() < deadline:
             thread.join(timeout=0.05)
+        finished = thread is None or not thread.is_alive()
+        if not finished and engine is not None:
+            engine.kill()
         self.bridge.drain()
-        return thread is None or not thread.is_alive()
+        return finished
