@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing as mp
+import queue
 import threading
 import traceback
 from dataclasses import replace
@@ -97,7 +98,7 @@ class EngineProcess:
         while True:
             try:
                 message = self._events.get(timeout=0.5)
-            except Exception:  # queue.Empty: check the process is still there
+            except queue.Empty:  # nothing for a while: check the process is still there
                 if not self.process.is_alive():
                     code = self.process.exitcode
                     yield ("error", f"the engine process ended unexpectedly (exit code {code})", "")
