@@ -305,6 +305,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         goal = store.goal_of_run(args.run_id)
         rows = store.evaluation_rows(args.run_id)
         lessons = store.lessons(run_id=args.run_id)
+        db_path = store.path
     unit = _unit(goal)
     device = run["device"].get("name", "?") if isinstance(run["device"], dict) else run["device"]
     print(f"run {run['id']}: {run['name']}  [{run['status']}"
@@ -331,6 +332,13 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("lessons:")
         for lesson in lessons[:10]:
             print(f"  [{lesson['kind']}] {lesson['text']}")
+    from app.llm.usage import run_usage
+
+    usage = run_usage(db_path, args.run_id)
+    if usage["requests"]:
+        print(f"llm: {usage['requests']} requests, {usage['prompt_tokens']} prompt + "
+              f"{usage['completion_tokens']} completion tokens, cost {usage['cost']:.4g}, "
+              + ", ".join(f"{k} {v}" for k, v in sorted(usage["by_status"].items())))
     return 0
 
 

@@ -118,7 +118,9 @@ class RunSession:
     def _make_llm_team(self, goal: Goal) -> Any:
         from app.llm import LLMSettings, make_llm_team
 
-        settings = LLMSettings.from_env(base=LLMSettings.from_dict(dict(goal.llm)))
+        # The user's saved settings, then the goal's [llm] table, then KERNELSWARM_LLM_* vars.
+        base = {**LLMSettings.user().to_dict(), **goal.llm}
+        settings = LLMSettings.from_env(base=LLMSettings.from_dict(base))
         db_path = getattr(self.store, "path", None) if self.store is not None else None
         return make_llm_team(goal, self.evaluator, settings=settings, bus=self.bus,
                              run_id=self.run_id, db_path=db_path)

@@ -20,6 +20,7 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     home = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
     monkeypatch.setenv("KERNELSWARM_CACHE", str(home / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))  # user LLM settings
 
 
 @pytest.fixture

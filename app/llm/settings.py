@@ -123,6 +123,22 @@ class LLMSettings:
                                        f"a {type(current).__name__}") from None
         return cls(**data).validate()
 
+    def save(self, path: str | Path) -> None:
+        """Write the settings as TOML (an [llm] table; never a key), atomically."""
+        import tomli_w
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(tomli_w.dumps({"llm": self.validate().to_dict()}), encoding="utf-8")
+        tmp.replace(path)
+
+    @classmethod
+    def user(cls, path: str | Path | None = None) -> "LLMSettings":
+        """The user's settings (saved from the GUI's settings page), or the defaults."""
+        path = Path(path) if path is not None else user_settings_path()
+        return cls.load(path) if path.exists() else cls()
+
     @classmethod
     def load(cls, path: str | Path) -> "LLMSettings":
         """Settings from a TOML file (a bare table or an [llm] table)."""
@@ -135,6 +151,29 @@ class LLMSettings:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise LLMSettingsError("file", f"cannot read settings file {str(path)!r}: {exc}") from None
         return cls.from_dict(data.get("llm", data))
+
+
+def user_settings_path() -> Path:
+    """Where the GUI keeps the user's endpoint settings (the key is never in it)."""
+    import platformdirs
+
+    return Path(platformdirs.user_config_dir("kernelswarm", appauthor=False)) / "llm.toml"
+
+
+def api_key_source(env: dict[str, str] | None = None) -> str:
+    """Where the key would come from, for display: a variable's name, "OS keyring" or ""."""
+    env = os.environ if env is None else env
+    for name in KEY_ENV_VARS:
+        if env.get(name, "").strip():
+            return name
+    try:
+        import keyring  # type: ignore[import-not-found]
+
+        if keyring.get_password(KEYRING_SERVICE, KEYRING_USER):
+            return "OS keyring"
+    except Exception:  # no keyring package or no usable backend
+        pass
+    return ""
 
 
 def resolve_api_key(settings: LLMSettings | None = None, env: dict[str, str] | None = None) -> str:

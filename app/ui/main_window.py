@@ -180,6 +180,8 @@ class MainWindow(QMainWindow):
         self.act_axis.setCheckable(True)
         self.act_about = self._action("&About KernelSwarm", self.show_about, QKeySequence.HelpContents)
         self.act_log = self._action("Show log file location", self.show_log_location)
+        self.act_llm = self._action("&LLM endpoint settings…", self.show_llm_settings,
+                                    QKeySequence("Ctrl+,"))
 
     def _make_menus(self) -> None:
         bar = self.menuBar()
@@ -197,6 +199,8 @@ class MainWindow(QMainWindow):
         run = bar.addMenu("&Run")
         for a in (self.act_run, self.act_pause, self.act_stop):
             run.addAction(a)
+        run.addSeparator()
+        run.addAction(self.act_llm)
         view = bar.addMenu("&View")
         view.addAction(self.act_axis)
         theme_menu = view.addMenu("Theme")
@@ -414,11 +418,37 @@ class MainWindow(QMainWindow):
         self.setWindowTitle(f"KernelSwarm — {ev.goal_name} ({run})")
         self.table.model.set_references(ev.baseline_value, ev.limit_value)
 
+    def show_llm_settings(self) -> None:
+        from app.ui.llm_settings import LLMSettingsDialog
+
+        dialog = LLMSettingsDialog(self)
+        if self.interactive:
+            dialog.exec()
+        else:  # tests drive the dialog themselves
+            self.llm_dialog = dialog
+
+    def llm_usage_text(self, run_id: int | None) -> str:
+        """Token use and cost of a run's LLM requests ('' when it made none)."""
+        if run_id is None or self._store is None:
+            return ""
+        from app.llm.usage import run_usage
+
+        usage = run_usage(self._store.path, run_id)
+        if not usage["requests"]:
+            return ""
+        cost = f", cost {usage['cost']:.4g}" if usage["cost"] else ""
+        return (f"LLM: {usage['requests']} requests, {usage['prompt_tokens']:,} prompt + "
+                f"{usage['completion_tokens']:,} completion tokens{cost}")
+
     def _on_finished(self, result) -> None:
         self.table.flush()
         best = f"best {result.best.value:.4g}" if result.best is not None and result.best.value else "no correct candidate"
+        usage = self.llm_usage_text(self.controller.run_id)
         self.statusBar().showMessage(f"Run finished ({result.reason.replace('_', ' ')}): "
-                                     f"{result.evaluations} evaluations, {best}", 10000)
+                                     f"{result.evaluations} evaluations, {best}"
+                                     + (f" · {usage}" if usage else ""), 30000)
+        if usage:
+            self.lessons.addItem(f"[usage] {usage}")
         self.history.refresh()
         if result.best is not None:
             self.table.select_key(result.best.key)

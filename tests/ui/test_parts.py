@@ -168,3 +168,34 @@ def test_none_refcount_survives_models_returning_none(qtbot):
         proxy.data(proxy.index(0, 0), Qt.DecorationRole)
     assert sys.getrefcount(None) > 2**39 or sys.version_info >= (3, 12)
     assert sys.getrefcount(None) > before - 10_000  # still alive and nowhere near zero
+
+
+def test_llm_settings_page_validates_saves_and_never_writes_a_key(qtbot, tmp_path, monkeypatch):
+    from PySide6.QtWidgets import QDialogButtonBox
+
+    from app.llm.settings import LLMSettings
+    from app.ui.llm_settings import LLMSettingsDialog
+
+    monkeypatch.setenv("KERNELSWARM_LLM_API_KEY", "sk-test-secret-123456789")
+    path = tmp_path / "llm.toml"
+    dialog = LLMSettingsDialog(path=path)
+    qtbot.addWidget(dialog)
+    save = dialog.buttons.button(QDialogButtonBox.Save)
+    assert "KERNELSWARM_LLM_API_KEY" in dialog.key_status.text()  # where, never what
+    assert "sk-test" not in dialog.key_status.text()
+
+    dialog.base_url.clear()
+    qtbot.keyClicks(dialog.base_url, "not a url")
+    assert not save.isEnabled() and dialog.error.text().startswith("base_url")
+    dialog.base_url.clear()
+    qtbot.keyClicks(dialog.base_url, "http://127.0.0.1:11434/v1")
+    dialog.model.clear()
+    qtbot.keyClicks(dialog.model, "qwen2.5-coder")
+    dialog.roles["tiling"].setChecked(False)
+    assert save.isEnabled() and dialog.error.text() == ""
+    save.click()
+
+    saved = LLMSettings.user(path)
+    assert saved.base_url == "http://127.0.0.1:11434/v1" and saved.model == "qwen2.5-coder"
+    assert "tiling" not in saved.roles
+    assert "sk-test" not in path.read_text()
