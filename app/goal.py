@@ -99,7 +99,7 @@ class Goal:
     source_path: str = ""  # where the goal was loaded from (not saved)
 
     # ---- validation -------------------------------------------------------------------
-    def validate(self) -> "Goal":
+    def validate(self) -> Goal:
         """Raise GoalError naming the first field that is wrong; return self when valid."""
         if not isinstance(self.name, str) or not self.name.strip():
             raise GoalError("name", "must be a non-empty string")
@@ -203,7 +203,7 @@ class Goal:
         tmp.replace(path)  # atomic: a crash never leaves half a goal file
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Goal":
+    def from_dict(cls, data: dict[str, Any]) -> Goal:
         if not isinstance(data, dict):
             raise GoalError("goal", "must be a table")
         sections = {"objective": Objective, "target": Target, "stop": StopRules,
@@ -227,7 +227,7 @@ class Goal:
         return cls(**kwargs)
 
     @classmethod
-    def from_toml(cls, text: str, source_path: str = "") -> "Goal":
+    def from_toml(cls, text: str, source_path: str = "") -> Goal:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
@@ -237,7 +237,7 @@ class Goal:
         return goal
 
     @classmethod
-    def load(cls, path: str | Path) -> "Goal":
+    def load(cls, path: str | Path) -> Goal:
         path = Path(path)
         try:
             text = path.read_text(encoding="utf-8")

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from app.goal import Goal
 from app.gpu.base import Evaluator
@@ -59,7 +60,7 @@ def target_value(goal: Goal, baseline: float | None, limit: float | None) -> flo
 class RunSession:
     """Runs a goal (or resumes a run) with its evaluator, coordinator and store subscriber."""
 
-    def __init__(self, goal: Goal | None = None, store: "Store | None" = None,
+    def __init__(self, goal: Goal | None = None, store: Store | None = None,
                  bus: EventBus | None = None, resume_run_id: int | None = None,
                  evaluator: Evaluator | None = None) -> None:
         if goal is None and resume_run_id is None:

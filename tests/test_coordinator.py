@@ -9,6 +9,7 @@ from collections import Counter
 import pytest
 
 from app.goal import StopRules
+from app.gpu.base import Evaluator
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.agents.base import Agent
 from app.swarm.coordinator import Coordinator
@@ -208,3 +209,69 @@ def test_failure_lessons_match_the_evidence(pnpoly):
             assert len(failed) / len(seen) >= 0.8 and ev["reason"] == "runtime_failed"
             checked += 1
     assert checked, "pnpoly has regions that fail at run time"
+
+
+class _SubtlyWrong(Evaluator):
+    """A stand-in compiling backend (the coordinator's logic is under test, not a compiler):
+    configuration x=7 is the fastest and passes verification, until x=3 fails on an input that
+    then joins the validation set — which x=7 fails too when re-checked."""
+
+    def __init__(self):
+        from app.swarm.space import SearchSpace
+
+        self.space = SearchSpace({"x": list(range(10))})
+        self.max_parallel = 1
+        self.cases: list[dict] = []
+        self.rechecked: list[str] = []
+
+    def evaluate(self, c):
+        x = c.config["x"]
+        case = {"shape": [17], "distribution": "near_limits", "seed": 1}
+        if x == 3:
+            self.cases.append(case)
+            return Evaluation(key=c.key, config=c.config, ok=False, reason="verification_failed",
+                              detail="max error 1e9 at shape [17]", failing_case=case)
+        if x == 7 and self.cases:
+            return Evaluation(key=c.key, config=c.config, ok=False, reason="verification_failed",
+                              detail="fails the stored case", failing_case=self.cases[0])
+        return Evaluation(key=c.key, config=c.config, ok=True, value=10.0 - x * (x != 7) - 9.0 * (x == 7))
+
+    def recheck(self, c):
+        self.rechecked.append(c.key)
+        return self.evaluate(c)
+
+
+class _Ordered(Agent):
+    name = "ordered"
+
+    def __init__(self, space, order):
+        super().__init__(space, random.Random(0))
+        self.order = list(order)
+
+    def propose(self, board, n=1):
+        return [{"x": self.order.pop(0)}] if self.order else []
+
+
+def test_a_new_failing_input_rechecks_and_revokes_the_best(tmp_db):
+    from app.goal import Goal
+    from app.store import Store
+    from app.swarm.events import BestRevoked
+
+    ev = _SubtlyWrong()
+    store = Store(tmp_db)
+    run_id = store.create_run(Goal(name="recheck", space="none.json.gz"), {"kind": "test"})
+    bus = EventBus()
+    bus.subscribe(store.subscriber(run_id), critical=True)
+    revoked = []
+    bus.subscribe(lambda e: revoked.append(e) if isinstance(e, BestRevoked) else None)
+    coord = Coordinator(ev.space, ev, agents=[_Ordered(ev.space, [7, 1, 3, 2])],
+                        stop=StopRules(max_evals=4), bus=bus, run_id=run_id)
+    result = coord.run()
+
+    assert len(revoked) == 1 and revoked[0].evaluation.config == {"x": 7}
+    assert ev.rechecked == [revoked[0].key]
+    assert result.best.config == {"x": 2}  # 10 - 2 = 8 beats x=1's 9
+    rows = {r["config"]["x"]: r for r in store.evaluation_rows(run_id)}
+    assert not rows[7]["ok"] and rows[7]["value"] is None and "revoked" in rows[7]["detail"]
+    assert store.get_run(run_id)["best_value"] == 8.0
+    store.close()

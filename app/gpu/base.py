@@ -43,6 +43,11 @@ class Evaluator(abc.ABC):
     def evaluate(self, candidate: Candidate) -> Evaluation:
         """Run the evaluation cascade for one candidate; never raises for a bad candidate."""
 
+    def recheck(self, candidate: Candidate) -> Evaluation | None:
+        """Evaluate an already accepted candidate again against the validation set as it is
+        now (after a new failing input was found). None: this backend cannot (replay)."""
+        return None
+
     def baseline(self) -> float | None:
         """The best library baseline's objective value, measured by the same protocol."""
         return None
@@ -58,7 +63,7 @@ class Evaluator(abc.ABC):
     def close(self) -> None:
         """Release workers and devices."""
 
-    def __enter__(self) -> "Evaluator":
+    def __enter__(self):
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,7 +19,12 @@ from typing import Any
 from app.gpu.base import DeviceInfo, Evaluator
 from app.swarm.space import SearchSpace
 from app.swarm.types import (
-    COMPILE_FAILED, INVALID, RUNTIME_FAILED, Candidate, Evaluation, Stage,
+    COMPILE_FAILED,
+    INVALID,
+    RUNTIME_FAILED,
+    Candidate,
+    Evaluation,
+    Stage,
 )
 
 FAILURE_MARKERS = {
@@ -55,7 +61,7 @@ class RecordedSpace:
 
 
 def _is_number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v < 1e30
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v) and v < 1e30
 
 
 _CACHE: dict[tuple[str, float], RecordedSpace] = {}
@@ -129,8 +135,8 @@ class ReplayEvaluator(Evaluator):
     def evaluate(self, candidate: Candidate) -> Evaluation:
         values = self.space.as_tuple(candidate.config)
         rec = self.recorded.records.get(values)
-        base = dict(key=candidate.key, config=dict(candidate.config), agent=candidate.agent,
-                    parent_key=candidate.parent_key)
+        base = {"key": candidate.key, "config": dict(candidate.config), "agent": candidate.agent,
+                "parent_key": candidate.parent_key}
         if rec is None:
             # Restricted configurations are filtered by the space before they get here; one that
             # slips through (a foreign config) is refused, not measured.

@@ -41,6 +41,9 @@ class PolicyEvaluator(Evaluator):
                                   resources={"policy_rule": exc.rule}, sim_seconds=seconds)
         return self.inner.evaluate(candidate)
 
+    def recheck(self, candidate: Candidate) -> Evaluation | None:
+        return self.inner.recheck(candidate)
+
     def baseline(self) -> float | None:
         return self.inner.baseline()
 

@@ -27,6 +27,7 @@ from app.goal import Goal, GoalError
 from app.store.schema import MIGRATIONS, SCHEMA_VERSION
 from app.swarm.events import (
     AgentCredit,
+    BestRevoked,
     Evaluated,
     Event,
     LessonLearned,
@@ -379,6 +380,20 @@ class Store:
             if e.failing_case is not None:
                 self._insert_case(c, key, e.failing_case)
 
+    def revoke_evaluation(self, run_id: int, evaluation: Evaluation) -> None:
+        """An accepted candidate failed re-verification later in the run: its stored
+        evaluation becomes a failure with that reason (and the input that broke it)."""
+        _, key = self._run_goal(run_id)
+        runs = self.chain(run_id)
+        e = evaluation
+        with self._tx() as c:
+            c.execute("UPDATE evaluations SET ok = 0, value = NULL, reason = ?, detail = ?, "
+                      f"failing_case = ?, log = ? WHERE key = ? AND run_id IN ({','.join('?' * len(runs))})",
+                      (e.reason, e.detail, None if e.failing_case is None else _json(e.failing_case),
+                       e.log, e.key, *runs))
+            if e.failing_case is not None:
+                self._insert_case(c, key, e.failing_case)
+
     def _chain_rows(self, run_id: int, own_only: bool) -> list[dict[str, Any]]:
         ids = [run_id] if own_only else self.chain(run_id)
         order = {rid: i for i, rid in enumerate(ids)}
@@ -489,6 +504,8 @@ class Store:
             if isinstance(event, Evaluated):
                 self.record_evaluation(run_id, event.index, event.evaluation, event.elapsed_s,
                                        event.best_value)
+            elif isinstance(event, BestRevoked):
+                self.revoke_evaluation(run_id, event.evaluation)
             elif isinstance(event, LessonLearned):
                 self.add_lesson(run_id, event.lesson)
             elif isinstance(event, Telemetry):

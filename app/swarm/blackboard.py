@@ -10,6 +10,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import defaultdict
+
 from app.swarm.space import SearchSpace
 from app.swarm.types import Evaluation, Lesson
 
@@ -74,6 +75,21 @@ class Blackboard:
                 self._best = evaluation
                 return True
             return False
+
+    def revoke(self, failed: Evaluation) -> Evaluation | None:
+        """An accepted candidate failed re-verification: it stops counting as correct (its
+        record becomes `failed`) and the best falls back. Returns the new best."""
+        with self._lock:
+            old = self._by_key.get(failed.key)
+            if old is None:
+                return self._best
+            self._by_key[failed.key] = failed
+            self._evaluations = [failed if e.key == failed.key else e for e in self._evaluations]
+            for agent, evs in self._by_agent.items():
+                self._by_agent[agent] = [failed if e.key == failed.key else e for e in evs]
+            self._ranked = [e for e in self._ranked if e.key != failed.key]
+            self._best = self._ranked[0] if self._ranked else None
+            return self._best
 
     def add_lesson(self, lesson: Lesson) -> None:
         with self._lock:

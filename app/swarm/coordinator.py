@@ -17,8 +17,8 @@ import random
 import threading
 import time
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Sequence
 
 from app.goal import StopRules
 from app.gpu.base import Evaluator
@@ -26,7 +26,15 @@ from app.swarm.agents.base import Agent
 from app.swarm.allocation import BudgetAllocator
 from app.swarm.blackboard import Blackboard
 from app.swarm.events import (
-    AgentCredit, EventBus, Evaluated, LessonLearned, NewBest, Proposed, RunFinished, RunStarted,
+    AgentCredit,
+    BestRevoked,
+    Evaluated,
+    EventBus,
+    LessonLearned,
+    NewBest,
+    Proposed,
+    RunFinished,
+    RunStarted,
 )
 from app.swarm.lessons import FailureTally, good_regions
 from app.swarm.space import SearchSpace
@@ -240,7 +248,7 @@ class Coordinator:
     def _evaluate(self, cand: Candidate) -> Evaluation:
         try:
             return self.evaluator.evaluate(cand)
-        except Exception:
+        except Exception:  # noqa: BLE001 - a backend bug costs one candidate, never the run
             return Evaluation(key=cand.key, config=dict(cand.config), ok=False, reason=CRASH,
                               detail="the evaluator raised an exception", agent=cand.agent,
                               source=cand.source, parent_key=cand.parent_key,
@@ -305,6 +313,8 @@ class Coordinator:
                                      run_id=self.run_id))
         else:
             self._since_improvement += 1
+        if evaluation.failing_case is not None:
+            self._recheck_best(evaluation)
         for agent in self.agents.values():
             agent.observe(evaluation)
         with self._lock:
@@ -318,6 +328,25 @@ class Coordinator:
             self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
         if self._index % LESSON_EVERY == 0:
             self._distil_lessons()
+
+    def _recheck_best(self, failure: Evaluation) -> None:
+        """A new failing input joins the validation set: the current best must pass it too,
+        or it is revoked (a faster kernel that is subtly wrong is worth nothing)."""
+        best = self.board.best
+        if best is None or best.key == failure.key:
+            return
+        again = self.evaluator.recheck(Candidate(
+            config=dict(best.config), key=best.key, agent=best.agent, source=best.source,
+            parent_key=best.parent_key))
+        if again is None or again.ok:
+            return
+        again.agent, again.key = best.agent, best.key
+        again.detail = f"revoked: failed re-verification ({again.detail})"
+        new_best = self.board.revoke(again)
+        log.warning("best candidate %s revoked: %s", best.key, again.detail)
+        self.bus.publish(BestRevoked(key=best.key, evaluation=again,
+                                     new_best_value=new_best.value if new_best else None,
+                                     run_id=self.run_id))
 
     def _reward(self, evaluation: Evaluation, improved: bool) -> float:
         if improved:

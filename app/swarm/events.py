@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from app.swarm.types import Evaluation, Lesson
 
@@ -59,6 +60,16 @@ class NewBest(Event):
     evaluation: Evaluation
     elapsed_s: float
     previous_value: float | None
+
+
+@dataclass
+class BestRevoked(Event):
+    """The best so far failed re-verification against a newly found failing input: it is no
+    longer a correct candidate, and the best falls back to the next one."""
+
+    key: str
+    evaluation: Evaluation  # the failed re-verification
+    new_best_value: float | None
 
 
 @dataclass

@@ -12,8 +12,9 @@ import json
 import math
 import operator
 import random
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 Config = dict[str, Any]
 

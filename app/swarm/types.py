@@ -5,7 +5,6 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
 # Failure reasons every backend uses (free text may follow in `Evaluation.detail`).
 COMPILE_FAILED = "compile_failed"
 RUNTIME_FAILED = "runtime_failed"
@@ -76,7 +75,7 @@ class Evaluation:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "Evaluation":
+    def from_dict(cls, data: dict[str, Any]) -> Evaluation:
         data = dict(data)
         data["stages"] = [Stage(**s) for s in data.get("stages", [])]
         return cls(**{k: v for k, v in data.items() if k in cls.__dataclass_fields__})

@@ -15,6 +15,7 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from app.swarm.events import (
     AgentCredit,
+    BestRevoked,
     Evaluated,
     Event,
     EventBus,
@@ -33,6 +34,7 @@ class EventBridge(QObject):
     newBest = Signal(object)  # NewBest
     credit = Signal(object)  # AgentCredit
     lesson = Signal(object)  # LessonLearned
+    revoked = Signal(object)  # BestRevoked
     telemetry = Signal(list)  # list[Telemetry]
     runFinished = Signal(object)  # RunFinished
 
@@ -88,6 +90,8 @@ class EventBridge(QObject):
                 self.credit.emit(event)
             elif isinstance(event, LessonLearned):
                 self.lesson.emit(event)
+            elif isinstance(event, BestRevoked):
+                self.revoked.emit(event)
             elif isinstance(event, RunFinished):
                 if telemetry:
                     self.telemetry.emit(telemetry)

@@ -250,6 +250,7 @@ class MainWindow(QMainWindow):
         b.evaluated.connect(lambda evs: self.table.add([(e.index, e.evaluation, e.elapsed_s) for e in evs]))
         b.telemetry.connect(self.live.on_telemetry)
         b.lesson.connect(lambda ev: self.lessons.addItem(f"[{ev.lesson.kind}] {ev.lesson.text}"))
+        b.revoked.connect(self._on_revoked)
         b.newBest.connect(lambda ev: self.statusBar().showMessage(
             f"New best {ev.evaluation.value:.4g} by {ev.evaluation.agent} at evaluation {ev.index}", 4000))
         b.runFinished.connect(self.live.on_run_finished)
@@ -417,6 +418,13 @@ class MainWindow(QMainWindow):
         run = f"run {self.current_run_id}" if self.current_run_id else "run"
         self.setWindowTitle(f"KernelSwarm — {ev.goal_name} ({run})")
         self.table.model.set_references(ev.baseline_value, ev.limit_value)
+
+    def _on_revoked(self, event) -> None:
+        text = (f"best candidate {event.key[:10]} revoked: {event.evaluation.detail}; "
+                f"best is now {event.new_best_value:.4g}" if event.new_best_value is not None
+                else f"best candidate {event.key[:10]} revoked: {event.evaluation.detail}")
+        self.lessons.addItem(f"[revoked] {text}")
+        self.statusBar().showMessage(text, 30000)
 
     def show_llm_settings(self) -> None:
         from app.ui.llm_settings import LLMSettingsDialog

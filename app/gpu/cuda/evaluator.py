@@ -225,6 +225,9 @@ class CudaEvaluator(Evaluator):
                               "seed": rng.randrange(1 << 31), "origin": "edge"})
         return cases
 
+    def recheck(self, candidate: Candidate) -> Evaluation:
+        return self.evaluate(candidate)  # verification runs the stored cases first
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
         t_start = time.perf_counter()
         base = dict(key=candidate.key, config=dict(candidate.config), agent=candidate.agent,
