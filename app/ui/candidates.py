@@ -41,15 +41,12 @@ from app.ui.theme import PlotTheme, agent_color, current_plot_theme, style_plot
 SORT_ROLE = Qt.UserRole + 1
 COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of limit", "parameters",
            "registers", "shared mem")
-REGISTER_KEYS = ("registers", "num_regs", "regs")
-SHARED_KEYS = ("shared_memory_bytes", "shared_bytes", "shared_size_bytes", "smem_bytes")
-
-
-def _first(d: dict, keys: tuple[str, ...]) -> Any:
-    for k in keys:
-        if d.get(k) is not None:
-            return d[k]
-    return None
+def shared_memory_bytes(resources: dict) -> int | None:
+    """Shared memory per block as the CUDA backend records it (static + dynamic)."""
+    parts = [resources.get(k) for k in ("static_shared_bytes", "dynamic_shared_bytes")]
+    if all(p is None for p in parts):
+        return None
+    return sum(int(p or 0) for p in parts)
 
 
 _ROOT = QModelIndex()
@@ -283,9 +280,9 @@ class CandidateModel(QAbstractTableModel):
         if col == 6:
             return params_text(ev.config)
         if col == 7:
-            return _first(ev.resources, REGISTER_KEYS)
+            return ev.resources.get("registers")
         if col == 8:
-            return _first(ev.resources, SHARED_KEYS)
+            return shared_memory_bytes(ev.resources)
         return None
 
     @staticmethod

@@ -199,3 +199,22 @@ def test_llm_settings_page_validates_saves_and_never_writes_a_key(qtbot, tmp_pat
     assert saved.base_url == "http://127.0.0.1:11434/v1" and saved.model == "qwen2.5-coder"
     assert "tiling" not in saved.roles
     assert "sk-test" not in path.read_text()
+
+
+def test_table_shows_cuda_registers_and_shared_memory(qtbot):
+    from app.swarm.types import Evaluation
+    from app.ui.candidates import CandidateTable
+
+    table = CandidateTable()
+    qtbot.addWidget(table)
+    ev = Evaluation(key="k1", config={"BM": 128}, ok=True, value=1.5, agent="local",
+                    resources={"registers": 96, "static_shared_bytes": 4096,
+                               "dynamic_shared_bytes": 65536})
+    table.add([(1, ev, 0.1)])
+    table.flush()
+    model = table.model
+    assert model.rowCount() == 1
+    headers = [model.headerData(c, Qt.Horizontal) for c in range(model.columnCount())]
+    regs = model.data(model.index(0, headers.index("registers")))
+    smem = model.data(model.index(0, headers.index("shared mem")))
+    assert (regs, smem) == ("96", "69632")  # static + dynamic shared memory per block
