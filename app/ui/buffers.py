@@ -77,6 +77,7 @@ class RunData:
     best: GrowingArray = field(default_factory=GrowingArray)
     agent_code: GrowingArray = field(default_factory=lambda: GrowingArray(np.int16))
     reason_code: GrowingArray = field(default_factory=lambda: GrowingArray(np.int16))
+    keys: list[str] = field(default_factory=list)
     agents: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     improvements: list[int] = field(default_factory=list)  # rows where best improved
@@ -125,6 +126,7 @@ class RunData:
                 self.improved_by_agent[agent] += 1
             if not ok:
                 self.failed_by_reason[ev.reason or "failed"] += 1
+            self.keys.append(ev.key)
             idx.append(i)
             el.append(elapsed)
             val.append(v)
@@ -138,6 +140,32 @@ class RunData:
         self.agent_code.append(ac)
         self.reason_code.append(rc)
         self.version += 1
+
+    def revoke(self, key: str, reason: str) -> bool:
+        """A candidate failed re-verification after it was accepted: it becomes a failure and
+        best-so-far is recomputed without it (a rare event, so from scratch)."""
+        try:
+            row = self.keys.index(key)
+        except ValueError:
+            return False
+        values = self.value.view()
+        if math.isnan(values[row]):
+            return False
+        values[row] = math.nan
+        self.reason_code.view()[row] = self._code(self.reasons, reason)
+        self.failed_by_reason[reason] += 1
+        best_col, codes = self.best.view(), self.agent_code.view()
+        best: float | None = None
+        self.improvements = []
+        self.improved_by_agent = Counter()
+        for i, v in enumerate(values):
+            if not math.isnan(v) and (best is None or (v < best if self.minimize else v > best)):
+                best = float(v)
+                self.improvements.append(i)
+                self.improved_by_agent[self.agents[codes[i]]] += 1
+            best_col[i] = math.nan if best is None else best
+        self.version += 1
+        return True
 
     @property
     def n_failed(self) -> int:

@@ -136,6 +136,22 @@ class CandidateModel(QAbstractTableModel):
         else:
             self._relayout()
 
+    def replace(self, evaluation: Evaluation) -> bool:
+        """Show a candidate's new outcome (a best revoked by re-verification)."""
+        for src, (index, ev, elapsed) in enumerate(self.rows):
+            if ev.key != evaluation.key:
+                continue
+            self.rows[src] = (index, evaluation, elapsed)
+            self.by_key[evaluation.key] = evaluation
+            self._cache[src] = self._row_cache(self.rows[src])
+            self._accepted[src] = self._accepts(evaluation)
+            ok = [e for _, e, _ in self.rows if e.ok and e.value is not None]
+            pick = min if self.minimize else max
+            self.best = pick(ok, key=lambda e: e.value) if ok else None
+            self._relayout()
+            return True
+        return False
+
     def _recache(self) -> None:
         self._cache = [self._row_cache(r) for r in self.rows]
 

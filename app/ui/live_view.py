@@ -445,6 +445,13 @@ class LiveView(QWidget):
     def on_evaluated(self, events: list[Evaluated]) -> None:
         self.data.add([(e.index, e.evaluation, e.elapsed_s) for e in events])
 
+    def on_revoked(self, key: str, reason: str) -> None:
+        """The best so far failed re-verification: redraw everything without it."""
+        if self.data.revoke(key, reason):
+            self.convergence.clear_points()
+            self.failures.clear_run()
+            self.redraw()
+
     def on_credit(self, ev: AgentCredit) -> None:
         pass  # the chart derives shares from the evaluations themselves (same for past runs)
 

@@ -420,6 +420,9 @@ class MainWindow(QMainWindow):
         self.table.model.set_references(ev.baseline_value, ev.limit_value)
 
     def _on_revoked(self, event) -> None:
+        self.live.on_revoked(event.key, event.evaluation.reason or "verification_failed")
+        self.table.flush()
+        self.table.model.replace(event.evaluation)
         text = (f"best candidate {event.key[:10]} revoked: {event.evaluation.detail}; "
                 f"best is now {event.new_best_value:.4g}" if event.new_best_value is not None
                 else f"best candidate {event.key[:10]} revoked: {event.evaluation.detail}")

@@ -218,3 +218,38 @@ def test_table_shows_cuda_registers_and_shared_memory(qtbot):
     regs = model.data(model.index(0, headers.index("registers")))
     smem = model.data(model.index(0, headers.index("shared mem")))
     assert (regs, smem) == ("96", "69632")  # static + dynamic shared memory per block
+
+
+def test_a_revoked_best_leaves_the_plot_and_table(qtbot):
+    """BestRevoked, as the bridge delivers it: the point becomes a failure, best-so-far falls
+    back to the next correct candidate, and the table shows the new status."""
+    from app.swarm.events import BestRevoked
+    from app.ui.bridge import EventBridge
+    from app.ui.candidates import CandidateTable
+    from app.ui.live_view import LiveView
+
+    live, table = LiveView(), CandidateTable()
+    qtbot.addWidget(live)
+    qtbot.addWidget(table)
+    rows = [(i + 1, Evaluation(key=f"k{i}", config={"x": i}, ok=True, value=v, agent="local"), 0.1 * i)
+            for i, v in enumerate([5.0, 3.0, 1.0, 4.0])]
+    live.preload(rows)
+    table.add(rows)
+    table.flush()
+    assert live.data.best_value == 1.0
+
+    bridge = EventBridge()
+    failed = Evaluation(key="k2", config={"x": 2}, ok=False, reason="verification_failed",
+                        detail="revoked: failed re-verification", agent="local")
+    got = []
+    bridge.revoked.connect(got.append)
+    bridge(BestRevoked(key="k2", evaluation=failed, new_best_value=3.0))
+    bridge.drain()
+    assert len(got) == 1
+    live.on_revoked(got[0].key, got[0].evaluation.reason)
+    table.model.replace(got[0].evaluation)
+
+    assert live.data.best_value == 3.0
+    assert list(live.data.best.view()) == [5.0, 3.0, 3.0, 3.0]
+    assert live.data.failed_by_reason["verification_failed"] == 1
+    assert table.model.best.key == "k1" and not table.model.by_key["k2"].ok
