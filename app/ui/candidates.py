@@ -6,7 +6,6 @@ import difflib
 import html
 import json
 import math
-from typing import Any
 
 import numpy as np
 import pyqtgraph as pg

@@ -11,9 +11,9 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QBrush
 from PySide6.QtWidgets import (
-    QGraphicsItem,
     QButtonGroup,
     QCheckBox,
+    QGraphicsItem,
     QGridLayout,
     QHBoxLayout,
     QLabel,
