@@ -73,13 +73,12 @@ class RunSession:
         prior_elapsed = 0.0
         if resume_run_id is not None:
             assert store is not None
-            run = store.get_run(resume_run_id)  # raises a clear error for an unknown run
+            store.get_run(resume_run_id)  # raises a clear error for an unknown run
             goal = goal or store.goal_of_run(resume_run_id)
             rows = store.load_evaluations(resume_run_id)
             prior = [e for _, e, _ in rows]
             prior_elapsed = max((t for _, _, t in rows), default=0.0)
             self.run_id: int | None = resume_run_id
-            self._resumed_from = run
         assert goal is not None
         self.goal = goal.validate()
         cases = store.validation_cases(goal) if store is not None else []

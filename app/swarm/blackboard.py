@@ -131,6 +131,8 @@ class Blackboard:
         return sorted(ok, key=self.sort_key)[:k]
 
     def rank_threshold(self, k: int) -> float | None:
-        """The objective value of the k-th best correct evaluation (None with fewer)."""
+        """The objective value of the k-th best correct evaluation, or of the last one when
+        there are fewer (None when there is none)."""
         with self._lock:
-            return self._ranked[k - 1].value if 0 < k <= len(self._ranked) else None
+            n = min(k, len(self._ranked))
+            return self._ranked[n - 1].value if n > 0 else None

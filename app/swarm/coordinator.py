@@ -192,7 +192,7 @@ class Coordinator:
 
     def _loop(self) -> str:
         in_flight: dict[cf.Future, tuple[int, Candidate]] = {}
-        issued = 0
+        submitted = 0  # submission order, to accept results in it
         exhausted = False
         reason = self._check_stop()
         if reason:
@@ -200,7 +200,7 @@ class Coordinator:
         with cf.ThreadPoolExecutor(max_workers=self.slots, thread_name_prefix="swarm-eval") as pool:
             while True:
                 while (not self._stop.is_set() and self._running.is_set() and not exhausted
-                       and len(in_flight) < self.slots and issued + len(in_flight) < self._budget_left()):
+                       and len(in_flight) < min(self.slots, self._budget_left())):
                     cand = self._next_candidate()
                     if cand is None:
                         # Agents still waiting on slow ideas (LLM replies) are not out of ideas.
@@ -208,8 +208,8 @@ class Coordinator:
                         if not exhausted:
                             self._stop.wait(0.05)
                         break
-                    in_flight[pool.submit(self._evaluate, cand)] = (issued, cand)
-                    issued += 1
+                    in_flight[pool.submit(self._evaluate, cand)] = (submitted, cand)
+                    submitted += 1
                 if not in_flight:
                     if self._stop.is_set():
                         return "stopped"
@@ -225,7 +225,6 @@ class Coordinator:
                 # Accept in submission order so one-worker runs are reproducible.
                 for fut in sorted(done, key=lambda f: in_flight[f][0]):
                     _, cand = in_flight.pop(fut)
-                    issued -= 1
                     self._accept(cand, fut.result())
                     reason = self._check_stop()
                     if reason:
@@ -353,8 +352,7 @@ class Coordinator:
             return 1.0
         if not evaluation.ok or evaluation.value is None:
             return 0.0
-        n_ok = len(self.board.elites(max(3, len(self.board) // 10)))
-        threshold = self.board.rank_threshold(n_ok)
+        threshold = self.board.rank_threshold(max(3, len(self.board) // 10))
         if threshold is not None and not self.board.better(threshold, evaluation.value):
             return 0.25  # in the top decile, without beating the best
         return 0.0
