@@ -100,7 +100,7 @@ class Progress:
         self._last_done = -1
 
     def __call__(self, event: Any) -> None:
-        from app.swarm.events import Evaluated, RunFinished, RunStarted
+        from app.core.events import Evaluated, RunFinished, RunStarted
 
         if isinstance(event, RunStarted):
             resumed = f", resuming after {event.resumed_evals} evaluations" if event.resumed_evals else ""
@@ -202,7 +202,7 @@ def _run_in_thread(session: Any) -> Any:
 def cmd_run(args: argparse.Namespace) -> int:
     from app.session import RunSession
     from app.store import StoreError, goal_key
-    from app.swarm.events import EventBus
+    from app.core.events import EventBus
 
     if not args.goal and args.resume is None:
         raise CliError("give a goal file to run, or --resume RUN_ID")
@@ -490,10 +490,10 @@ def _open_gui(parser: argparse.ArgumentParser) -> int:
 
 
 def _known_errors() -> tuple[type[BaseException], ...]:
-    from app.gpu.base import BackendUnavailable
+    from app.core.evaluator import BackendUnavailable
     from app.gpu.replay import CacheFileError
     from app.store import StoreError
-    from app.swarm.space import RestrictionError
+    from app.core.restrictions import RestrictionError
 
     return (CliError, GoalError, StoreError, CacheFileError, RestrictionError, BackendUnavailable,
             FileNotFoundError)

@@ -16,7 +16,7 @@ import traceback
 from dataclasses import replace
 from typing import Any
 
-from app.swarm.events import Proposed
+from app.core.events import Proposed
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +29,7 @@ def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | Non
     """Entry point of the engine process (spawned)."""
     from app.goal import Goal
     from app.session import RunSession
-    from app.swarm.events import EventBus
+    from app.core.events import EventBus
 
     store = None
     try:

@@ -14,7 +14,7 @@ from typing import Any
 
 from app import __version__
 from app.store import Store
-from app.swarm.types import (
+from app.core.types import (
     COMPILE_FAILED,
     CRASH,
     INVALID,

@@ -48,7 +48,7 @@ def check_storage(workdir: Path) -> str:
     """A real SQLite file: write a run and an evaluation, reopen, read them back."""
     from app.goal import Goal
     from app.store import Store
-    from app.swarm.types import Evaluation
+    from app.core.types import Evaluation
 
     path = workdir / "selftest-history.sqlite"
     goal = Goal(name="selftest storage", space=REPLAY_SPACE, backend="replay")
@@ -109,7 +109,7 @@ def check_cpu(workdir: Path) -> str:
 def _cpu_backend() -> str:
     from app.catalog import known_operators
     from app.goal import Goal
-    from app.gpu.base import BackendUnavailable
+    from app.core.evaluator import BackendUnavailable
     from app.paths import resources_dir
     from app.session import RunSession
 

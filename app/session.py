@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.goal import Goal
-from app.gpu.base import Evaluator
+from app.core.evaluator import Evaluator
 from app.swarm.coordinator import Coordinator, RunResult
-from app.swarm.events import EventBus, Telemetry
+from app.core.events import EventBus, Telemetry
 
 if TYPE_CHECKING:  # the store is optional: benchmarks run without one
     from app.store import Store

@@ -21,11 +21,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.catalog.cuda import OPERATORS  # noqa: E402
 from app.goal import Goal, StopRules  # noqa: E402
-from app.gpu.base import BackendUnavailable  # noqa: E402
+from app.core.evaluator import BackendUnavailable  # noqa: E402
 from app.gpu.cuda.evaluator import CudaEvaluator, make_pool, visible_devices  # noqa: E402
 from app.gpu.cuda.timing import Protocol  # noqa: E402
 from app.gpu.worker import Deadlines  # noqa: E402
-from app.swarm.types import Candidate, Evaluation  # noqa: E402
+from app.core.types import Candidate, Evaluation  # noqa: E402
 
 KERNELS = [  # name, dtype, shape, share of the time budget
     ("softmax", "bfloat16", [8192, 8192], 1.0),

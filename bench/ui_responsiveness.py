@@ -41,7 +41,7 @@ def preload_rows(n: int, start_index: int = 1):
     """n evaluations drawn from the recorded space (real recorded measurements)."""
     from app.goal import Goal
     from app.gpu.replay import ReplayEvaluator, load_cache_file
-    from app.swarm.types import Candidate
+    from app.core.types import Candidate
 
     ev = ReplayEvaluator(load_cache_file(Goal(space=SPACE).resolve_space_path()))
     rng = random.Random(0)

@@ -13,14 +13,14 @@ import sys
 import pytest
 
 from app.goal import StopRules
-from app.gpu.base import Evaluator
+from app.core.evaluator import Evaluator
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.paths import resources_dir
 from app.swarm.agents import AGENT_NAMES, make_agent
 from app.swarm.blackboard import Blackboard
 from app.swarm.coordinator import Coordinator
-from app.swarm.space import SearchSpace
-from app.swarm.types import Candidate, Evaluation
+from app.core.space import SearchSpace
+from app.core.types import Candidate, Evaluation
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from app.goal import Goal
 from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines
-from app.swarm.types import CRASH, TIMEOUT, VERIFY_FAILED, Candidate
+from app.core.types import CRASH, TIMEOUT, VERIFY_FAILED, Candidate
 
 KERNELS = Path(__file__).parent / "kernels"
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")

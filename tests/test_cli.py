@@ -193,8 +193,8 @@ def test_progress_redraws_in_place_on_a_terminal():
     import io
 
     from app.cli import Progress
-    from app.swarm.events import Evaluated, RunFinished
-    from app.swarm.types import Evaluation
+    from app.core.events import Evaluated, RunFinished
+    from app.core.types import Evaluation
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:

@@ -9,12 +9,12 @@ from collections import Counter
 import pytest
 
 from app.goal import StopRules
-from app.gpu.base import Evaluator
+from app.core.evaluator import Evaluator
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.agents.base import Agent
 from app.swarm.coordinator import Coordinator
-from app.swarm.events import EventBus, Evaluated, NewBest, Proposed, RunFinished, RunStarted
-from app.swarm.types import Evaluation
+from app.core.events import EventBus, Evaluated, NewBest, Proposed, RunFinished, RunStarted
+from app.core.types import Evaluation
 
 
 class RandomAgent(Agent):
@@ -109,9 +109,9 @@ def test_time_budget_on_simulated_clock(pnpoly):
 
 
 def test_small_space_is_exhausted_not_looped():
-    from app.swarm.space import SearchSpace
-    from app.gpu.base import Evaluator
-    from app.swarm.types import Candidate
+    from app.core.space import SearchSpace
+    from app.core.evaluator import Evaluator
+    from app.core.types import Candidate
 
     class Quadratic(Evaluator):
         max_parallel = 2
@@ -193,7 +193,7 @@ def test_evaluator_exception_becomes_failed_evaluation(pnpoly):
 
 def test_failure_lessons_match_the_evidence(pnpoly):
     """Each failure-region lesson states counts that were true when it was learned."""
-    from app.swarm.events import LessonLearned
+    from app.core.events import LessonLearned
 
     _, result, events = run(pnpoly, [RandomAgent], max_evals=600)
     checked = 0
@@ -217,7 +217,7 @@ class _SubtlyWrong(Evaluator):
     then joins the validation set — which x=7 fails too when re-checked."""
 
     def __init__(self):
-        from app.swarm.space import SearchSpace
+        from app.core.space import SearchSpace
 
         self.space = SearchSpace({"x": list(range(10))})
         self.max_parallel = 1
@@ -255,7 +255,7 @@ class _Ordered(Agent):
 def test_a_new_failing_input_rechecks_and_revokes_the_best(tmp_db):
     from app.goal import Goal
     from app.store import Store
-    from app.swarm.events import BestRevoked
+    from app.core.events import BestRevoked
 
     ev = _SubtlyWrong()
     store = Store(tmp_db)

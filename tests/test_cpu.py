@@ -15,11 +15,11 @@ import pytest
 
 from app.goal import Goal, GoalError
 from app.gpu import cpu as cpu_backend
-from app.gpu.base import BackendUnavailable
+from app.core.evaluator import BackendUnavailable
 from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines
-from app.swarm.types import (
+from app.core.types import (
     COMPILE_FAILED,
     CRASH,
     OUT_OF_MEMORY,

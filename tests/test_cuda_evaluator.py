@@ -14,13 +14,13 @@ import time
 import pytest
 
 from app.goal import Goal
-from app.gpu.base import BackendUnavailable
+from app.core.evaluator import BackendUnavailable
 from app.gpu.cuda.evaluator import CudaEvaluator
 from app.gpu.cuda.telemetry import TelemetrySampler, nvml
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
-from app.swarm.events import EventBus
-from app.swarm.types import (
+from app.core.events import EventBus
+from app.core.types import (
     COMPILE_FAILED,
     INVALID,
     RESOURCE_LIMIT,

@@ -17,7 +17,7 @@ import pytest
 
 from app.catalog.cuda import OPERATORS
 from app.catalog.cuda.base import from_storage, to_storage
-from app.swarm.types import OUT_OF_MEMORY, RUNTIME_FAILED, VERIFY_FAILED
+from app.core.types import OUT_OF_MEMORY, RUNTIME_FAILED, VERIFY_FAILED
 
 
 class CUDADriverError(RuntimeError):

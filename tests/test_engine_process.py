@@ -8,7 +8,7 @@ import signal
 from app.engine_process import EngineProcess
 from app.goal import Goal, StopRules, SwarmSettings
 from app.store import Store
-from app.swarm.events import Evaluated
+from app.core.events import Evaluated
 
 
 def replay_goal(max_evals: int) -> Goal:

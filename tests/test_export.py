@@ -15,7 +15,7 @@ from app.export import T4_SCHEMA_PATH, export_csv, export_json, export_t4, rende
 from app.goal import Goal
 from app.session import RunSession
 from app.store import Store
-from app.swarm.types import Evaluation, Stage
+from app.core.types import Evaluation, Stage
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from app.llm.lessons import LessonBook
 from app.llm.settings import LLMSettings
 from app.llm.spec import KernelSpec
 from app.swarm.blackboard import Blackboard
-from app.swarm.space import SearchSpace
-from app.swarm.types import Evaluation
+from app.core.space import SearchSpace
+from app.core.types import Evaluation
 from llm_server import ChatServer, Reply, Stall, Status
 
 TEMPLATE = """#ifndef VEC

@@ -18,7 +18,7 @@ from app.llm import LLMSettings, make_llm_team
 from app.llm.usage import run_usage
 from app.store import Store
 from app.swarm.coordinator import Coordinator
-from app.swarm.events import EventBus
+from app.core.events import EventBus
 from llm_server import ChatServer, Reply
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,

@@ -10,7 +10,7 @@ import pytest
 from project_paths import SPACES
 
 from app.gpu.replay import CacheFileError, ReplayEvaluator, load_cache_file
-from app.swarm.types import COMPILE_FAILED, INVALID, RUNTIME_FAILED, Candidate
+from app.core.types import COMPILE_FAILED, INVALID, RUNTIME_FAILED, Candidate
 
 
 def _cache(entries: dict[tuple[int, int], object]) -> dict:

@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from app.swarm.space import RestrictionError, SearchSpace, compile_restriction, config_key
+from app.core.restrictions import RestrictionError, compile_restriction
+from app.core.space import SearchSpace, config_key
 
 NAMES = ["block_size_x", "block_size_y", "tile"]
 

@@ -14,7 +14,7 @@ import pytest
 import app.store.db as store_db
 from app.goal import Goal
 from app.store import SCHEMA_VERSION, Store, StoreError, UnknownRunError, goal_key
-from app.swarm.events import (
+from app.core.events import (
     AgentCredit,
     Evaluated,
     EventBus,
@@ -23,7 +23,7 @@ from app.swarm.events import (
     RunStarted,
     Telemetry,
 )
-from app.swarm.types import Evaluation, Lesson, Stage
+from app.core.types import Evaluation, Lesson, Stage
 
 
 def _goal(**kw) -> Goal:

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from app.gpu.worker import Deadlines, WorkerPool
-from app.swarm.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
+from app.core.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
 
 
 class ProbeHandler:

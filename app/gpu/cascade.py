@@ -30,7 +30,7 @@ from app.gpu.verify import (
     tolerance_for,
     verify,
 )
-from app.swarm.types import (
+from app.core.types import (
     OUT_OF_MEMORY,
     RUNTIME_FAILED,
     STATIC_CHECK,
@@ -46,7 +46,7 @@ Progress = Callable[[str], None]
 
 
 class StageFailed(Exception):
-    """A stage rejected the candidate (reason from app.swarm.types)."""
+    """A stage rejected the candidate (reason from app.core.types)."""
 
     def __init__(self, reason: str, detail: str, log: str = "",
                  failing_case: dict[str, Any] | None = None, restart: bool = False) -> None:

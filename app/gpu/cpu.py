@@ -32,14 +32,14 @@ import numpy as np
 from app.catalog import get_operator
 from app.catalog.cpu.operator import ENTRY_SYMBOL, REFERENCE_SOURCE, CpuOperator, kernel_source
 from app.goal import Goal, GoalError
-from app.gpu.base import BackendUnavailable, DeviceInfo, Evaluator
+from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, run_cascade
 from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
 from app.gpu.verify import CheckCase, GuardedOutput, make_inputs
 from app.gpu.worker import Deadlines, WorkerPool
 from app.paths import cache_dir
-from app.swarm.space import SearchSpace, config_key
-from app.swarm.types import (
+from app.core.space import SearchSpace, config_key
+from app.core.types import (
     COMPILE_FAILED,
     INVALID,
     RESOURCE_LIMIT,

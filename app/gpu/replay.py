@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.gpu.base import DeviceInfo, Evaluator
-from app.swarm.space import SearchSpace
-from app.swarm.types import (
+from app.core.evaluator import DeviceInfo, Evaluator
+from app.core.space import SearchSpace
+from app.core.types import (
     COMPILE_FAILED,
     INVALID,
     RUNTIME_FAILED,

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.swarm.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
+from app.core.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
 
 LOG_TAIL_CHARS = 20_000
 _POLL_S = 0.02

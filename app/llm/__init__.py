@@ -16,12 +16,12 @@ from app.llm.settings import LLMSettings, LLMSettingsError, resolve_api_key
 
 if TYPE_CHECKING:
     from app.goal import Goal
-    from app.gpu.base import Evaluator
+    from app.core.evaluator import Evaluator
     from app.llm.agent import LLMAgent
     from app.llm.client import LLMClient
     from app.llm.lessons import LessonBook
     from app.llm.usage import UsageLog
-    from app.swarm.events import EventBus
+    from app.core.events import EventBus
 
 
 @dataclass
@@ -50,7 +50,7 @@ def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings
     from app.llm.lessons import LessonBook, load_prior
     from app.llm.spec import kernel_spec
     from app.llm.usage import UsageLog
-    from app.swarm.events import LessonLearned
+    from app.core.events import LessonLearned
 
     settings = (settings or LLMSettings.from_env()).validate()
     space = evaluator.space

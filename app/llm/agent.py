@@ -31,8 +31,8 @@ from app.llm.spec import KernelSpec
 from app.llm.usage import UsageLog
 from app.swarm.agents.base import Agent
 from app.swarm.blackboard import Blackboard
-from app.swarm.space import SearchSpace, config_key
-from app.swarm.types import (
+from app.core.space import SearchSpace, config_key
+from app.core.types import (
     COMPILE_FAILED, RESOURCE_LIMIT, RUNTIME_FAILED, STATIC_CHECK, VERIFY_FAILED, Candidate,
     Evaluation,
 )

@@ -10,10 +10,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from app.gpu.base import Evaluator
+from app.core.evaluator import Evaluator
 from app.llm import policy
 from app.llm.spec import KernelSpec
-from app.swarm.types import STATIC_CHECK, Candidate, Evaluation, Stage
+from app.core.types import STATIC_CHECK, Candidate, Evaluation, Stage
 
 
 class PolicyEvaluator(Evaluator):

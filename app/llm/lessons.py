@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from app.goal import Goal, GoalError
-from app.swarm.types import Evaluation, Lesson
+from app.core.types import Evaluation, Lesson
 
 LLM_KINDS = ("llm_transformation", "llm_no_gain", "llm_failure")
 

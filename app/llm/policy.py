@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from app.swarm.types import STATIC_CHECK
+from app.core.types import STATIC_CHECK
 
 MAX_SOURCE_CHARS = 200_000
 LOW_PRECISION_OK = {"float16", "bfloat16"}  # goal dtypes for which half types are the goal

@@ -9,7 +9,7 @@ from typing import Any
 
 from app.goal import Goal
 from app.llm.spec import KernelSpec
-from app.swarm.types import Evaluation
+from app.core.types import Evaluation
 
 MAX_SOURCE = 12_000
 MAX_LOG = 1_500

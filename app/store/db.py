@@ -25,7 +25,7 @@ import sqlite_utils
 from app import __version__
 from app.goal import Goal, GoalError
 from app.store.schema import MIGRATIONS, SCHEMA_VERSION
-from app.swarm.events import (
+from app.core.events import (
     AgentCredit,
     BestRevoked,
     Evaluated,
@@ -35,7 +35,7 @@ from app.swarm.events import (
     RunStarted,
     Telemetry,
 )
-from app.swarm.types import Evaluation, Lesson, Stage
+from app.core.types import Evaluation, Lesson, Stage
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 STATUSES = ("running", "finished", "stopped", "interrupted", "failed")

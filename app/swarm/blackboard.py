@@ -11,8 +11,8 @@ import bisect
 import threading
 from collections import defaultdict
 
-from app.swarm.space import SearchSpace
-from app.swarm.types import Evaluation, Lesson
+from app.core.space import SearchSpace
+from app.core.types import Evaluation, Lesson
 
 
 class Blackboard:

@@ -21,11 +21,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.goal import StopRules
-from app.gpu.base import Evaluator
+from app.core.evaluator import Evaluator
 from app.swarm.agents.base import Agent
 from app.swarm.allocation import BudgetAllocator
 from app.swarm.blackboard import Blackboard
-from app.swarm.events import (
+from app.core.events import (
     AgentCredit,
     BestRevoked,
     Evaluated,
@@ -37,8 +37,8 @@ from app.swarm.events import (
     RunStarted,
 )
 from app.swarm.lessons import FailureTally, good_regions
-from app.swarm.space import SearchSpace
-from app.swarm.types import CRASH, Candidate, Evaluation
+from app.core.space import SearchSpace
+from app.core.types import CRASH, Candidate, Evaluation
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from app.swarm.types import Evaluation, Lesson
+from app.core.types import Evaluation, Lesson
 
 
 class FailureTally:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from app.swarm.events import (
+from app.core.events import (
     AgentCredit,
     BestRevoked,
     Evaluated,

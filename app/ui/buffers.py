@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from app.swarm.types import Evaluation
+from app.core.types import Evaluation
 
 
 class GrowingArray:

@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.swarm.types import Evaluation
+from app.core.types import Evaluation
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, style_plot
 
 SORT_ROLE = Qt.UserRole + 1

@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.swarm.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
+from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
 from app.ui.buffers import RingBuffer, RunData
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, failure_symbol, style_plot
 

@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.goal import Goal, GoalError
-from app.gpu.base import DeviceInfo
+from app.core.evaluator import DeviceInfo
 from app.paths import default_db_path, resources_dir
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge

@@ -15,7 +15,7 @@ import pyqtgraph.exporters
 
 from app import __version__
 from app.export import UNITS, render, write_atomic
-from app.swarm.types import Evaluation
+from app.core.types import Evaluation
 
 SOURCE_SUFFIX = {"cuda": ".cu", "cpu": ".c"}
 

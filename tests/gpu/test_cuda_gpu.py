@@ -11,7 +11,7 @@ from app.goal import Goal
 from app.gpu.cuda.evaluator import CudaEvaluator, make_pool
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
-from app.swarm.types import OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT, VERIFY_FAILED, Candidate
+from app.core.types import OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT, VERIFY_FAILED, Candidate
 
 QUICK = Protocol(min_samples=5, max_samples=20, max_seconds=0.5, warmup=1, batch=5)
 

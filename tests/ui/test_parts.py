@@ -10,8 +10,8 @@ import threading
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSettings, QSortFilterProxyModel, Qt
 
-from app.swarm.events import EventBus, Evaluated, RunFinished, RunStarted
-from app.swarm.types import Evaluation
+from app.core.events import EventBus, Evaluated, RunFinished, RunStarted
+from app.core.types import Evaluation
 
 
 def _evaluated(i: int) -> Evaluated:
@@ -202,7 +202,7 @@ def test_llm_settings_page_validates_saves_and_never_writes_a_key(qtbot, tmp_pat
 
 
 def test_table_shows_cuda_registers_and_shared_memory(qtbot):
-    from app.swarm.types import Evaluation
+    from app.core.types import Evaluation
     from app.ui.candidates import CandidateTable
 
     table = CandidateTable()
@@ -223,7 +223,7 @@ def test_table_shows_cuda_registers_and_shared_memory(qtbot):
 def test_a_revoked_best_leaves_the_plot_and_table(qtbot):
     """BestRevoked, as the bridge delivers it: the point becomes a failure, best-so-far falls
     back to the next correct candidate, and the table shows the new status."""
-    from app.swarm.events import BestRevoked
+    from app.core.events import BestRevoked
     from app.ui.bridge import EventBridge
     from app.ui.candidates import CandidateTable
     from app.ui.live_view import LiveView

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 Config = dict[str, Any]
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}

@@ -16,7 +16,7 @@ from app.catalog.cuda.base import (
     to_storage,
 )
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 
 class BiasGelu(CudaOperator):

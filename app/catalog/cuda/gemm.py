@@ -9,7 +9,7 @@ import numpy as np
 
 from app.catalog.cuda.base import ITEMSIZE, CudaOperator, Launch, ceil_div, draw, to_storage
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 SHARED_LIMIT_SM90 = 232448  # 227 KB opt-in per block on Hopper; smaller devices reject at launch
 

@@ -20,7 +20,7 @@ from app.catalog.cuda.base import (
     to_storage,
 )
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 MAX_VALUES_PER_THREAD = 128  # beyond this the cached row spills out of registers
 

@@ -6,7 +6,7 @@ import numpy as np
 
 from app.catalog.cuda.base import ITEMSIZE, CudaOperator, Launch, ceil_div, draw, to_storage
 from app.catalog.cuda.baselines import cupy_baseline, torch_baseline
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 
 class Transpose(CudaOperator):

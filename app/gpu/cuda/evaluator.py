@@ -1,4 +1,4 @@
-"""CudaEvaluator: the cuda backend behind app.gpu.base.Evaluator.
+"""CudaEvaluator: the cuda backend behind app.core.evaluator.Evaluator.
 
 In this process: static checks, NVRTC compile (cached on disk), resource limits, all decided
 before anything touches the GPU. Launches happen only in GPU worker processes (one per visible
@@ -17,15 +17,15 @@ from typing import Any
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator
 from app.goal import Goal
-from app.gpu.base import BackendUnavailable, DeviceInfo, Evaluator
+from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
 from app.gpu.cuda.worker import _shape_key
 from app.gpu.worker import Deadlines, WorkerPool
-from app.swarm.space import SearchSpace
-from app.swarm.types import (
+from app.core.space import SearchSpace
+from app.core.types import (
     COMPILE_FAILED,
     INVALID,
     RESOURCE_LIMIT,

@@ -1,6 +1,6 @@
 """GPU telemetry through NVML (nvidia-ml-py): clocks, temperature, power, utilisation, memory,
 throttle reasons. Sampled on a background thread during a run and published as
-app.swarm.events.Telemetry. Without a GPU or NVML it says so once and keeps working."""
+app.core.events.Telemetry. Without a GPU or NVML it says so once and keeps working."""
 
 from __future__ import annotations
 
@@ -156,7 +156,7 @@ class TelemetrySampler:
         return self.unavailable is None
 
     def sample_once(self) -> dict[int, dict[str, float]]:
-        from app.swarm.events import Telemetry
+        from app.core.events import Telemetry
 
         for d in self.devices:
             reading = read(d)

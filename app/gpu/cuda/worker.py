@@ -29,7 +29,7 @@ from app.catalog.cuda.base import (
 from app.gpu.cuda import telemetry
 from app.gpu.cuda.roofline import cached_copy_bandwidth, device_key, measure_copy_bandwidth
 from app.gpu.cuda.timing import Protocol, Timer
-from app.swarm.types import OUT_OF_MEMORY, RUNTIME_FAILED, VERIFY_FAILED
+from app.core.types import OUT_OF_MEMORY, RUNTIME_FAILED, VERIFY_FAILED
 
 GUARD = 256  # canary elements on each side of every output
 CANARY16 = 0x7FA5  # NaN payloads no kernel computes by accident

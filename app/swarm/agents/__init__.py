@@ -10,7 +10,7 @@ import importlib
 import random
 
 from app.swarm.agents.base import Agent
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 # Imported when first made: the model agent pulls in optuna, which a headless GPU box may lack
 # while the other strategies still run there.

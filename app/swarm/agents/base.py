@@ -8,8 +8,8 @@ import random
 from typing import Any
 
 from app.swarm.blackboard import Blackboard
-from app.swarm.space import SearchSpace
-from app.swarm.types import Evaluation
+from app.core.space import SearchSpace
+from app.core.types import Evaluation
 
 Config = dict[str, Any]
 

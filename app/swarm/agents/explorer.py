@@ -11,7 +11,7 @@ import numpy as np
 from app.swarm.agents.base import Agent, Config
 from app.swarm.agents.moves import Picker, Positions, random_free
 from app.swarm.blackboard import Blackboard
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 
 class ExplorerAgent(Agent):

@@ -16,8 +16,8 @@ import random
 from app.swarm.agents.base import Agent, Config
 from app.swarm.agents.moves import Picker, mutate, random_free, repair
 from app.swarm.blackboard import Blackboard
-from app.swarm.space import SearchSpace
-from app.swarm.types import Evaluation
+from app.core.space import SearchSpace
+from app.core.types import Evaluation
 
 
 class LocalAgent(Agent):

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from app.swarm.blackboard import Blackboard
-from app.swarm.space import SearchSpace
+from app.core.space import SearchSpace
 
 Config = dict[str, Any]
 

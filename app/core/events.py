@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.swarm.types import Evaluation, Lesson
+from app.core.types import Evaluation, Lesson
 
 log = logging.getLogger(__name__)
 

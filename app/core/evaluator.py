@@ -11,8 +11,8 @@ import abc
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.swarm.space import SearchSpace
-from app.swarm.types import Candidate, Evaluation
+from app.core.space import SearchSpace
+from app.core.types import Candidate, Evaluation
 
 
 class BackendUnavailable(RuntimeError):
