@@ -25,6 +25,13 @@ def run_gui(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(argv)
 
+    from app.ui.preflight import problem
+
+    why_not = problem()
+    if why_not:  # Qt would abort with this reason hidden in its log
+        print(f"kernelswarm: {why_not}", file=sys.stderr)
+        return 2
+
     from PySide6.QtCore import QCoreApplication
     from PySide6.QtWidgets import QApplication
 
