@@ -1,0 +1,251 @@
+"""The CPU's memory roofs: bandwidth of each level a working set can live in.
+
+A memory-bound kernel whose data fits in L2 is not limited by DRAM bandwidth, so comparing it
+with the DRAM copy rate shows figures like "148% of the hardware limit". Here each level of the
+hierarchy (L1, L2, L3 as the machine reports them, then DRAM) gets its own roof, measured with a
+STREAM-like copy kernel (read n floats, write n floats) built by the system compiler, at one
+thread and at all threads. A candidate is compared with the roof of the smallest level that
+holds its working set.
+
+The probe is harness code, not a candidate: it is built from the fixed source below.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+PROBE_SOURCE = r"""
+#include <stddef.h>
+#include <omp.h>
+/* reps passes of dst[i] = src[i] * 1.0f + 0.0f over n floats, split over `threads` threads;
+   the multiply-add keeps the compiler from turning passes into one memcpy, and the write of
+   every pass depends on nothing the previous pass wrote, as in STREAM's copy. */
+void ks_copy(float *restrict dst, const float *restrict src, long n, long reps, int threads) {
+    #pragma omp parallel num_threads(threads)
+    {
+        for (long r = 0; r < reps; ++r) {
+            /* the same static split every pass: no barrier needed between passes */
+            #pragma omp for schedule(static) nowait
+            for (long i = 0; i < n; ++i) dst[i] = src[i] * 1.0f + 0.0f;
+        }
+    }
+}
+"""
+FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC", "-fopenmp")
+SAMPLE_S = 0.02  # each sample runs at least this long (timer resolution is not the limit)
+DRAM_MIN_BYTES = 64 * 2**20
+DRAM_MAX_BYTES = 1 * 2**30
+
+
+@dataclass(frozen=True)
+class CacheLevel:
+    name: str  # "L1", "L2", "L3", "DRAM"
+    size_bytes: int  # capacity of one instance (0 for DRAM: unbounded)
+    shared_by: int  # CPUs sharing one instance
+
+
+@dataclass
+class Roofs:
+    """Bandwidth in GB/s per level, at 1 thread and at `threads` (all cores)."""
+
+    levels: list[CacheLevel]
+    threads: int
+    one_thread: dict[str, float] = field(default_factory=dict)
+    all_threads: dict[str, float] = field(default_factory=dict)
+    # as measured, before the hierarchy was made monotone (for reports)
+    measured_one_thread: dict[str, float] = field(default_factory=dict)
+    measured_all_threads: dict[str, float] = field(default_factory=dict)
+
+    def level_for(self, working_set_bytes: float, threads: int = 1) -> CacheLevel:
+        """The smallest level whose capacity (what `threads` threads can use of it) holds the
+        working set; DRAM when none does."""
+        for level in self.levels:
+            if level.name == "DRAM":
+                return level
+            instances = max(1, min(threads, os.cpu_count() or 1) // max(1, level.shared_by))
+            if working_set_bytes <= level.size_bytes * instances:
+                return level
+        return self.levels[-1]
+
+    def bandwidth(self, level: str, threads: int = 1) -> float | None:
+        """GB/s at this level for `threads` threads: the one-thread roof scaled by the thread
+        count, never above what all threads were measured to reach."""
+        one, every = self.one_thread.get(level), self.all_threads.get(level)
+        if one is None:
+            return every
+        if threads <= 1 or every is None:
+            return one
+        return min(one * threads, every) if threads < self.threads else every
+
+    def roof_for(self, working_set_bytes: float, threads: int = 1) -> tuple[str, float | None]:
+        level = self.level_for(working_set_bytes, threads)
+        return level.name, self.bandwidth(level.name, threads)
+
+    def to_dict(self) -> dict:
+        return {"threads": self.threads, "one_thread": self.one_thread,
+                "all_threads": self.all_threads,
+                "levels": [vars(level) for level in self.levels]}
+
+
+def _parse_size(text: str) -> int:
+    text = text.strip().upper()
+    scale = {"K": 2**10, "M": 2**20, "G": 2**30}.get(text[-1:], 1)
+    return int(text.rstrip("KMG") or 0) * scale
+
+
+def _count_cpus(cpu_list: str) -> int:
+    count = 0
+    for part in cpu_list.strip().split(","):
+        if "-" in part:
+            lo, hi = part.split("-")
+            count += int(hi) - int(lo) + 1
+        elif part:
+            count += 1
+    return max(1, count)
+
+
+def cache_levels(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> list[CacheLevel]:
+    """Data caches of CPU 0, smallest first, then DRAM. Falls back to common sizes when the
+    system does not say (non-Linux, containers without sysfs)."""
+    levels: dict[int, CacheLevel] = {}
+    for index in sorted(sysfs.glob("index*")):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            number = int((index / "level").read_text())
+            size = _parse_size((index / "size").read_text())
+            shared = _count_cpus((index / "shared_cpu_list").read_text())
+        except (OSError, ValueError):
+            continue
+        if size > 0:
+            levels[number] = CacheLevel(f"L{number}", size, shared)
+    if not levels:
+        cpus = os.cpu_count() or 1
+        levels = {1: CacheLevel("L1", 32 * 2**10, 1), 2: CacheLevel("L2", 1 * 2**20, 1),
+                  3: CacheLevel("L3", 16 * 2**20, cpus)}
+    return [levels[k] for k in sorted(levels)] + [CacheLevel("DRAM", 0, os.cpu_count() or 1)]
+
+
+def _build_probe(compiler: str, directory: Path) -> ctypes.CDLL:
+    src, lib = directory / "roof_probe.c", directory / "roof_probe.so"
+    src.write_text(PROBE_SOURCE)
+    proc = subprocess.run([compiler, *FLAGS, str(src), "-o", str(lib)], capture_output=True,
+                          text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the bandwidth probe does not compile: {proc.stderr.strip()[:300]}")
+    probe = ctypes.CDLL(str(lib))
+    probe.ks_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
+                              ctypes.c_int]
+    probe.ks_copy.restype = None
+    return probe
+
+
+def _copy_rate(probe: ctypes.CDLL, working_set: int, threads: int, samples: int) -> float:
+    """GB/s of the copy kernel over a working set of `working_set` bytes (source + destination),
+    the 90th percentile of `samples` timings (a roof is what the level can reach)."""
+    n = max(1024, working_set // 8)  # two float arrays
+    src = np.ones(n, dtype=np.float32)
+    dst = np.zeros(n, dtype=np.float32)
+    reps = 1
+    probe.ks_copy(dst.ctypes.data, src.ctypes.data, n, 1, threads)  # warm: pages, threads, caches
+    while True:  # enough passes that one sample lasts SAMPLE_S
+        t0 = time.perf_counter()
+        probe.ks_copy(dst.ctypes.data, src.ctypes.data, n, reps, threads)
+        if time.perf_counter() - t0 >= SAMPLE_S or reps >= 1 << 20:
+            break
+        reps *= 2
+    rates = []
+    for _ in range(samples):
+        t0 = time.perf_counter()
+        probe.ks_copy(dst.ctypes.data, src.ctypes.data, n, reps, threads)
+        seconds = time.perf_counter() - t0
+        rates.append(2 * 4 * n * reps / seconds / 1e9)
+    return float(np.percentile(rates, 90))
+
+
+def _capacity(level: CacheLevel, threads: int) -> int:
+    return level.size_bytes * max(1, threads // max(1, level.shared_by))
+
+
+def probe_size(level: CacheLevel, levels: list[CacheLevel], threads: int) -> int:
+    """A working set inside `level` and outside the level below: half the level, but no more
+    than four times the level below (the roof is what the level reaches at its fast end)."""
+    caches = [lv for lv in levels if lv.name != "DRAM"]
+    if level.name == "DRAM":
+        biggest = max((_capacity(lv, threads) for lv in caches), default=0)
+        return int(min(max(4 * biggest, DRAM_MIN_BYTES), DRAM_MAX_BYTES))
+    below = [lv for lv in caches if lv.size_bytes < level.size_bytes]
+    size = _capacity(level, threads) // 2
+    if below:
+        size = min(size, 4 * _capacity(below[-1], threads))
+    return max(4096, size)
+
+
+def _monotone(rates: dict[str, float], levels: list[CacheLevel]) -> dict[str, float]:
+    """A smaller working set never has a lower roof than a larger one: each level's roof is at
+    least the roof of every level below it in the hierarchy (noise cannot invert them)."""
+    out, floor = {}, 0.0
+    for level in reversed(levels):
+        floor = max(floor, rates[level.name])
+        out[level.name] = floor
+    return {lv.name: out[lv.name] for lv in levels}
+
+
+def measure(compiler: str, threads: int | None = None, samples: int = 7,
+            levels: list[CacheLevel] | None = None) -> Roofs:
+    """Measure every level at one thread and at `threads` (default: every core)."""
+    threads = threads or os.cpu_count() or 1
+    levels = levels or cache_levels()
+    roofs = Roofs(levels=levels, threads=threads)
+    with tempfile.TemporaryDirectory(prefix="kernelswarm-roof-") as tmp:
+        probe = _build_probe(compiler, Path(tmp))
+        for level in levels:
+            roofs.one_thread[level.name] = _copy_rate(probe, probe_size(level, levels, 1), 1, samples)
+            if threads > 1:
+                roofs.all_threads[level.name] = _copy_rate(
+                    probe, probe_size(level, levels, threads), threads, samples)
+            else:
+                roofs.all_threads[level.name] = roofs.one_thread[level.name]
+    roofs.measured_one_thread = dict(roofs.one_thread)
+    roofs.measured_all_threads = dict(roofs.all_threads)
+    roofs.one_thread = _monotone(roofs.one_thread, levels)
+    roofs.all_threads = _monotone(roofs.all_threads, levels)
+    return roofs
+
+
+ROOFS_MAX_AGE_S = 7 * 24 * 3600  # re-measured weekly: a BIOS, kernel or DIMM change moves them
+
+
+def cached(compiler: str, identity: str, cache_file: Path, max_age_s: float = ROOFS_MAX_AGE_S,
+           refresh: bool = False) -> tuple[Roofs, bool]:
+    """The roofs measured on this machine with this compiler, from `cache_file` when fresh;
+    (roofs, from_cache)."""
+    import json
+
+    key = f"{identity}|{os.cpu_count()}"
+    if not refresh and cache_file.exists():
+        try:
+            data = json.loads(cache_file.read_text())
+            if data.get("key") == key and time.time() - data.get("measured_at", 0) < max_age_s:
+                levels = [CacheLevel(**lv) for lv in data["levels"]]
+                roofs = Roofs(levels, data["threads"], data["one_thread"], data["all_threads"],
+                              data.get("measured_one_thread", {}), data.get("measured_all_threads", {}))
+                return roofs, True
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache is measured again
+    roofs = measure(compiler)
+    cache_file.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cache_file.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**roofs.to_dict(), "key": key, "measured_at": time.time(),
+                               "measured_one_thread": roofs.measured_one_thread,
+                               "measured_all_threads": roofs.measured_all_threads}))
+    os.replace(tmp, cache_file)
+    return roofs, False
