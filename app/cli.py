@@ -10,7 +10,6 @@ import argparse
 import json
 import os
 import signal
-import sqlite3
 import sys
 import threading
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from app import __version__
+from app.core.units import format_gain, format_value, gain, run_unit
 from app.goal import Goal, GoalError
 
 EXIT_ERROR = 1
@@ -32,13 +32,7 @@ class CliError(Exception):
 def _fmt(v: float | None, unit: str = "") -> str:
     if v is None:
         return "-"
-    return f"{v:.4g} {unit}".rstrip()
-
-
-def _unit(goal: Goal) -> str:
-    from app.export import UNITS
-
-    return UNITS.get(goal.objective.metric, "")
+    return format_value(v, unit)
 
 
 def _open_store(path: str | None):
@@ -46,12 +40,6 @@ def _open_store(path: str | None):
     from app.store import Store
 
     return Store(Path(path) if path else default_db_path())
-
-
-def _gain(best: float | None, reference: float | None, minimize: bool) -> float | None:
-    if not best or not reference:
-        return None
-    return reference / best if minimize else best / reference
 
 
 def _event_dict(event: Any) -> dict[str, Any]:
@@ -207,8 +195,6 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.goal and args.resume is None:
         raise CliError("give a goal file to run, or --resume RUN_ID")
     goal = _load_goal(args.goal) if args.goal else None
-    if goal is not None:
-        _validate(goal, args.goal)
     store = _open_store(args.db)
     try:
         if args.resume is not None:
@@ -222,34 +208,29 @@ def cmd_run(args: argparse.Namespace) -> int:
                 raise CliError(f"goal file {args.goal!r} is not the goal of run {args.resume}; "
                                "resume without a goal file to use the run's own")
         assert goal is not None
-        _validate(_apply_overrides(goal, args), args.goal or f"run {args.resume}")
+        _apply_overrides(goal, args)
         bus = EventBus()
-        session = RunSession(goal, store=store, bus=bus, resume_run_id=args.resume)
+        try:  # the session checks the goal, once, before anything is stored
+            session = RunSession(goal, store=store, bus=bus, resume_run_id=args.resume)
+        except GoalError as exc:
+            raise CliError(f"goal {args.goal or f'run {args.resume}'!r}: {exc}") from None
         trace = TraceWriter(args.trace, append=args.resume is not None) if args.trace else None
         if trace:
             bus.subscribe(trace)
         if not args.quiet:
-            bus.subscribe(Progress(sys.stderr, goal.stop.max_evals, _unit(goal)))
+            bus.subscribe(Progress(sys.stderr, goal.stop.max_evals, session.unit))
         try:
             result = _run_in_thread(session)
         finally:
             if trace:
                 trace.close()
-        _print_summary(store, session.run_id, goal, result)
+        _print_summary(store, session.run_id, goal, result, session.unit)
         return EXIT_ERROR if result.reason == "error" else 0
     finally:
         store.close()
 
 
-def _validate(goal: Goal, where: str) -> None:
-    try:
-        goal.validate()
-    except GoalError as exc:
-        raise CliError(f"goal {where!r}: {exc}") from None
-
-
-def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any) -> None:
-    unit = _unit(goal)
+def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit: str) -> None:
     minimize = goal.objective.minimize
     history = result.history
     ok = [e for e in history if e.ok]
@@ -266,13 +247,14 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any) -> N
         run = store.get_run(run_id) if store is not None and run_id is not None else {}
         baseline = run.get("baseline_value")
         if baseline:
-            gain = _gain(best.value, baseline, minimize)
-            print(f"  {gain:.2f}x over the baseline ({_fmt(baseline, unit)})")
+            factor = gain(best.value, baseline, minimize)
+            print(f"  {format_gain(factor)} over the baseline ({_fmt(baseline, unit)})")
         elif ok:
             first = ok[0]
-            gain = _gain(best.value, first.value, minimize)
-            if gain:
-                print(f"  {gain:.2f}x over the first successful evaluation ({_fmt(first.value, unit)})")
+            factor = gain(best.value, first.value, minimize)
+            if factor:
+                print(f"  {format_gain(factor)} over the first successful evaluation "
+                      f"({_fmt(first.value, unit)})")
     if result.credits:
         print("agents:      evaluated  failed  improvements  budget share")
         for name, c in result.credits.items():
@@ -305,8 +287,8 @@ def cmd_show(args: argparse.Namespace) -> int:
         goal = store.goal_of_run(args.run_id)
         rows = store.evaluation_rows(args.run_id)
         lessons = store.lessons(run_id=args.run_id)
-        db_path = store.path
-    unit = _unit(goal)
+        usage = store.llm_usage(args.run_id)
+    unit = run_unit(run, goal.objective.metric)
     device = run["device"].get("name", "?") if isinstance(run["device"], dict) else run["device"]
     print(f"run {run['id']}: {run['name']}  [{run['status']}"
           f"{', ' + run['reason'] if run['reason'] else ''}]")
@@ -332,9 +314,6 @@ def cmd_show(args: argparse.Namespace) -> int:
         print("lessons:")
         for lesson in lessons[:10]:
             print(f"  [{lesson['kind']}] {lesson['text']}")
-    from app.llm.usage import run_usage
-
-    usage = run_usage(db_path, args.run_id)
     if usage["requests"]:
         print(f"llm: {usage['requests']} requests, {usage['prompt_tokens']} prompt + "
               f"{usage['completion_tokens']} completion tokens, cost {usage['cost']:.4g}, "
@@ -359,34 +338,16 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def available_devices() -> list[tuple[str, bool, str]]:
-    """(backend, available, details) for each backend on this machine."""
-    import shutil
-
-    from app.paths import space_search_dirs
+    """(backend, available, details) for each registered backend on this machine."""
+    from app.gpu.registry import backends
 
     out: list[tuple[str, bool, str]] = []
-    spaces = sorted({p.name for d in space_search_dirs() if d.is_dir()
-                     for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))})
-    out.append(("replay", bool(spaces), f"{len(spaces)} recorded spaces: {', '.join(spaces)}"
-                if spaces else "no recorded spaces found (set KERNELSWARM_SPACES)"))
-    compiler = next((c for c in (os.environ.get("CC"), "cc", "gcc", "clang") if c and shutil.which(c)),
-                    None)
-    out.append(("cpu", compiler is not None, f"C compiler {shutil.which(compiler)}" if compiler
-                else "no C compiler found (install gcc or clang)"))
-    try:
-        import pynvml
-
-        pynvml.nvmlInit()
+    for spec in backends():
         try:
-            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                     for i in range(pynvml.nvmlDeviceGetCount())]
-            driver = pynvml.nvmlSystemGetDriverVersion()
-        finally:
-            pynvml.nvmlShutdown()
-        gpus = ", ".join(f"{i}: {n if isinstance(n, str) else n.decode()}" for i, n in enumerate(names))
-        out.append(("cuda", bool(names), f"driver {driver}; {gpus or 'no GPUs'}"))
-    except Exception as exc:  # no driver, no library: say so, don't fail
-        out.append(("cuda", False, f"no NVIDIA driver ({type(exc).__name__}: {exc})"))
+            ok, details = spec.probe()
+        except Exception as exc:  # noqa: BLE001 - a broken probe says so; the others still report
+            ok, details = False, f"probe failed ({type(exc).__name__}: {exc})"
+        out.append((spec.name, ok, details))
     return out
 
 
@@ -505,12 +466,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.command is None:
         return _open_gui(parser)
     known = _known_errors()
+    from app.store import DatabaseError
+
     try:
         return args.func(args)
     except known as exc:
         print(f"kernelswarm: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    except sqlite3.Error as exc:
+    except DatabaseError as exc:
         print(f"kernelswarm: error: history database: {exc}", file=sys.stderr)
         return EXIT_ERROR
     except BrokenPipeError:  # `kernelswarm export 3 | head`

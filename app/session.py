@@ -10,10 +10,12 @@ import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from app.goal import Goal
 from app.core.evaluator import Evaluator
-from app.swarm.coordinator import Coordinator, RunResult
 from app.core.events import EventBus, Telemetry
+from app.goal import Goal
+from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
+from app.swarm.agents import agent_spec, check_agents
+from app.swarm.coordinator import Coordinator, RunResult
 
 if TYPE_CHECKING:  # the store is optional: benchmarks run without one
     from app.store import Store
@@ -23,25 +25,22 @@ log = logging.getLogger(__name__)
 TELEMETRY_PERIOD_S = 1.0
 
 
-def build_evaluator(goal: Goal, validation_cases: Sequence[dict] = ()) -> Evaluator:
-    """The backend a goal asks for. Raises BackendUnavailable / CacheFileError / GoalError with
-    a message that names the problem."""
+def check_goal(goal: Goal) -> BackendSpec:
+    """Everything a run needs to know about its goal, checked once per run: the goal's own
+    fields, then what only the registries can judge (the backend and its operator, the agents
+    and the settings they read). Raises GoalError naming the field; returns the backend."""
+    import app.llm  # noqa: F401 - registers the llm agent with the swarm's agent registry
+
     goal.validate()
-    if goal.backend == "replay":
-        from app.gpu.replay import ReplayEvaluator, load_cache_file
+    spec = check_backend_fields(goal)
+    check_agents(goal)
+    return spec
 
-        recorded = load_cache_file(goal.resolve_space_path())
-        return ReplayEvaluator(recorded, restrictions=goal.constraints.restrictions,
-                               simulate_time=goal.simulate_time)
-    if goal.backend == "cpu":
-        from app.gpu.cpu import CpuEvaluator
 
-        return CpuEvaluator(goal, validation_cases=list(validation_cases))
-    if goal.backend == "cuda":
-        from app.gpu.cuda import CudaEvaluator
-
-        return CudaEvaluator(goal, validation_cases=list(validation_cases))
-    raise ValueError(f"unknown backend {goal.backend!r}")
+def build_evaluator(goal: Goal, validation_cases: Sequence[dict] = ()) -> Evaluator:
+    """The backend a goal asks for (a goal already checked by check_goal). Raises
+    BackendUnavailable / CacheFileError / GoalError with a message that names the problem."""
+    return backend_spec(goal.backend).make_evaluator(goal, list(validation_cases))
 
 
 def target_value(goal: Goal, baseline: float | None, limit: float | None) -> float | None:
@@ -80,16 +79,21 @@ class RunSession:
             prior_elapsed = max((t for _, _, t in rows), default=0.0)
             self.run_id: int | None = resume_run_id
         assert goal is not None
-        self.goal = goal.validate()
+        self.goal = goal
+        self.backend = check_goal(goal)
+        self.unit = self.backend.unit(goal)  # decided once; published and stored with the run
         cases = store.validation_cases(goal) if store is not None else []
         self.evaluator = evaluator or build_evaluator(goal, cases)
         device = self.evaluator.device()
         if resume_run_id is None:
+            # the unit rides in the run's device record, so reopened runs and exports know it
             self.run_id = store.create_run(goal, {"kind": device.kind, "name": device.name,
-                                                  **device.details}) if store else None
+                                                  **device.details, "unit": self.unit}
+                                           ) if store else None
         baseline = self.evaluator.baseline()
         limit = self.evaluator.limit()
-        agents: list[Any] = [a for a in goal.swarm.agents if a != "llm"]
+        # strategies the swarm makes by name; the others (llm) are made here as a team
+        agents: list[Any] = [a for a in goal.swarm.agents if agent_spec(a).make is not None]
         evaluator_for_run = self.evaluator
         self.llm_team = None
         if "llm" in goal.swarm.agents:
@@ -101,9 +105,9 @@ class RunSession:
             minimize=goal.objective.minimize, stop=goal.stop, workers=goal.swarm.workers,
             seed=goal.swarm.seed, bus=self.bus, run_id=self.run_id, prior=prior,
             prior_elapsed_s=prior_elapsed,
-            simulated_clock=goal.backend == "replay" and goal.simulate_time,
+            simulated_clock=self.backend.runs_on_simulated_clock(goal),
             target_value=target_value(goal, baseline, limit), baseline_value=baseline,
-            limit_value=limit, goal_name=goal.name, backend=goal.backend,
+            limit_value=limit, goal_name=goal.name, backend=goal.backend, unit=self.unit,
         )
         self._unsubscribe: list = []
         if store is not None and self.run_id is not None:

@@ -6,6 +6,7 @@ import pytest
 from project_paths import GOALS
 
 from app.goal import Goal, GoalError
+from app.session import check_goal
 
 
 def _replay_goal(**overrides) -> Goal:
@@ -59,16 +60,49 @@ def test_toml_round_trip_keeps_every_field(tmp_path):
     ({"swarm__seed": "one"}, "swarm.seed"),
 ])
 def test_each_validation_error_names_its_field(overrides, field):
+    """Through the run's check: the goal's own fields, then the backend and agent registries."""
     with pytest.raises(GoalError) as err:
-        _replay_goal(**overrides).validate()
+        check_goal(_replay_goal(**overrides))
     assert err.value.field == field
     assert str(err.value).startswith(field + ":")
 
 
-def test_unknown_operator_is_named():
+@pytest.mark.parametrize("overrides, field", [
+    ({"backend": "opencl"}, "backend"), ({"space": ""}, "space"),
+    ({"swarm__agents": ["oracle"]}, "swarm.agents"), ({"llm": {"colour": "red"}}, "llm.colour"),
+])
+def test_a_goal_validates_only_its_own_fields(overrides, field):
+    """Registry names (backends, agents, LLM settings) are judged by the registries, not by
+    Goal.validate, which imports none of them."""
+    goal = _replay_goal(**overrides)
+    assert goal.validate() is goal
     with pytest.raises(GoalError) as err:
-        Goal(name="g", backend="cpu", operator="no_such_op", shapes=[[8]]).validate()
+        check_goal(goal)
+    assert err.value.field == field
+
+
+def test_unknown_operator_is_named_by_the_backend():
+    goal = Goal(name="g", backend="cpu", operator="no_such_op", shapes=[[8]])
+    goal.validate()  # a name the catalog does not know is not the goal's business
+    with pytest.raises(GoalError) as err:
+        check_goal(goal)
     assert err.value.field == "operator" and "no_such_op" in err.value.problem
+    assert str(err.value).startswith("operator: unknown operator 'no_such_op' for backend cpu; known: ")
+    with pytest.raises(GoalError) as err:
+        check_goal(Goal(name="g", backend="cpu", operator="softmax"))
+    assert err.value.field == "shapes"
+
+
+def test_goal_module_imports_no_registry():
+    """Goal stands below the registries: importing it pulls in neither the catalog, the
+    backends, the swarm nor the LLM package (a fresh interpreter, so nothing is cached)."""
+    import subprocess
+    import sys
+
+    code = ("import sys, app.goal; bad = [m for m in sys.modules if m.startswith(("
+            "'app.catalog', 'app.gpu', 'app.swarm', 'app.llm', 'app.store'))]; print(bad)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
 
 
 def test_unknown_fields_and_malformed_toml_are_named():
@@ -91,7 +125,8 @@ def test_missing_goal_file_is_named(tmp_path):
 
 @pytest.mark.parametrize("path", sorted(GOALS.glob("*.toml")), ids=lambda p: p.name)
 def test_example_goals_are_valid_and_find_their_space(path):
-    goal = Goal.load(path).validate()
+    goal = Goal.load(path)
+    check_goal(goal)
     if goal.backend != "replay":
         assert goal.operator and goal.shapes  # catalog goals name an operator and shapes
         return

@@ -37,6 +37,7 @@ class RunStarted(Event):
     limit_value: float | None = None
     target_value: float | None = None
     resumed_evals: int = 0
+    unit: str = ""  # the objective's unit (app.core.units), decided once per run
 
 
 @dataclass

@@ -175,3 +175,21 @@ class ReplayEvaluator(Evaluator):
 
 def _ms(v: Any) -> float:
     return float(v) if _is_number(v) else 0.0
+
+
+def make_replay_evaluator(goal: Any) -> ReplayEvaluator:
+    """The replay evaluator for a goal: its recorded space, restrictions and clock."""
+    recorded = load_cache_file(goal.resolve_space_path())
+    return ReplayEvaluator(recorded, restrictions=goal.constraints.restrictions,
+                           simulate_time=goal.simulate_time)
+
+
+def probe_recorded_spaces() -> tuple[bool, str]:
+    """Whether any recorded space can be found here, and which (for `kernelswarm devices`)."""
+    from app.paths import space_search_dirs
+
+    spaces = sorted({p.name for d in space_search_dirs() if d.is_dir()
+                     for p in d.iterdir() if p.name.endswith((".json", ".json.gz"))})
+    if not spaces:
+        return False, "no recorded spaces found (set KERNELSWARM_SPACES)"
+    return True, f"{len(spaces)} recorded spaces: {', '.join(spaces)}"

@@ -56,6 +56,10 @@ class LLMSettings:
         if url.scheme not in ("http", "https") or not url.netloc:
             raise LLMSettingsError("base_url", f"{self.base_url!r} is not an http(s) URL, "
                                    "e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
+        if url.scheme == "http" and not is_loopback(self.base_url):
+            raise LLMSettingsError("base_url", f"{self.base_url!r}: plain http is allowed only to "
+                                   "this machine (127.0.0.0/8, ::1, localhost): the API key and "
+                                   "prompts would cross the network unencrypted; use https")
         if not isinstance(self.model, str) or not self.model.strip():
             raise LLMSettingsError("model", "name the model, e.g. gpt-4o-mini or qwen2.5-coder")
         for name, lo in (("timeout_s", 0.1), ("backoff_s", 0.0), ("max_backoff_s", 0.0),
@@ -78,8 +82,7 @@ class LLMSettings:
 
     @property
     def is_local(self) -> bool:
-        host = urlparse(self.base_url).hostname or ""
-        return host in ("127.0.0.1", "localhost", "::1") or host.endswith(".local")
+        return is_loopback(self.base_url)
 
     # ---- dictionaries (never carry the key) ---------------------------------------------
     def to_dict(self) -> dict[str, Any]:
@@ -134,7 +137,7 @@ class LLMSettings:
         tmp.replace(path)
 
     @classmethod
-    def user(cls, path: str | Path | None = None) -> "LLMSettings":
+    def user(cls, path: str | Path | None = None) -> LLMSettings:
         """The user's settings (saved from the GUI's settings page), or the defaults."""
         path = Path(path) if path is not None else user_settings_path()
         return cls.load(path) if path.exists() else cls()
@@ -151,6 +154,98 @@ class LLMSettings:
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
             raise LLMSettingsError("file", f"cannot read settings file {str(path)!r}: {exc}") from None
         return cls.from_dict(data.get("llm", data))
+
+
+def is_loopback(base_url: str) -> bool:
+    """Whether a URL names this machine: 127.0.0.0/8, ::1 or localhost."""
+    import ipaddress
+
+    host = (urlparse(base_url or "").hostname or "").lower().rstrip(".")
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# ---- which endpoint may receive the key ---------------------------------------------------
+# The key goes only to the endpoint the user configured (saved settings, KERNELSWARM_LLM_*
+# variables, or a URL the user typed / confirmed). A goal file is shared data: its [llm]
+# base_url is honoured only when it is that endpoint or the user approved it for this session.
+APPROVED_ENV = "KERNELSWARM_LLM_APPROVED_ENDPOINTS"  # space-separated; inherited by engine processes
+
+
+class EndpointNotTrusted(LLMSettingsError):
+    """A goal's [llm] base_url differs from the user's configured endpoint."""
+
+    def __init__(self, goal_url: str, user_url: str) -> None:
+        super().__init__("base_url", endpoint_refusal(goal_url, user_url))
+        self.goal_url = goal_url
+        self.user_url = user_url
+
+
+def endpoint_refusal(goal_url: str, user_url: str) -> str:
+    return (f"the goal's [llm] base_url {goal_url!r} is not your configured endpoint "
+            f"{user_url!r}; the API key is sent only to your own endpoint")
+
+
+def _same_endpoint(a: str, b: str) -> bool:
+    def norm(u: str) -> tuple[str, str, int | None, str]:
+        p = urlparse((u or "").strip())
+        port = p.port or (443 if p.scheme == "https" else 80 if p.scheme == "http" else None)
+        return (p.scheme.lower(), (p.hostname or "").lower().rstrip("."), port,
+                p.path.rstrip("/"))
+    try:
+        return norm(a) == norm(b)
+    except ValueError:  # a malformed port
+        return False
+
+
+def user_endpoint_settings(env: dict[str, str] | None = None,
+                           path: str | Path | None = None) -> LLMSettings:
+    """The user's own settings: the saved file, overridden by KERNELSWARM_LLM_* variables."""
+    return LLMSettings.from_env(env, base=LLMSettings.user(path))
+
+
+def approve_endpoint(url: str, env: dict[str, str] | None = None) -> None:
+    """Record that the user approved sending the key to `url` (CLI --trust-goal-endpoint, GUI
+    confirmation). Kept in this process's environment, so an engine process it spawns sees it."""
+    env = os.environ if env is None else env
+    approved = env.get(APPROVED_ENV, "").split()
+    if url not in approved:
+        env[APPROVED_ENV] = " ".join([*approved, url])
+
+
+def _approved(url: str, env: dict[str, str]) -> bool:
+    return any(_same_endpoint(url, a) for a in env.get(APPROVED_ENV, "").split())
+
+
+def endpoint_needs_confirmation(goal_llm: dict[str, Any] | None, user_settings: LLMSettings,
+                                env: dict[str, str] | None = None) -> str | None:
+    """A sentence to show the user when a goal's [llm] base_url would send the key somewhere
+    other than their configured endpoint (and they have not approved it yet); None when not.
+    The GUI asks for confirmation with it and then calls approve_endpoint(url)."""
+    env = os.environ if env is None else env
+    goal_url = str((goal_llm or {}).get("base_url") or "").strip()
+    if not goal_url or _same_endpoint(goal_url, user_settings.base_url) or _approved(goal_url, env):
+        return None
+    return endpoint_refusal(goal_url, user_settings.base_url)
+
+
+def run_settings(goal_llm: dict[str, Any] | None, *, env: dict[str, str] | None = None,
+                 user: LLMSettings | None = None) -> LLMSettings:
+    """The settings a run uses: the user's saved settings, then the goal's [llm] table, then
+    KERNELSWARM_LLM_* variables. Raises EndpointNotTrusted when the goal's base_url is not the
+    user's endpoint and was not approved."""
+    env = os.environ if env is None else env
+    user = user if user is not None else LLMSettings.user()
+    own = LLMSettings.from_env(env, base=user)
+    goal_llm = dict(goal_llm or {})
+    if endpoint_needs_confirmation(goal_llm, own, env) is not None:
+        raise EndpointNotTrusted(str(goal_llm["base_url"]), own.base_url)
+    merged = LLMSettings.from_dict({**user.to_dict(), **goal_llm})
+    return LLMSettings.from_env(env, base=merged)
 
 
 def user_settings_path() -> Path:
@@ -214,3 +309,18 @@ def redact(text: str, key: str) -> str:
     if len(key) >= 12:
         text = text.replace(key[-8:], "[redacted]")
     return text
+
+
+def check_goal_settings(goal: Any) -> None:
+    """A goal's [llm] table, checked once per run by the session (through the agent registry):
+    GoalError naming `llm.<field>`, so a goal file's mistake reads like any other field's."""
+    from app.goal import GoalError
+
+    if not isinstance(goal.llm, dict):
+        raise GoalError("llm", "must be a table of LLM endpoint settings")
+    try:
+        LLMSettings.from_dict(dict(goal.llm))
+    except LLMSettingsError as exc:
+        raise GoalError(f"llm.{exc.field}", exc.problem) from None
+    except TypeError as exc:
+        raise GoalError("llm", str(exc)) from None

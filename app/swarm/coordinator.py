@@ -69,7 +69,7 @@ class Coordinator:
                  prior: Sequence[Evaluation] = (), prior_elapsed_s: float = 0.0,
                  simulated_clock: bool = False, target_value: float | None = None,
                  baseline_value: float | None = None, limit_value: float | None = None,
-                 goal_name: str = "", backend: str = "") -> None:
+                 goal_name: str = "", backend: str = "", unit: str = "") -> None:
         self.space = space
         self.evaluator = evaluator
         self.minimize = minimize
@@ -79,6 +79,7 @@ class Coordinator:
         self.seed = seed
         self.goal_name = goal_name
         self.backend = backend
+        self.unit = unit  # the objective's unit, decided by the session (app.core.units)
         self.target_value = target_value
         self.baseline_value = baseline_value
         self.limit_value = limit_value
@@ -151,7 +152,8 @@ class Coordinator:
             goal_name=self.goal_name, backend=self.backend, agents=list(self.agents),
             max_evals=self.stop_rules.max_evals, time_budget_s=self.stop_rules.time_budget_s or None,
             baseline_value=self.baseline_value, limit_value=self.limit_value,
-            target_value=self.target_value, resumed_evals=len(self._prior), run_id=self.run_id))
+            target_value=self.target_value, resumed_evals=len(self._prior), unit=self.unit,
+            run_id=self.run_id))
         reason = "error"
         message = ""
         try:

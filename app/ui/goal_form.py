@@ -32,9 +32,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.goal import (
-    BACKENDS,
     DTYPES,
-    KNOWN_AGENTS,
     OBJECTIVES,
     TARGET_KINDS,
     Constraints,
@@ -46,6 +44,7 @@ from app.goal import (
     Target,
     Tolerance,
 )
+from app.gpu.registry import backend_names, backend_spec, backends
 from app.paths import resources_dir, space_search_dirs
 
 log = logging.getLogger(__name__)
@@ -101,6 +100,14 @@ def parse_shape(text: str) -> list[int]:
 
 def format_shape(shape: list[int]) -> str:
     return " × ".join(str(d) for d in shape)
+
+
+def _agent_names() -> tuple[str, ...]:
+    """Every registered agent: the swarm's strategies and those other packages add (llm)."""
+    import app.llm  # noqa: F401 - registers the llm agent
+    from app.swarm.agents import agent_names
+
+    return agent_names()
 
 
 class ShapeEditor(QWidget):
@@ -213,10 +220,8 @@ class GoalForm(QWidget):
         self.name = QLineEdit()
         self.name.setPlaceholderText("e.g. pnpoly on the RTX 3090")
         self.backend = QComboBox()
-        for b, label in (("replay", "replay — recorded measurements"), ("cpu", "cpu — C kernels, OpenMP"),
-                         ("cuda", "cuda — NVIDIA GPU")):
-            if b in BACKENDS:
-                self.backend.addItem(label, b)
+        for spec in backends():
+            self.backend.addItem(spec.label, spec.name)
         self.kernel_label = QLabel("Recorded space")
         self.kernel = QComboBox()
         self.kernel.setEditable(False)
@@ -277,7 +282,7 @@ class GoalForm(QWidget):
         agents_layout = QVBoxLayout(agents_widget)
         agents_layout.setContentsMargins(0, 0, 0, 0)
         agents_layout.setSpacing(2)
-        for a in KNOWN_AGENTS:
+        for a in _agent_names():
             box = QCheckBox(f"{a} — {AGENT_HELP.get(a, '')}")
             box.setChecked(a in SwarmSettings().agents)
             self.agent_boxes[a] = box
@@ -411,10 +416,11 @@ class GoalForm(QWidget):
 
     def _backend_changed(self, *_args) -> None:
         backend = self.backend.currentData()
+        spec = backend_spec(backend)
         keep = self.kernel.currentData()
         self.kernel.blockSignals(True)
         self.kernel.clear()
-        if backend == "replay":
+        if not spec.compiles:  # recorded measurements, chosen by file
             self.kernel_label.setText("Recorded space")
             for name, path in recorded_spaces():
                 self.kernel.addItem(name.removesuffix(".gz").removesuffix(".json"), name)
@@ -435,9 +441,9 @@ class GoalForm(QWidget):
             if i >= 0:
                 self.kernel.setCurrentIndex(i)
         self.kernel.blockSignals(False)
-        self.browse.setVisible(backend == "replay")
-        self.simulate_time.setEnabled(backend == "replay")
-        self.device.setEnabled(backend == "cuda")
+        self.browse.setVisible(not spec.compiles)
+        self.simulate_time.setEnabled(spec.simulated_clock)
+        self.device.setEnabled(spec.selects_device)
         self._edited()
 
     def _target_kind_changed(self, *_args) -> None:
@@ -473,13 +479,14 @@ class GoalForm(QWidget):
         """The goal the widgets describe (not validated). Raises GoalError for text that does
         not even parse (a shape that is not numbers, a tolerance that is not a number)."""
         backend = self.backend.currentData()
+        recorded = not backend_spec(backend).compiles
         kernel = self.kernel.currentData() or ""
         forbid = [f.strip() for f in self.forbid.text().split(",") if f.strip()]
         restrictions = [r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()]
         return Goal(
             name=self.name.text().strip(),
-            operator="" if backend == "replay" else kernel,
-            space=kernel if backend == "replay" else "",
+            operator="" if recorded else kernel,
+            space=kernel if recorded else "",
             backend=backend,
             dtype=self.dtype.currentText(),
             shapes=self.shapes.shapes(),
@@ -504,8 +511,13 @@ class GoalForm(QWidget):
         )
 
     def goal(self) -> Goal:
-        """The validated goal; raises GoalError."""
-        return self.build_goal().validate()
+        """The goal, checked as a run will check it (its fields, then the backend, operator,
+        agents and LLM settings through their registries); raises GoalError."""
+        from app.session import check_goal
+
+        goal = self.build_goal()
+        check_goal(goal)
+        return goal
 
     def set_goal(self, goal: Goal) -> None:
         self._loading = True
@@ -514,10 +526,11 @@ class GoalForm(QWidget):
             self.name.setText(goal.name)
             self.backend.setCurrentIndex(max(0, self.backend.findData(goal.backend)))
             self._backend_changed()
-            kernel = goal.space if goal.backend == "replay" else goal.operator
+            recorded = goal.backend in backend_names() and not backend_spec(goal.backend).compiles
+            kernel = goal.space if recorded else goal.operator
             if kernel:
                 i = self.kernel.findData(kernel)
-                if i < 0 and goal.backend == "replay":
+                if i < 0 and recorded:
                     try:
                         kernel = str(goal.resolve_space_path())
                     except FileNotFoundError:
