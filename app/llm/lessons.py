@@ -8,21 +8,21 @@ on the blackboard and out as LessonLearned events, which the Store commits to it
 table (so the GUI shows them with the run's other lessons).
 
 A new run of the same or a similar goal (same operator and backend) reads those lessons and the
-best kernels earlier runs found (warm start) from the same database.
+best kernels earlier runs found (warm start) from the same database, through the Store.
 """
 
 from __future__ import annotations
 
-import json
-import sqlite3
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from app.goal import Goal, GoalError
 from app.core.types import Evaluation, Lesson
+from app.goal import Goal, GoalError
+from app.store import Store, StoreError, goal_key
 
 LLM_KINDS = ("llm_transformation", "llm_no_gain", "llm_failure")
 
@@ -49,7 +49,9 @@ class LessonBook:
         self._attempts: dict[str, Attempt] = {}
         self._outcomes: dict[str, Evaluation] = {}
         self._pending: list[str] = []
-        self._texts: list[str] = list(prior_lessons or [])
+        # Earlier runs' lessons are kept only when they are one of the measured-fact forms
+        # below: older databases stored the model's idea line in lesson texts (injection).
+        self._texts: list[str] = [t for t in (prior_lessons or []) if is_measured_lesson(t)]
         self._seen: set[str] = set(self._texts)
         self._failure_counts: Counter = Counter()
         self._failure_reported: dict[tuple, int] = {}
@@ -95,11 +97,14 @@ class LessonBook:
         return ", ".join("x".join(map(str, s)) for s in self.goal.shapes)
 
     def _distil(self, keys: list[str]) -> list[Lesson]:
+        """Lessons from measured facts only: configuration, speedup, failure category. The
+        model's idea line is kept in the lesson's data for display, never in its text (which
+        goes into later prompts): a reply must not be able to write the next prompts."""
         lessons: list[Lesson] = []
         for key in keys:
             e = self._outcomes[key]
             a = self._attempts[key]
-            idea = a.idea or "an unnamed rewrite"
+            shown = {"idea": a.idea} if a.idea else {}
             if e.ok and e.value is not None:
                 if a.parent_value:
                     ratio = a.parent_value / e.value if self.minimize else e.value / a.parent_value
@@ -108,30 +113,32 @@ class LessonBook:
                 if ratio is not None and ratio > 1.01:
                     lessons.append(Lesson(
                         "llm_transformation",
-                        f"'{idea}' made {self.goal.operator} {self.goal.dtype} "
-                        f"[{self._shape_text()}] {ratio:.2f}x faster than the kernel it started "
-                        f"from on {self.device}",
-                        {**self._context(), "idea": idea, "speedup": round(ratio, 4), "key": key},
+                        f"an LLM rewrite ({_config_text(e.config)}) made {self.goal.operator} "
+                        f"{self.goal.dtype} [{self._shape_text()}] {ratio:.2f}x faster than the "
+                        f"kernel it started from on {self.device}",
+                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
                         a.agent))
                 elif ratio is not None:
                     lessons.append(Lesson(
                         "llm_no_gain",
-                        f"'{idea}' was correct but not faster ({ratio:.2f}x) for "
-                        f"{self.goal.operator} [{self._shape_text()}] on {self.device}",
-                        {**self._context(), "idea": idea, "speedup": round(ratio, 4), "key": key},
+                        f"an LLM rewrite ({_config_text(e.config)}) was correct but not faster "
+                        f"({ratio:.2f}x) for {self.goal.operator} [{self._shape_text()}] on "
+                        f"{self.device}",
+                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
                         a.agent))
             else:
-                rule = (e.resources or {}).get("policy_rule") or _first_line(e.detail)[:60]
-                group = (e.reason, rule)
+                rule = _category((e.resources or {}).get("policy_rule") or "")
+                reason = _category(e.reason or "") or "failed"
+                group = (reason, rule)
                 self._failure_counts[group] += 1
                 n = self._failure_counts[group]
                 if n in (1, 3, 10, 30):  # report a pattern as it grows, not every instance
                     lessons.append(Lesson(
                         "llm_failure",
-                        f"LLM kernels failed with {e.reason} ({rule}) {n} time(s); latest idea "
-                        f"'{idea}': {_first_line(e.detail)[:160]}",
-                        {**self._context(), "reason": e.reason, "rule": rule, "count": n,
-                         "idea": idea},
+                        f"LLM kernels failed with {reason}"
+                        + (f" (rule {rule})" if rule else "") + f" {n} time(s) for "
+                        f"{self.goal.operator} [{self._shape_text()}] on {self.device}",
+                        {**self._context(), **shown, "reason": reason, "rule": rule, "count": n},
                         a.agent))
         return lessons
 
@@ -150,6 +157,38 @@ class LessonBook:
         return out
 
 
+def _category(text: str) -> str:
+    """A failure reason or policy rule name as a bare identifier (never free text)."""
+    return text if re.fullmatch(r"[a-z][a-z0-9_]{0,40}", text or "") else ""
+
+
+def _config_text(config: dict[str, Any]) -> str:
+    """A configuration as measured facts: parameter names and numbers/identifiers only."""
+    parts = []
+    for k, v in sorted((config or {}).items()):
+        if re.fullmatch(r"\w{1,40}", str(k)) and re.fullmatch(r"[\w.+-]{1,40}", str(v)):
+            parts.append(f"{k}={v}")
+    return "config " + (" ".join(parts) if parts else "of the template")
+
+
+# The forms _distil writes (optionally marked as coming from a similar goal); any other text
+# from the database is not fed to a prompt.
+_FACT_FORMS = (
+    re.compile(r"an LLM rewrite \(config [^()]*\) made .* [0-9.]+x faster than the kernel it "
+               r"started from on .*"),
+    re.compile(r"an LLM rewrite \(config [^()]*\) was correct but not faster \([0-9.]+x\) for "
+               r".*"),
+    re.compile(r"LLM kernels failed with [a-z][a-z0-9_]*( \(rule [a-z][a-z0-9_]*\))? [0-9]+ "
+               r"time\(s\) for .*"),
+)
+
+
+def is_measured_lesson(text: str) -> bool:
+    """Whether a stored lesson text is one of the measured-fact forms (no model free text)."""
+    body = (text or "").removeprefix("(similar goal) ")
+    return "\n" not in body and "'" not in body and any(f.fullmatch(body) for f in _FACT_FORMS)
+
+
 def _first_line(text: str) -> str:
     for line in (text or "").splitlines():
         if line.strip():
@@ -164,56 +203,46 @@ class PriorKnowledge:
     kernels: list[dict[str, Any]] = field(default_factory=list)  # source, config, value, same_goal
 
 
-def load_prior(db_path: str | Path, goal: Goal, *, max_kernels: int = 3,
+def load_prior(db: str | Path | Store, goal: Goal, *, max_kernels: int = 3,
                max_lessons: int = 20) -> PriorKnowledge:
     """Lessons and best kernels of earlier runs of the same goal (first) or of similar goals
-    (same operator and backend, other shapes or dtype). Empty when the database has none."""
-    from app.store import goal_key
-
-    path = Path(db_path)
-    if not path.exists():
+    (same operator and backend, other shapes or dtype). `db` is an open Store or the path of a
+    history database. Empty when the database has none, or cannot be read (a warm start is
+    optional)."""
+    if isinstance(db, Store):
+        return _prior_from(db, goal, max_kernels, max_lessons)
+    if not Path(db).exists():
         return PriorKnowledge()
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=30.0)
     try:
-        tables = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        if not {"goals", "runs", "lessons", "candidates", "evaluations"} <= tables:
-            return PriorKnowledge()
-        same_key = goal_key(goal)
-        related: list[tuple[int, bool]] = []
-        for gid, key, toml in conn.execute("SELECT id, key, toml FROM goals"):
-            if key == same_key:
-                related.append((gid, True))
+        with Store(db) as store:
+            return _prior_from(store, goal, max_kernels, max_lessons)
+    except StoreError:
+        return PriorKnowledge()
+
+
+def _prior_from(store: Store, goal: Goal, max_kernels: int, max_lessons: int) -> PriorKnowledge:
+    same_key = goal_key(goal)
+    related: list[tuple[int, bool]] = []
+    for row in store.goals():
+        if row["key"] == same_key:
+            related.append((row["id"], True))
+            continue
+        try:
+            other = Goal.from_toml(row["toml"])
+        except (GoalError, TypeError):
+            continue
+        if other.operator == goal.operator and other.backend == goal.backend:
+            related.append((row["id"], False))
+    related.sort(key=lambda r: not r[1])  # the same goal first
+    prior = PriorKnowledge()
+    for gid, same in related:
+        for text in store.goal_lessons(gid, LLM_KINDS):
+            if text not in prior.lessons and len(prior.lessons) < max_lessons:
+                prior.lessons.append(text if same else f"(similar goal) {text}")
+        for kernel in store.best_kernels(gid, max_kernels):
+            if len(prior.kernels) >= max_kernels:
+                break
+            if any(k["source"] == kernel["source"] for k in prior.kernels):
                 continue
-            try:
-                other = Goal.from_toml(toml)
-            except (GoalError, TypeError):
-                continue
-            if other.operator == goal.operator and other.backend == goal.backend:
-                related.append((gid, False))
-        related.sort(key=lambda r: not r[1])  # the same goal first
-        prior = PriorKnowledge()
-        for gid, same in related:
-            rows = conn.execute(
-                "SELECT text FROM lessons WHERE goal_id = ? AND kind IN (?, ?, ?) ORDER BY id DESC",
-                (gid, *LLM_KINDS)).fetchall()
-            for (text,) in rows:
-                if text not in prior.lessons and len(prior.lessons) < max_lessons:
-                    prior.lessons.append(text if same else f"(similar goal) {text}")
-            minimize = conn.execute("SELECT minimize FROM runs WHERE goal_id = ? ORDER BY id DESC",
-                                    (gid,)).fetchone()
-            ascending = minimize is None or bool(minimize[0])
-            order, best = ("ASC", "MIN") if ascending else ("DESC", "MAX")
-            for source, config, value in conn.execute(
-                    f"SELECT c.source, c.config, {best}(e.value) FROM evaluations e JOIN candidates c "
-                    "ON c.id = e.candidate_id WHERE c.goal_id = ? AND e.ok = 1 AND c.source IS "
-                    f"NOT NULL AND e.value IS NOT NULL GROUP BY c.id ORDER BY 3 {order} LIMIT ?",
-                    (gid, max_kernels)):
-                if len(prior.kernels) >= max_kernels:
-                    break
-                if any(k["source"] == source for k in prior.kernels):
-                    continue
-                prior.kernels.append({"source": source, "config": json.loads(config),
-                                      "value": value, "same_goal": same})
-        return prior
-    finally:
-        conn.close()
+            prior.kernels.append({**kernel, "same_goal": same})
+    return prior

@@ -18,31 +18,28 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import sqlite_utils
 
 from app import __version__
-from app.goal import Goal, GoalError
-from app.store.schema import MIGRATIONS, SCHEMA_VERSION
-from app.core.events import (
-    AgentCredit,
-    BestRevoked,
-    Evaluated,
-    Event,
-    LessonLearned,
-    RunFinished,
-    RunStarted,
-    Telemetry,
-)
+from app.core.events import Event
 from app.core.types import Evaluation, Lesson, Stage
+from app.goal import Goal, GoalError
+from app.store import llm_usage
+from app.store.recorder import subscriber as _subscriber
+from app.store.schema import MIGRATIONS, SCHEMA_VERSION
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
 STATUSES = ("running", "finished", "stopped", "interrupted", "failed")
 # How a coordinator's stop reason maps onto a run's status.
 _STATUS_OF_REASON = {"stopped": "stopped", "error": "failed", "interrupted": "interrupted"}
 _TABLES = ("projects", "goals", "runs", "candidates", "evaluations", "lessons", "telemetry",
-           "validation_cases")
+           "validation_cases", "llm_requests")
+# Tables whose rows belong to one run (deleted with it); candidates belong to the goal and stay.
+_RUN_TABLES = ("evaluations", "lessons", "telemetry", "llm_requests")
+# What any sqlite failure raises: callers outside the store catch it without importing sqlite3.
+DatabaseError = sqlite3.Error
 
 
 class StoreError(RuntimeError):
@@ -192,7 +189,7 @@ class Store:
         with self._lock:
             self.conn.close()
 
-    def __enter__(self) -> Store:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -251,11 +248,13 @@ class Store:
             c.execute("UPDATE runs SET status = 'running', reason = NULL, finished_at = NULL, "
                       "pid = ?, host = ? WHERE id = ?", (os.getpid(), socket.gethostname(), run_id))
 
-    def _run_goal(self, run_id: int) -> tuple[int, str]:
+    def run_goal(self, run_id: int) -> tuple[int, str]:
+        """(goal id, goal key) of a run; UnknownRunError if there is no such run."""
         if run_id not in self._goal_ids:
-            row = self.conn.execute(
-                "SELECT goals.id, goals.key FROM runs JOIN goals ON goals.id = runs.goal_id "
-                "WHERE runs.id = ?", (run_id,)).fetchone()
+            with self._lock:
+                row = self.conn.execute(
+                    "SELECT goals.id, goals.key FROM runs JOIN goals ON goals.id = runs.goal_id "
+                    "WHERE runs.id = ?", (run_id,)).fetchone()
             if row is None:
                 raise UnknownRunError(f"no run {run_id} in {self.path}")
             self._goal_ids[run_id] = (row[0], row[1])
@@ -336,27 +335,39 @@ class Store:
             raise StoreError(f"run {run_id}: its stored goal no longer loads: {exc}") from None
 
     def list_runs(self, limit: int | None = None) -> list[dict[str, Any]]:
-        """Runs, newest first, with their evaluation counts and best values."""
-        sql = ("SELECT runs.id, runs.name, runs.backend, runs.status, runs.reason, runs.seed, "
-               "runs.started_at, runs.finished_at, runs.elapsed_s, runs.resumed_from, "
-               "runs.minimize, goals.key AS goal_key, "
-               "(SELECT COUNT(*) FROM evaluations e WHERE e.run_id = runs.id) AS own_evaluations "
-               "FROM runs JOIN goals ON goals.id = runs.goal_id ORDER BY runs.id DESC")
-        if limit:
-            sql += f" LIMIT {int(limit)}"
+        """Runs, newest first, with their project, goal, evaluation counts and best values
+        (over the chain of runs each one resumed, as get_run counts them). One query however
+        many runs there are: the History panel and `kernelswarm history` list thousands."""
         with self._lock:
-            runs = list(self.db.query(sql))
-            for run in runs:
-                full = self.get_run(run["id"])
-                run["evaluations"] = full["evaluations"]
-                run["best_value"] = full["best_value"]
-        return runs
+            return list(self.db.query(_LIST_RUNS, {"limit": int(limit) if limit else -1}))
+
+    def projects(self) -> dict[int, str]:
+        """Project id -> name."""
+        with self._lock:
+            return dict(self.conn.execute("SELECT id, name FROM projects ORDER BY id").fetchall())
+
+    def delete_run(self, run_id: int) -> None:
+        """Delete a run and the rows only it owns, in one transaction. The goal and its
+        candidates stay for later runs. A run that another run continues is refused: delete
+        the follower first."""
+        with self._tx() as c:
+            if c.execute("SELECT 1 FROM runs WHERE id = ?", (run_id,)).fetchone() is None:
+                raise UnknownRunError(f"no run {run_id} in {self.path}")
+            follower = c.execute("SELECT MIN(id) FROM runs WHERE resumed_from = ?",
+                                 (run_id,)).fetchone()[0]
+            if follower is not None:
+                raise StoreError(f"run {run_id} is continued by run {follower}; "
+                                 "delete that run first")
+            for table in _RUN_TABLES:
+                c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
+            c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
+        self._goal_ids.pop(run_id, None)
 
     # ---- evaluations ------------------------------------------------------------------------
     def record_evaluation(self, run_id: int, index: int, evaluation: Evaluation,
                           elapsed_s: float, best_so_far: float | None) -> None:
         """Commit one evaluation (and its candidate, and any failing input it found)."""
-        goal_id, key = self._run_goal(run_id)
+        goal_id, key = self.run_goal(run_id)
         e = evaluation
         now = time.time()
         with self._tx() as c:
@@ -383,7 +394,7 @@ class Store:
     def revoke_evaluation(self, run_id: int, evaluation: Evaluation) -> None:
         """An accepted candidate failed re-verification later in the run: its stored
         evaluation becomes a failure with that reason (and the input that broke it)."""
-        _, key = self._run_goal(run_id)
+        _, key = self.run_goal(run_id)
         runs = self.chain(run_id)
         e = evaluation
         with self._tx() as c:
@@ -435,7 +446,7 @@ class Store:
 
     # ---- lessons, telemetry, validation cases -------------------------------------------
     def add_lesson(self, run_id: int, lesson: Lesson) -> None:
-        goal_id, _ = self._run_goal(run_id)
+        goal_id, _ = self.run_goal(run_id)
         with self._tx() as c:
             c.execute("INSERT INTO lessons (run_id, goal_id, kind, text, evidence, agent, "
                       "created_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -492,34 +503,99 @@ class Store:
                                      "ORDER BY id", (goal_key(goal),)).fetchall()
         return [json.loads(r[0]) for r in rows]
 
+    # ---- LLM requests -------------------------------------------------------------------
+    def record_llm_request(self, run_id: int | None, *, agent: str, model: str, status: str,
+                           attempt: int, prompt_tokens: int = 0, completion_tokens: int = 0,
+                           cost: float = 0.0, seconds: float = 0.0, finish_reason: str = "",
+                           usage_estimated: bool = False, outcome: str = "", error: str = "",
+                           at: float | None = None) -> None:
+        """Commit one LLM request attempt: its tokens, cost, status and what the reply became.
+        Never pass the API key (error texts are redacted by the client)."""
+        row = {"run_id": run_id, "agent": agent, "model": model, "status": status,
+               "attempt": attempt, "prompt_tokens": prompt_tokens,
+               "completion_tokens": completion_tokens, "cost": cost, "seconds": seconds,
+               "finish_reason": finish_reason, "usage_estimated": int(usage_estimated),
+               "outcome": outcome, "error": error, "at": time.time() if at is None else at}
+        with self._tx() as c:
+            llm_usage.insert_request(c, row)
+
+    def llm_usage(self, run_id: int) -> dict[str, Any]:
+        """Requests, prompt/completion tokens and cost of a run, by status and by agent."""
+        with self._lock:
+            return llm_usage.run_totals(self.conn, run_id)
+
+    # ---- prior knowledge: what earlier runs of a goal learned -----------------------------
+    def goals(self) -> list[dict[str, Any]]:
+        """Every goal as first seen: id, key, name, toml; oldest first."""
+        with self._lock:
+            return list(self.db.query("SELECT id, key, name, toml FROM goals ORDER BY id"))
+
+    def goal_lessons(self, goal_id: int, kinds: tuple[str, ...] | None = None) -> list[str]:
+        """Texts of the lessons any run of a goal learned (of `kinds`, when given), newest
+        first."""
+        sql, args = "SELECT text FROM lessons WHERE goal_id = ?", [goal_id]
+        if kinds:
+            sql += f" AND kind IN ({','.join('?' * len(kinds))})"
+            args.extend(kinds)
+        with self._lock:
+            return [t for (t,) in self.conn.execute(sql + " ORDER BY id DESC", args).fetchall()]
+
+    def best_kernels(self, goal_id: int, limit: int = 3) -> list[dict[str, Any]]:
+        """The best verified candidates with source of a goal over all its runs, best first:
+        source, config (decoded) and value, in the direction of the goal's latest run."""
+        with self._lock:
+            row = self.conn.execute("SELECT minimize FROM runs WHERE goal_id = ? ORDER BY id DESC",
+                                    (goal_id,)).fetchone()
+            ascending = row is None or bool(row[0])
+            order, best = ("ASC", "MIN") if ascending else ("DESC", "MAX")
+            rows = self.conn.execute(
+                f"SELECT c.source, c.config, {best}(e.value) FROM evaluations e JOIN candidates c "
+                "ON c.id = e.candidate_id WHERE c.goal_id = ? AND e.ok = 1 AND c.source IS NOT NULL "
+                f"AND e.value IS NOT NULL GROUP BY c.id ORDER BY 3 {order} LIMIT ?",
+                (goal_id, limit)).fetchall()
+        return [{"source": source, "config": json.loads(config), "value": value}
+                for source, config, value in rows]
+
     # ---- events -------------------------------------------------------------------------
     def subscriber(self, run_id: int) -> Callable[[Event], None]:
-        """An event-bus subscriber that records `run_id`'s events; subscribe it as critical so
-        a failed write stops the run instead of silently losing evaluations."""
-        self._run_goal(run_id)  # fail now, not at the first event, on an unknown run
+        """An event-bus subscriber recording `run_id`'s events (app.store.recorder); subscribe
+        it as critical so a failed write stops the run instead of silently losing them."""
+        return _subscriber(self, run_id)
 
-        def on_event(event: Event) -> None:
-            if event.run_id is not None and event.run_id != run_id:
-                return
-            if isinstance(event, Evaluated):
-                self.record_evaluation(run_id, event.index, event.evaluation, event.elapsed_s,
-                                       event.best_value)
-            elif isinstance(event, BestRevoked):
-                self.revoke_evaluation(run_id, event.evaluation)
-            elif isinstance(event, LessonLearned):
-                self.add_lesson(run_id, event.lesson)
-            elif isinstance(event, Telemetry):
-                self.add_telemetry(run_id, event.device, event.readings, event.at)
-            elif isinstance(event, RunStarted):
-                self.mark_running(run_id)
-                self.set_run_info(run_id, baseline_value=event.baseline_value,
-                                  limit_value=event.limit_value)
-            elif isinstance(event, AgentCredit):
-                self.set_run_info(run_id, credits=event.credits)
-            elif isinstance(event, RunFinished):
-                self.finish_run(run_id, event.reason, event.best, event.elapsed_s, event.message)
 
-        return on_event
+# Every run with what the listing shows, in one statement. `chain` pairs each listed run with
+# itself and every run it continues (UNION stops on a cycle); `own` totals each run's own
+# evaluations once, so the join per chain member is one row.
+_LIST_RUNS = """
+WITH RECURSIVE
+listed AS (SELECT id FROM runs ORDER BY id DESC LIMIT :limit),
+chain(run_id, member) AS (
+    SELECT id, id FROM listed
+    UNION
+    SELECT chain.run_id, runs.resumed_from FROM chain JOIN runs ON runs.id = chain.member
+    WHERE runs.resumed_from IS NOT NULL
+),
+own AS (
+    SELECT run_id, COUNT(*) AS n, SUM(ok) AS ok, MIN(value) AS lo, MAX(value) AS hi
+    FROM evaluations GROUP BY run_id
+),
+totals AS (
+    SELECT chain.run_id, SUM(own.n) AS n, SUM(own.ok) AS ok, MIN(own.lo) AS lo, MAX(own.hi) AS hi
+    FROM chain JOIN own ON own.run_id = chain.member GROUP BY chain.run_id
+)
+SELECT runs.id, runs.name, runs.backend, runs.status, runs.reason, runs.seed, runs.started_at,
+       runs.finished_at, runs.elapsed_s, runs.resumed_from, runs.minimize, runs.project_id,
+       runs.goal_id, projects.name AS project, goals.key AS goal_key,
+       COALESCE((SELECT n FROM own WHERE own.run_id = runs.id), 0) AS own_evaluations,
+       COALESCE(totals.n, 0) AS evaluations, COALESCE(totals.ok, 0) AS succeeded,
+       CASE WHEN runs.minimize THEN totals.lo ELSE totals.hi END AS best_value
+FROM listed
+JOIN runs ON runs.id = listed.id
+JOIN goals ON goals.id = runs.goal_id
+JOIN projects ON projects.id = runs.project_id
+LEFT JOIN totals ON totals.run_id = runs.id
+ORDER BY runs.id DESC
+"""
 
 
 def _evaluation(row: dict[str, Any]) -> Evaluation:

@@ -115,6 +115,29 @@ MIGRATIONS: list[str] = [
     );
     INSERT INTO projects (name, created_at) VALUES ('default', strftime('%s', 'now'));
     """,
+    # 2: token use and cost of every LLM request. Before this migration app/llm/usage.py created
+    # the same table itself, on first use, in databases at version 1: IF NOT EXISTS keeps those
+    # rows (the layout below is exactly the one it created).
+    """
+    CREATE TABLE IF NOT EXISTS llm_requests (
+        id INTEGER PRIMARY KEY,
+        run_id INTEGER,
+        agent TEXT NOT NULL,
+        model TEXT NOT NULL,
+        status TEXT NOT NULL,          -- ok / truncated / rate_limited / timeout / ... (per attempt)
+        attempt INTEGER NOT NULL,
+        prompt_tokens INTEGER NOT NULL,
+        completion_tokens INTEGER NOT NULL,
+        cost REAL NOT NULL,
+        seconds REAL NOT NULL,
+        finish_reason TEXT NOT NULL DEFAULT '',
+        usage_estimated INTEGER NOT NULL DEFAULT 0,
+        outcome TEXT NOT NULL DEFAULT '',  -- what the reply became: candidate key / no_code: why
+        error TEXT NOT NULL DEFAULT '',
+        at REAL NOT NULL
+    );
+    CREATE INDEX IF NOT EXISTS llm_requests_run ON llm_requests(run_id);
+    """,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

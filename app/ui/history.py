@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import sqlite3
-from contextlib import closing
 
 import numpy as np
 import pyqtgraph as pg
@@ -22,6 +20,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.store import DatabaseError, StoreError
 from app.ui.theme import OVERLAY_COLORS, PlotTheme, current_plot_theme, style_plot
 
 log = logging.getLogger(__name__)
@@ -32,32 +31,6 @@ RESUMABLE = ("stopped", "interrupted", "failed")
 
 def _when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
-
-
-def delete_run(store, run_id: int) -> None:
-    """Delete a run and what only it owns. Uses the store's own method when it has one."""
-    if hasattr(store, "delete_run"):
-        store.delete_run(run_id)
-        return
-    # Fallback until the store offers deletion: one transaction, run-owned rows only
-    # (candidates belong to the goal and stay for later runs).
-    followers = [r["id"] for r in store.list_runs() if r.get("resumed_from") == run_id]
-    if followers:
-        raise ValueError(f"run {run_id} is continued by run {followers[0]}; delete that run first")
-    with store._tx() as c:
-        for table in ("evaluations", "lessons", "telemetry"):
-            c.execute(f"DELETE FROM {table} WHERE run_id = ?", (run_id,))
-        c.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-
-
-def project_names(store) -> dict[int, str]:
-    """Project id -> name. The store has no query for it, so read it on a connection of our
-    own (never on the store's, which a running session writes from its thread)."""
-    try:
-        with closing(sqlite3.connect(f"file:{store.path}?mode=ro", uri=True, timeout=5)) as conn:
-            return dict(conn.execute("SELECT id, name FROM projects").fetchall())
-    except sqlite3.Error:  # an older or newer layout: everything goes under one project
-        return {}
 
 
 class HistoryPanel(QWidget):
@@ -114,8 +87,7 @@ class HistoryPanel(QWidget):
         self.runs = {}
         try:
             store = self._store_factory()
-            runs = store.list_runs()
-            projects = project_names(store)
+            runs = store.list_runs()  # one query, with each run's project and best value
         except Exception as exc:
             log.exception("cannot read the history")
             item = QTreeWidgetItem([f"History unavailable: {exc}"])
@@ -124,10 +96,8 @@ class HistoryPanel(QWidget):
         project_items: dict[str, QTreeWidgetItem] = {}
         goal_items: dict[str, QTreeWidgetItem] = {}
         for run in sorted(runs, key=lambda r: r["id"]):
-            full = store.get_run(run["id"])
-            run.update({k: full.get(k) for k in ("project_id", "goal_id", "best_value")})
             self.runs[run["id"]] = run
-            pname = projects.get(run.get("project_id"), "default")
+            pname = run.get("project") or "default"
             pitem = project_items.get(pname)
             if pitem is None:
                 pitem = QTreeWidgetItem([pname])
@@ -217,9 +187,9 @@ class HistoryPanel(QWidget):
         store = self._store_factory()
         for rid in sorted(runs, reverse=True):  # followers first
             try:
-                delete_run(store, rid)
+                store.delete_run(rid)  # refused while another run continues it
                 self.deleted.emit(rid)
-            except Exception as exc:
+            except (StoreError, DatabaseError) as exc:
                 QMessageBox.warning(self, "Delete runs", f"Run {rid} was not deleted: {exc}")
         self.refresh()
 
