@@ -282,11 +282,13 @@ def cmd_history(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
+    from app.swarm.lessons import current_lessons
+
     with _open_store(args.db) as store:
         run = store.get_run(args.run_id)
         goal = store.goal_of_run(args.run_id)
         rows = store.evaluation_rows(args.run_id)
-        lessons = store.lessons(run_id=args.run_id)
+        lessons = current_lessons(store.lessons(run_id=args.run_id))
         usage = store.llm_usage(args.run_id)
     unit = run_unit(run, goal.objective.metric)
     device = run["device"].get("name", "?") if isinstance(run["device"], dict) else run["device"]

@@ -36,7 +36,7 @@ from app.core.events import (
     RunFinished,
     RunStarted,
 )
-from app.swarm.lessons import FailureTally, good_regions
+from app.swarm.lessons import FailureTally, LessonBook, good_regions
 from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
 
@@ -104,7 +104,7 @@ class Coordinator:
         self._stop = threading.Event()
         self._running = threading.Event()
         self._running.set()
-        self._lesson_texts: set[str] = set()
+        self._lessons = LessonBook()
         self._failures = FailureTally()
         self._since_improvement = 0
         self._index = 0
@@ -165,13 +165,15 @@ class Coordinator:
         finally:
             for agent in self.agents.values():
                 agent.close()
+            if reason != "error" and self._index % LESSON_EVERY:
+                self._distil_lessons()  # the lessons a run ends with match its final data
             self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
             self.bus.publish(RunFinished(reason=reason, evaluations=len(self.board),
                                          best=self.board.best, elapsed_s=self.elapsed(),
                                          message=message, run_id=self.run_id))
         return RunResult(reason=reason, evaluations=len(self.board), best=self.board.best,
                          elapsed_s=self.elapsed(), credits=self.credits,
-                         history=self.board.evaluations, lessons=self.board.lessons)
+                         history=self.board.evaluations, lessons=self._lessons.current())
 
     def _replay_prior(self) -> None:
         """Resume: the evidence of the interrupted run goes back on the board, unevaluated."""
@@ -360,10 +362,9 @@ class Coordinator:
         return 0.0
 
     def _distil_lessons(self) -> None:
-        for lesson in self._failures.regions() + good_regions(self.board.elites(5)):
-            if lesson.text in self._lesson_texts:
-                continue
-            self._lesson_texts.add(lesson.text)
+        n = self._index
+        now = self._failures.regions(as_of=n) + good_regions(self.board.elites(5), as_of=n)
+        for lesson in self._lessons.update(now, as_of=n):
             self.board.add_lesson(lesson)
             self.bus.publish(LessonLearned(lesson=lesson, run_id=self.run_id))
 
