@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from app import __version__
-from app.store import Store
 from app.core.types import (
     COMPILE_FAILED,
     CRASH,
@@ -25,6 +24,8 @@ from app.core.types import (
     TIMEOUT,
     VERIFY_FAILED,
 )
+from app.core.units import run_unit
+from app.store import Store
 
 FORMATS = ("json", "csv", "t4")
 T4_SCHEMA_PATH = Path(__file__).resolve().parent / "store" / "t4_schema.json"
@@ -39,7 +40,6 @@ _T4_INVALIDITY = {
 # Our evaluation stages -> T4 "times" fields (milliseconds).
 _T4_STAGE_TIMES = {"compile": "compilation_time", "verify": "validation", "reverify": "validation",
                    "time": "benchmark", "benchmark": "benchmark"}
-UNITS = {"time": "ms", "energy": "mJ", "throughput": "GFLOP/s"}
 
 _CSV_FIELDS = ["index", "run_id", "key", "agent", "ok", "value", "reason", "detail", "time_ms",
                "p10_ms", "p90_ms", "elapsed_s", "best_so_far", "sim_seconds"]
@@ -49,9 +49,10 @@ def _iso(ts: float | None) -> str | None:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat() if ts else None
 
 
-def _run_summary(store: Store, run_id: int) -> dict[str, Any]:
+def _run_summary(store: Store, run_id: int, metric: str) -> dict[str, Any]:
     run = store.get_run(run_id)
     run.pop("goal_toml", None)
+    run["unit"] = run_unit(run, metric)  # the objective's unit, as the run decided it
     run["started"] = _iso(run["started_at"])
     run["finished"] = _iso(run["finished_at"])
     return run
@@ -59,10 +60,11 @@ def _run_summary(store: Store, run_id: int) -> dict[str, Any]:
 
 def export_json(store: Store, run_id: int) -> dict[str, Any]:
     """The run, its goal and every evaluation, lesson and telemetry reading."""
+    goal = store.goal_of_run(run_id)
     return {
         "kernelswarm_version": __version__,
-        "run": _run_summary(store, run_id),
-        "goal": store.goal_of_run(run_id).to_dict(),
+        "run": _run_summary(store, run_id, goal.objective.metric),
+        "goal": goal.to_dict(),
         "evaluations": store.evaluation_rows(run_id),
         "lessons": store.lessons(run_id=run_id),
         "telemetry": store.telemetry(run_id),
@@ -93,7 +95,7 @@ def export_t4(store: Store, run_id: int) -> dict[str, Any]:
     run = store.get_run(run_id)
     goal = store.goal_of_run(run_id)
     metric = goal.objective.metric
-    unit = UNITS.get(metric, "")
+    unit = run_unit(run, metric)
     results = []
     for r in store.evaluation_rows(run_id):
         times: dict[str, Any] = {"runtimes": list(r["samples_ms"])}

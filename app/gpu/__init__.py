@@ -53,7 +53,12 @@ def operator_is_memory_bound(backend: str, goal: Goal) -> bool:
     if getattr(op, "memory_bound", False):
         return True
     flops = getattr(op, "flops", None)
-    return bool(goal.shapes) and flops is not None and not flops(list(goal.shapes[0]))
+    if not goal.shapes or flops is None:
+        return False
+    try:
+        return not flops(list(goal.shapes[0]))
+    except (ValueError, TypeError, IndexError):  # a bad shape: the evaluator names it
+        return False
 
 
 def _operator_unit(backend: str) -> Any:

@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.types import Evaluation
+from app.core.units import format_value
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, style_plot
 
 SORT_ROLE = Qt.UserRole + 1
@@ -93,6 +94,12 @@ class CandidateModel(QAbstractTableModel):
         self._needle = ""
 
     # ---- data in ------------------------------------------------------------------------
+    def set_unit(self, unit: str) -> None:
+        """The run's objective unit (RunStarted.unit), shown in the objective column's header."""
+        if unit and unit != self.unit:
+            self.unit = unit
+            self.headerDataChanged.emit(Qt.Horizontal, 3, 3)
+
     def reset(self, minimize: bool = True, baseline: float | None = None, limit: float | None = None,
               unit: str = "ms") -> None:
         self.beginResetModel()
@@ -519,7 +526,7 @@ class CandidateDetail(QWidget):
         self.current = ev
         theme = current_plot_theme()
         status = "correct" if ev.ok else f"failed: {(ev.reason or '').replace('_', ' ')}"
-        value = f"{ev.value:.4g} {self.model.unit}" if ev.ok and ev.value is not None else "—"
+        value = format_value(ev.value, self.model.unit) if ev.ok else "—"
         speed = self.model.speedup(ev)
         self.header.setText(f"{ev.key[:12]} · {ev.agent} · {status} · {value}"
                             + (f" · {speed:.2f}× speedup" if speed else ""))

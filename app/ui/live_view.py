@@ -25,6 +25,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core import units
 from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
 from app.ui.buffers import RingBuffer, RunData
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, failure_symbol, style_plot
@@ -39,11 +40,7 @@ TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperatu
 
 
 def format_value(v: float | None, unit: str = "ms") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "—"
-    if abs(v) >= 1000:
-        return f"{v:,.0f} {unit}"
-    return f"{v:.4g} {unit}"
+    return units.format_value(v, unit)
 
 
 def format_duration(seconds: float) -> str:
@@ -413,12 +410,10 @@ class LiveView(QWidget):
     # ---- feeding --------------------------------------------------------------------------
     def reset(self, minimize: bool = True, title: str = "", unit: str = "ms") -> None:
         self.data = RunData(minimize=minimize)
-        self.unit = unit
         self.convergence.clear_run()
         self.failures.clear_run()
         self.telemetry.clear()
-        self.convergence.getPlotItem().setLabel("left", "objective", units=None)
-        self.convergence.getPlotItem().getAxis("left").setLabel(f"objective ({unit})")
+        self.set_unit(unit)
         self.title.setText(title or "Run")
         self._drawn_version = -1
         self._started_wall = None
@@ -430,7 +425,19 @@ class LiveView(QWidget):
         """Evaluations already stored (a resumed run, or a past run being opened)."""
         self.data.add(list(rows))
 
+    def set_unit(self, unit: str) -> None:
+        """The objective's unit on the axis and the counters (the run decides it: GB/s for a
+        memory-bound throughput goal, GFLOP/s for a compute-bound one)."""
+        self.unit = unit
+        self.convergence.getPlotItem().setLabel("left", "objective", units=None)
+        self.convergence.getPlotItem().getAxis("left").setLabel(f"objective ({unit})")
+
+    def axis_label(self) -> str:
+        return self.convergence.getPlotItem().getAxis("left").labelText
+
     def on_run_started(self, ev: RunStarted) -> None:
+        if ev.unit and ev.unit != self.unit:
+            self.set_unit(ev.unit)
         d = self.data
         d.baseline, d.limit, d.target = ev.baseline_value, ev.limit_value, ev.target_value
         d.max_evals, d.time_budget_s = ev.max_evals, ev.time_budget_s or None

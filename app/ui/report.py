@@ -14,10 +14,18 @@ import pyqtgraph as pg
 import pyqtgraph.exporters
 
 from app import __version__
-from app.export import UNITS, render, write_atomic
 from app.core.types import Evaluation
+from app.core.units import format_gain, format_value, gain, run_unit
+from app.export import render, write_atomic
+from app.gpu.registry import backend_names, backend_spec
+from app.swarm.lessons import current_lessons
 
-SOURCE_SUFFIX = {"cuda": ".cu", "cpu": ".c"}
+
+def source_suffix(backend: str) -> str:
+    """The file suffix for a backend's candidate sources (.c, .cu), .txt when it has none."""
+    if backend in backend_names():
+        return backend_spec(backend).source_suffix or ".txt"
+    return ".txt"
 
 
 def export_plot_image(plot: pg.PlotWidget, path: str | Path, width: int = 1400) -> Path:
@@ -51,7 +59,7 @@ def best_source_text(store, run_id: int) -> tuple[str, str]:
         header = (f"// KernelSwarm {__version__}: best candidate of run {run_id} ({run['name']})\n"
                   f"// key {best.key}, agent {best.agent}, objective {best.value}\n"
                   f"// parameters: {json.dumps(best.config)}\n")
-        return header + best.source, SOURCE_SUFFIX.get(run["backend"], ".txt")
+        return header + best.source, source_suffix(run["backend"])
     return json.dumps({"run": run_id, "goal": run["name"], "key": best.key, "value": best.value,
                        "configuration": best.config}, indent=2) + "\n", ".json"
 
@@ -74,7 +82,7 @@ def write_html_report(path: str | Path, store, run_id: int, plots: dict[str, pg.
     failures by reason, agent contributions, lessons."""
     run = store.get_run(run_id)
     goal = store.goal_of_run(run_id)
-    unit = UNITS.get(goal.objective.metric, "")
+    unit = run_unit(run, goal.objective.metric)
     rows = store.load_evaluations(run_id)
     evals: list[Evaluation] = [e for _, e, _ in rows]
     ok = [e for e in evals if e.ok and e.value is not None]
@@ -83,7 +91,7 @@ def write_html_report(path: str | Path, store, run_id: int, plots: dict[str, pg.
     best = ok[0].value if ok else None
     baseline = run.get("baseline_value")
     ref = baseline or first
-    speed = (ref / best if goal.objective.minimize else best / ref) if ref and best else None
+    speed = gain(best, ref, goal.objective.minimize)
 
     failures: dict[str, int] = {}
     agents: dict[str, list[int]] = {}
@@ -105,9 +113,9 @@ def write_html_report(path: str | Path, store, run_id: int, plots: dict[str, pg.
         ["goal", run["name"]], ["backend", run["backend"]],
         ["device", device.get("name", "—")], ["status", f"{run['status']} ({run.get('reason') or '—'})"],
         ["evaluations", run["evaluations"]], ["correct", run["succeeded"]],
-        ["best", f"{best:.6g} {unit}" if best is not None else "—"],
-        ["baseline", f"{baseline:.6g} {unit}" if baseline else "—"],
-        ["speedup", f"{speed:.2f}× over {'baseline' if baseline else 'first correct candidate'}"
+        ["best", format_value(best, unit)],
+        ["baseline", format_value(baseline, unit) if baseline else "—"],
+        ["speedup", f"{format_gain(speed)} over {'baseline' if baseline else 'first correct candidate'}"
          if speed else "—"],
         ["run time", f"{run.get('elapsed_s') or 0:.1f} s"], ["seed", run.get("seed")],
     ]
@@ -117,7 +125,7 @@ def write_html_report(path: str | Path, store, run_id: int, plots: dict[str, pg.
     images = "".join(
         f"<figure><img alt='{html.escape(name)}' src='{_png_data_uri(plot)}'>"
         f"<figcaption>{html.escape(name)}</figcaption></figure>" for name, plot in plots.items())
-    lessons = store.lessons(run_id=run_id)
+    lessons = current_lessons(store.lessons(run_id=run_id))
     doc = f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>KernelSwarm run {run_id}: {html.escape(run['name'])}</title>

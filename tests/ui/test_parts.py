@@ -253,3 +253,33 @@ def test_a_revoked_best_leaves_the_plot_and_table(qtbot):
     assert list(live.data.best.view()) == [5.0, 3.0, 3.0, 3.0]
     assert live.data.failed_by_reason["verification_failed"] == 1
     assert table.model.best.key == "k1" and not table.model.by_key["k2"].ok
+
+
+def test_live_view_axis_and_report_show_the_runs_unit(qtbot, tmp_path, small_space):
+    """A memory-bound throughput run: the plot's axis says GB/s once RunStarted says so, and
+    the HTML report of the stored run says GB/s, never GFLOP/s."""
+    from app.core.events import EventBus
+    from app.goal import Goal
+    from app.gpu.replay import ReplayEvaluator, load_cache_file
+    from app.session import RunSession
+    from app.store import Store
+    from app.ui.live_view import LiveView
+    from app.ui.report import write_html_report
+
+    live = LiveView()
+    qtbot.addWidget(live)
+    live.reset(minimize=False, title="t", unit="GFLOP/s")  # the metric's default, before the run
+    live.on_run_started(RunStarted(goal_name="g", backend="cpu", agents=["explorer"], max_evals=5,
+                                   time_budget_s=None, unit="GB/s"))
+    assert live.axis_label() == "objective (GB/s)" and live.unit == "GB/s"
+
+    goal = Goal(name="softmax GB/s", backend="cpu", operator="softmax", shapes=[[64, 256]])
+    goal.objective.metric = "throughput"
+    goal.stop.max_evals = 5
+    goal.swarm.agents, goal.swarm.workers = ["explorer"], 1
+    with Store(tmp_path / "h.sqlite") as store:
+        session = RunSession(goal, store=store, bus=EventBus(),
+                             evaluator=ReplayEvaluator(load_cache_file(small_space)))
+        session.run()
+        html = write_html_report(tmp_path / "r.html", store, session.run_id, {}).read_text()
+    assert "Best candidates (GB/s)" in html and "GFLOP/s" not in html
