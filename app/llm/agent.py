@@ -19,23 +19,32 @@ import logging
 import random
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Callable
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
 
+from app.core.space import SearchSpace, config_key
+from app.core.types import (
+    COMPILE_FAILED,
+    RESOURCE_LIMIT,
+    RUNTIME_FAILED,
+    STATIC_CHECK,
+    VERIFY_FAILED,
+    Candidate,
+    Evaluation,
+)
 from app.goal import Goal
 from app.llm.client import BUDGET, REJECTED, LLMClient, LLMError
 from app.llm.extract import ExtractionError, extract
+from app.llm.facts import is_measured_lesson
+from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
 from app.llm.prompts import PromptContext, build_messages
+from app.llm.scrub import home_dirs, scrub
 from app.llm.spec import KernelSpec
 from app.llm.usage import UsageLog
 from app.swarm.agents.base import Agent
 from app.swarm.blackboard import Blackboard
-from app.core.space import SearchSpace, config_key
-from app.core.types import (
-    COMPILE_FAILED, RESOURCE_LIMIT, RUNTIME_FAILED, STATIC_CHECK, VERIFY_FAILED, Candidate,
-    Evaluation,
-)
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +133,10 @@ class LLMAgent(Agent):
         self.book.observe(evaluation)
         if evaluation.ok or evaluation.source is None:
             return
-        idea = self.book.idea(evaluation.key)
         if evaluation.agent == self.name:
-            self._failures.append((idea, evaluation))
+            # The model's idea line stays out of prompts: the outcome (reason, scrubbed detail
+            # and log) is what the next request learns from.
+            self._failures.append(("", evaluation))
         if evaluation.reason in NEAR_MISS_REASONS:
             self._near_misses.append(evaluation)
 
@@ -139,6 +149,11 @@ class LLMAgent(Agent):
         """Earlier runs' best kernels go first, before any request is paid for."""
         while self._warm:
             k = self._warm.pop(0)
+            refusal = warm_start_refusal(k.get("source"), self.spec, self.goal)
+            if refusal:
+                log.warning("%s: warm-start kernel of an earlier run dropped: the current source "
+                            "policy refuses it (%s)", self.name, refusal)
+                continue
             config = k.get("config") or {}
             if not self.space.is_valid(config):
                 best = board.best
@@ -179,12 +194,14 @@ class LLMAgent(Agent):
             config = sampled
         ctx = PromptContext(
             goal=self.goal, spec=self.spec, device=self.device, limits=self.limits,
-            current_source=base_source, current=best, elites=elites,
-            failures=list(self._failures), lessons=self.book.texts(),
-            extraction_errors=list(self._extraction_errors), repair_target=repair)
+            current_source=base_source, current=best and _scrubbed(best), elites=elites,
+            failures=[(idea, _scrubbed(e)) for idea, e in self._failures],
+            lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
+            extraction_errors=[scrub(m) for m in self._extraction_errors],
+            repair_target=repair and _scrubbed(repair))
         job = _Job(base_source, config, (repair or best).key if (repair or best) else None,
                    best.value if best else None)
-        return build_messages(self.role, ctx), job
+        return _without_home(build_messages(self.role, ctx)), job
 
     def _pick_near_miss(self, board: Blackboard) -> Evaluation | None:
         for e in reversed(self._near_misses):
@@ -263,3 +280,23 @@ class LLMAgent(Agent):
             else:
                 self.stats["no_code"] += 1
                 self._extraction_errors.append(result)
+
+
+def _scrubbed(e: Evaluation) -> Evaluation:
+    """An evaluation as a prompt may show it: failure texts without the user's machine in
+    them (paths, user name, tracebacks); the candidate's own file name is kept."""
+    keep = ("candidate.c", "candidate.cu", "kernel.c", "kernel.cu")
+    return replace(e, detail=scrub(e.detail, keep_names=keep), log=scrub(e.log, keep_names=keep))
+
+
+def _without_home(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    """Last line of defence for text the prompt builder added itself: the home directory
+    never leaves the machine (kernel code is not otherwise touched: edits must match it)."""
+    homes = sorted(home_dirs(), key=len, reverse=True)
+    out = []
+    for m in messages:
+        content = m.get("content", "")
+        for home in homes:
+            content = content.replace(home, "~")
+        out.append({**m, "content": content})
+    return out

@@ -1,26 +1,38 @@
-"""A chat-completions client for any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio)
-through the openai package, hardened for a long unattended run.
+"""A chat-completions client for any OpenAI-compatible endpoint (OpenAI, vLLM, Ollama, LM Studio),
+hardened for a long unattended run against an endpoint that may misbehave or be hostile.
 
-- retries with exponential backoff on 429 (honouring Retry-After), 5xx, dropped connections and
-  timeouts; other errors (bad key, bad request) fail at once;
-- a wall-clock deadline per request and a cap on reply length: an endless reply is cut, not
-  waited for (streaming, so the cut happens as the bytes arrive);
-- usage (tokens, cost, seconds, outcome) recorded for every attempt, with run totals and a
-  token / cost budget that stops further requests once spent;
+The HTTP exchange is the standard library's http.client on a socket this module owns, so every
+limit holds on the wire and not only per read:
+
+- a wall-clock deadline covers the whole request (connect, TLS, headers, body, stream): a
+  watchdog shuts the socket down at the deadline, so a server that trickles headers or a body
+  one byte at a time cannot hold the calling thread past `timeout_s`;
+- the reply is read in chunks up to a byte cap in every mode (streamed or not); a body
+  announced or found larger is refused without being read whole;
+- retries with exponential backoff and jitter on 429, 5xx, dropped connections and timeouts;
+  `Retry-After` can only lengthen a wait (0 or missing still waits the minimum), each wait is
+  capped and so is their total; other errors (bad key, bad request) fail at once;
+- the token/cost budget is reserved (prompt estimate + max_tokens) before a request is sent and
+  settled with the real usage after, so concurrent requests cannot overspend it;
 - at most `max_concurrent` requests in flight, shared by every agent using this client;
-- the API key never leaves the openai client: error texts are redacted before they are kept.
+- redirects are never followed (they could carry the key elsewhere); the API key is redacted
+  from every error text that is kept.
 """
 
 from __future__ import annotations
 
+import http.client
+import json
 import logging
 import random
+import socket
+import ssl
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable
-
-import openai
+from typing import Any
+from urllib.parse import urlsplit
 
 from app.llm.settings import LLMSettings, redact, resolve_api_key
 
@@ -28,17 +40,35 @@ log = logging.getLogger(__name__)
 
 # Outcomes of one attempt (RequestRecord.status).
 OK = "ok"
-TRUNCATED = "truncated"  # cut at max_tokens / the character cap
+TRUNCATED = "truncated"  # cut at max_tokens / the character or byte cap
 RATE_LIMITED = "rate_limited"
 SERVER_ERROR = "server_error"
 TIMEOUT = "timeout"
 CONNECTION = "connection_error"
-REJECTED = "rejected"  # 4xx other than 429: bad key, unknown model, bad request
+REJECTED = "rejected"  # 4xx other than 429: bad key, unknown model, bad request, redirects
 EMPTY = "empty_reply"
 BUDGET = "budget_exhausted"
+TOO_LARGE = "reply_too_large"  # a non-streamed body over the byte cap: refused unread
 
 CHARS_PER_TOKEN = 4  # estimate for servers that report no usage
+PROMPT_CHARS_PER_TOKEN = 3  # conservative (code tokenises densely): reservations over-, not under-
 RETRYABLE = {RATE_LIMITED, SERVER_ERROR, TIMEOUT, CONNECTION}
+MIN_RETRY_DELAY_S = 0.1  # floor of every retry wait, whatever Retry-After says
+MAX_TOTAL_BACKOFF_S = 300.0  # all retry waits of one request together
+ERROR_BODY_CAP = 16 * 1024  # an error body is read this far at most
+READ_CHUNK = 16 * 1024
+
+
+def reply_byte_cap(max_tokens: int) -> int:
+    """Bytes of HTTP body read at most for one reply: room for max_tokens of content in SSE
+    framing (hundreds of bytes of JSON per chunk), never unbounded."""
+    return 256 * 1024 + max_tokens * 400
+
+
+def prompt_estimate(messages: list[dict[str, str]]) -> int:
+    """Tokens a prompt may cost at most (a reservation, before the server counts them)."""
+    chars = sum(len(m.get("content", "")) for m in messages)
+    return chars // PROMPT_CHARS_PER_TOKEN + 8 * len(messages) + 8
 
 
 @dataclass
@@ -91,25 +121,65 @@ class _Attempt(Exception):
         self.retry_after = retry_after
 
 
+class _Watchdog:
+    """Shuts the request's socket down at the deadline: a blocked read, connect or TLS
+    handshake then fails at once (shutdown wakes a blocked recv; close alone does not)."""
+
+    def __init__(self, deadline: float) -> None:
+        self.fired = threading.Event()
+        self._lock = threading.Lock()
+        self._sock: socket.socket | None = None
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def watch(self, sock: socket.socket | None) -> None:
+        with self._lock:
+            self._sock = sock
+            if self.fired.is_set():
+                _shutdown(sock)
+
+    def _fire(self) -> None:
+        with self._lock:
+            self.fired.set()
+            _shutdown(self._sock)
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _shutdown(sock: socket.socket | None) -> None:
+    if sock is None:
+        return
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+
+
 class LLMClient:
     def __init__(self, settings: LLMSettings, *, api_key: str | None = None,
                  on_record: Callable[[RequestRecord], None] | None = None,
                  sleep: Callable[[float], None] = time.sleep, seed: int = 0) -> None:
-        self.settings = settings.validate()
+        self.settings = settings.validate()  # also: plain http only to loopback
         key = api_key if api_key is not None else resolve_api_key(settings)
         if not key:
             raise LLMError(REJECTED, "no API key: set KERNELSWARM_LLM_API_KEY (or OPENAI_API_KEY) "
                            "or store one in the OS keyring; local servers need none")
         self._key = key
-        # Our own retries (max_retries=0 below) so every attempt is recorded and budgeted.
-        self._openai = openai.OpenAI(base_url=settings.base_url, api_key=key,
-                                     timeout=settings.timeout_s, max_retries=0)
+        url = urlsplit(settings.base_url)
+        self._https = url.scheme == "https"
+        self._host = url.hostname or ""
+        self._port = url.port or (443 if self._https else 80)
+        self._path = (url.path.rstrip("/") or "") + "/chat/completions"
         self._on_record = on_record
         self._sleep = sleep
         self._rng = random.Random(seed)
         self._gate = threading.BoundedSemaphore(settings.max_concurrent)
         self._lock = threading.Lock()
         self._records: list[RequestRecord] = []
+        self._reserved_tokens = 0
+        self._reserved_cost = 0.0
         self._use_max_completion_tokens = False
         self._stream_usage = True
 
@@ -139,9 +209,29 @@ class LLMClient:
         t = self.totals()
         if s.run_token_budget and t["tokens"] >= s.run_token_budget:
             return False
-        if s.run_cost_budget and t["cost"] >= s.run_cost_budget:
-            return False
-        return True
+        return not (s.run_cost_budget and t["cost"] >= s.run_cost_budget)
+
+    def _reserve(self, messages: list[dict[str, str]]) -> tuple[int, float] | None:
+        """Hold the worst case of one request against the budget, or None when it does not fit
+        beside what is spent and what requests in flight hold."""
+        s = self.settings
+        worst = prompt_estimate(messages) + s.max_tokens
+        worst_cost = self._cost(worst - s.max_tokens, s.max_tokens)
+        with self._lock:
+            spent = sum(r.prompt_tokens + r.completion_tokens for r in self._records)
+            spent_cost = sum(r.cost for r in self._records)
+            if s.run_token_budget and spent + self._reserved_tokens + worst > s.run_token_budget:
+                return None
+            if s.run_cost_budget and spent_cost + self._reserved_cost + worst_cost > s.run_cost_budget:
+                return None
+            self._reserved_tokens += worst
+            self._reserved_cost += worst_cost
+        return worst, worst_cost
+
+    def _release(self, held: tuple[int, float]) -> None:
+        with self._lock:
+            self._reserved_tokens -= held[0]
+            self._reserved_cost -= held[1]
 
     def _record(self, rec: RequestRecord) -> None:
         rec.error = redact(rec.error, self._key)
@@ -162,41 +252,61 @@ class LLMClient:
         """One chat completion; raises LLMError when it failed for good."""
         records: list[RequestRecord] = []
         s = self.settings
+        slept = 0.0
         for attempt in range(1, s.max_retries + 2):
-            if not self.budget_left():
-                rec = RequestRecord(agent, s.model, BUDGET, attempt,
-                                    error="the run's LLM token/cost budget is spent")
-                self._record(rec)
-                records.append(rec)
-                raise LLMError(BUDGET, rec.error, records)
-            t0 = time.monotonic()
             retry_after: float | None = None
             with self._gate:
+                held = self._reserve(messages)
+                if held is None:
+                    rec = RequestRecord(agent, s.model, BUDGET, attempt,
+                                        error="the run's LLM token/cost budget is spent (or held "
+                                              "by requests in flight)")
+                    self._record(rec)
+                    records.append(rec)
+                    raise LLMError(BUDGET, rec.error, records)
+                t0 = time.monotonic()
                 try:
-                    text, finish, usage, estimated, status = self._attempt(messages)
-                    error = ""
-                except _Attempt as exc:
-                    text, finish, usage, estimated = "", "", (0, 0), True
-                    status, error = exc.status, exc.message
-                    retry_after = exc.retry_after
-            if status in (OK, TRUNCATED, EMPTY) and not usage[0]:
-                prompt_chars = sum(len(m.get("content", "")) for m in messages)
-                usage = (prompt_chars // CHARS_PER_TOKEN, usage[1] or len(text) // CHARS_PER_TOKEN)
-            rec = RequestRecord(agent, s.model, status, attempt, usage[0], usage[1],
-                                self._cost(*usage), time.monotonic() - t0, finish, estimated, error)
-            self._record(rec)
+                    try:
+                        text, finish, usage, estimated, status = self._attempt(messages)
+                        error = ""
+                    except _Attempt as exc:
+                        text, finish, usage, estimated = "", "", (0, 0), True
+                        status, error = exc.status, exc.message
+                        retry_after = exc.retry_after
+                    if status in (OK, TRUNCATED, EMPTY) and not usage[0]:
+                        prompt_chars = sum(len(m.get("content", "")) for m in messages)
+                        usage = (prompt_chars // CHARS_PER_TOKEN,
+                                 usage[1] or len(text) // CHARS_PER_TOKEN)
+                    rec = RequestRecord(agent, s.model, status, attempt, usage[0], usage[1],
+                                        self._cost(*usage), time.monotonic() - t0, finish,
+                                        estimated, error)
+                    self._record(rec)  # the real usage replaces the reservation
+                finally:
+                    self._release(held)
             records.append(rec)
             if status in (OK, TRUNCATED):
                 return Reply(text=text, finish_reason=finish, records=records)
             if status not in RETRYABLE or attempt > s.max_retries:
                 raise LLMError(status, rec.error or "the reply had no content", records)
-            delay = min(s.max_backoff_s, s.backoff_s * 2 ** (attempt - 1))
-            delay *= 0.75 + 0.5 * self._rng.random()  # jitter: agents don't retry in lockstep
-            if retry_after is not None:
-                delay = min(max(retry_after, 0.0), max(s.max_backoff_s, 0.0))
+            delay = self._backoff(attempt, retry_after)
+            if slept + delay > MAX_TOTAL_BACKOFF_S:
+                raise LLMError(status, f"{rec.error} (gave up: retry waits would pass "
+                               f"{MAX_TOTAL_BACKOFF_S:g}s)", records)
+            slept += delay
             log.info("LLM request %s (attempt %d), retrying in %.2fs", status, attempt, delay)
             self._sleep(delay)
         raise AssertionError("unreachable")
+
+    def _backoff(self, attempt: int, retry_after: float | None) -> float:
+        """Exponential, jittered (agents don't retry in lockstep), never below the floor;
+        Retry-After can lengthen the wait up to max_backoff_s but never shorten it."""
+        s = self.settings
+        jitter = 0.75 + 0.5 * self._rng.random()
+        delay = max(min(s.max_backoff_s, s.backoff_s * 2 ** (attempt - 1)), MIN_RETRY_DELAY_S)
+        delay *= jitter
+        if retry_after is not None and retry_after > delay:
+            delay = min(retry_after, max(s.max_backoff_s, MIN_RETRY_DELAY_S))
+        return delay
 
     def _params(self, messages: list[dict[str, str]]) -> dict[str, Any]:
         s = self.settings
@@ -213,96 +323,216 @@ class LLMClient:
         for _ in range(3):  # adapt once to servers that reject max_tokens / stream_options
             try:
                 return self._call(messages)
-            except openai.BadRequestError as exc:
-                msg = str(exc)
+            except _BadRequest as exc:
+                msg = exc.message
                 if "max_completion_tokens" in msg and not self._use_max_completion_tokens:
                     self._use_max_completion_tokens = True
                     continue
                 if "stream_options" in msg and self._stream_usage:
                     self._stream_usage = False
                     continue
-                raise _Attempt(REJECTED, _short(msg)) from None
-            except openai.RateLimitError as exc:
-                raise _Attempt(RATE_LIMITED, _short(str(exc)), _retry_after(exc)) from None
-            except openai.InternalServerError as exc:
-                raise _Attempt(SERVER_ERROR, _short(str(exc)), _retry_after(exc)) from None
-            except openai.APITimeoutError:
-                raise _Attempt(TIMEOUT, f"no reply within {self.settings.timeout_s:g}s") from None
-            except openai.APIConnectionError as exc:
-                raise _Attempt(CONNECTION, _short(f"{exc}: {exc.__cause__ or ''}")) from None
-            except openai.APIStatusError as exc:
-                status = SERVER_ERROR if exc.status_code >= 500 else REJECTED
-                raise _Attempt(status, _short(f"HTTP {exc.status_code}: {exc}")) from None
-            except openai.APIError as exc:  # malformed body, broken stream
-                raise _Attempt(SERVER_ERROR, _short(f"malformed reply: {exc}")) from None
-            except ValueError as exc:  # a body that is not JSON at all
-                raise _Attempt(SERVER_ERROR, _short(f"malformed reply: {exc}")) from None
+                raise _Attempt(REJECTED, _short(f"HTTP 400: {msg}")) from None
         raise _Attempt(REJECTED, "the server rejected every request form")
 
     def _call(self, messages: list[dict[str, str]]) -> tuple[str, str, tuple[int, int], bool, str]:
         s = self.settings
         deadline = time.monotonic() + s.timeout_s
-        max_chars = s.max_tokens * CHARS_PER_TOKEN * 2  # servers that ignore max_tokens
-        if not s.stream:
-            resp = self._openai.chat.completions.create(**self._params(messages))
-            if not getattr(resp, "choices", None):
-                raise _Attempt(EMPTY, "the reply had no choices")
-            choice = resp.choices[0]
-            text = (choice.message.content or "") if choice.message else ""
-            usage = resp.usage
-            tokens = (usage.prompt_tokens or 0, usage.completion_tokens or 0) if usage else (0, 0)
-            finish = choice.finish_reason or ""
-            return _finish(text, finish, tokens, usage is None, max_chars)
-        stream = self._openai.chat.completions.create(**self._params(messages))
-        # A watchdog closes the connection at the deadline: a server that trickles bytes (or
-        # keep-alives) forever cannot hold this thread.
-        cut = threading.Event()
+        watchdog = _Watchdog(deadline)
+        conn: http.client.HTTPConnection | None = None
+        try:
+            conn = self._connection(s.timeout_s)
+            body = json.dumps(self._params(messages)).encode()
+            conn.connect()
+            watchdog.watch(conn.sock)
+            conn.request("POST", self._path, body=body, headers={
+                "Authorization": f"Bearer {self._key}", "Content-Type": "application/json",
+                "Accept": "text/event-stream" if s.stream else "application/json",
+                "User-Agent": "kernelswarm"})
+            resp = conn.getresponse()
+            self._check_status(resp)
+            cap = reply_byte_cap(s.max_tokens)
+            if s.stream and "text/event-stream" in (resp.getheader("Content-Type") or ""):
+                return self._read_stream(resp, cap, watchdog)
+            return self._read_whole(resp, cap)
+        except _Attempt:
+            if watchdog.fired.is_set():
+                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
+            raise
+        except _BadRequest:
+            raise
+        except TimeoutError:
+            raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
+        except (http.client.HTTPException, OSError, ValueError) as exc:
+            if watchdog.fired.is_set():
+                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
+            if isinstance(exc, (ConnectionError, socket.gaierror)) or (
+                    isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError)):
+                raise _Attempt(CONNECTION, _short(f"{type(exc).__name__}: {exc}")) from None
+            raise _Attempt(SERVER_ERROR, _short(f"malformed reply: {type(exc).__name__}: {exc}")
+                           ) from None
+        finally:
+            watchdog.cancel()
+            if conn is not None:
+                conn.close()
 
-        def close_at_deadline() -> None:
-            cut.set()
-            stream.response.close()
+    def _connection(self, timeout: float) -> http.client.HTTPConnection:
+        if self._https:
+            return http.client.HTTPSConnection(self._host, self._port, timeout=timeout,
+                                               context=ssl.create_default_context())
+        return http.client.HTTPConnection(self._host, self._port, timeout=timeout)
 
-        watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), close_at_deadline)
-        watchdog.daemon = True
-        watchdog.start()
+    def _check_status(self, resp: http.client.HTTPResponse) -> None:
+        if resp.status < 300:
+            return
+        if resp.status < 400:  # a redirect could send the key to another host: never followed
+            raise _Attempt(REJECTED, f"HTTP {resp.status}: redirects are not followed "
+                           f"(to {resp.getheader('Location', '?')!r}); configure the final URL")
+        raw = resp.read(ERROR_BODY_CAP)
+        message = raw.decode("utf-8", "replace")
+        try:
+            payload = json.loads(raw)
+            err = payload.get("error") if isinstance(payload, dict) else None
+            if isinstance(err, dict) and err.get("message"):
+                message = str(err["message"])
+            elif isinstance(err, str):
+                message = err
+        except ValueError:
+            pass
+        if resp.status == 400:
+            raise _BadRequest(message)
+        retry_after = _retry_after(resp.getheader("Retry-After"))
+        if resp.status == 429:
+            raise _Attempt(RATE_LIMITED, _short(f"HTTP 429: {message}"), retry_after)
+        if resp.status >= 500:
+            raise _Attempt(SERVER_ERROR, _short(f"HTTP {resp.status}: {message}"), retry_after)
+        raise _Attempt(REJECTED, _short(f"HTTP {resp.status}: {message}"))
+
+    def _read_whole(self, resp: http.client.HTTPResponse, cap: int
+                    ) -> tuple[str, str, tuple[int, int], bool, str]:
+        s = self.settings
+        announced = resp.getheader("Content-Length")
+        if announced and announced.strip().isdigit() and int(announced) > cap:
+            raise _Attempt(TOO_LARGE, f"the reply announces {int(announced)} bytes; the cap is "
+                           f"{cap} (max_tokens {s.max_tokens})")
+        data = bytearray()
+        while True:
+            piece = resp.read1(READ_CHUNK)
+            if not piece:
+                break
+            data += piece
+            if len(data) > cap:
+                raise _Attempt(TOO_LARGE, f"the reply passed the {cap}-byte cap "
+                               f"(max_tokens {s.max_tokens}); not read further")
+        payload = json.loads(bytes(data))
+        choices = payload.get("choices") if isinstance(payload, dict) else None
+        if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
+            raise _Attempt(EMPTY, "the reply had no choices")
+        choice = choices[0]
+        message = choice.get("message") or {}
+        text = (message.get("content") or "") if isinstance(message, dict) else ""
+        usage = payload.get("usage")
+        tokens = _tokens(usage)
+        return _finish(str(text), str(choice.get("finish_reason") or ""), tokens,
+                       not isinstance(usage, dict), self._max_chars())
+
+    def _read_stream(self, resp: http.client.HTTPResponse, cap: int, watchdog: _Watchdog
+                     ) -> tuple[str, str, tuple[int, int], bool, str]:
+        s = self.settings
+        max_chars = self._max_chars()
         parts: list[str] = []
         n_chars = 0
         finish = ""
         tokens: tuple[int, int] = (0, 0)
         got_usage = False
         try:
-            for chunk in stream:
-                if getattr(chunk, "usage", None):
-                    tokens = (chunk.usage.prompt_tokens or 0, chunk.usage.completion_tokens or 0)
-                    got_usage = True
-                for choice in chunk.choices or ():
-                    piece = choice.delta.content if choice.delta else None
-                    if piece:
+            for data in _sse_events(resp, cap):
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if not isinstance(chunk, dict):
+                    continue
+                if isinstance(chunk.get("usage"), dict):
+                    tokens, got_usage = _tokens(chunk["usage"]), True
+                for choice in chunk.get("choices") or ():
+                    if not isinstance(choice, dict):
+                        continue
+                    delta = choice.get("delta") or {}
+                    piece = delta.get("content") if isinstance(delta, dict) else None
+                    if isinstance(piece, str) and piece:
                         parts.append(piece)
                         n_chars += len(piece)
-                    if choice.finish_reason:
-                        finish = choice.finish_reason
-                if time.monotonic() > deadline:
-                    cut.set()
-                    break
+                    if choice.get("finish_reason"):
+                        finish = str(choice["finish_reason"])
                 if n_chars > max_chars:
                     finish = "length"
                     break
-        except Exception as exc:
-            if not cut.is_set():
+        except _ByteCap:
+            finish = "length"
+        except (OSError, http.client.HTTPException, ValueError):
+            # the watchdog cut the stream (or the server broke it) after some text arrived:
+            # what came is a truncated reply; with no text it is a timeout / broken reply
+            if not watchdog.fired.is_set() or not "".join(parts).strip():
                 raise
-            if not parts:
-                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from exc
             finish = "length"
-        finally:
-            watchdog.cancel()
-            stream.close()
+        if watchdog.fired.is_set():
+            finish = "length"
         text = "".join(parts)
-        if cut.is_set():
-            if not text.strip():
-                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s")
-            finish = "length"
+        if not text.strip() and watchdog.fired.is_set():
+            raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s")
         return _finish(text, finish, tokens, not got_usage, max_chars)
+
+    def _max_chars(self) -> int:
+        return self.settings.max_tokens * CHARS_PER_TOKEN * 2  # servers that ignore max_tokens
+
+
+class _BadRequest(Exception):
+    """HTTP 400: may name a parameter this server wants spelled differently."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class _ByteCap(Exception):
+    """The streamed body reached the byte cap."""
+
+
+def _sse_events(resp: http.client.HTTPResponse, cap: int) -> Iterator[str]:
+    """The data of each server-sent event, reading at most `cap` bytes in all."""
+    buf = b""
+    total = 0
+    data_lines: list[bytes] = []
+    while True:
+        piece = resp.read1(READ_CHUNK)
+        if not piece:
+            break
+        total += len(piece)
+        if total > cap:
+            raise _ByteCap()
+        buf += piece
+        while True:
+            nl = buf.find(b"\n")
+            if nl < 0:
+                break
+            line, buf = buf[:nl].rstrip(b"\r"), buf[nl + 1:]
+            if not line:
+                if data_lines:
+                    yield b"\n".join(data_lines).decode("utf-8", "replace")
+                    data_lines = []
+            elif line.startswith(b"data:"):
+                data_lines.append(line[5:].lstrip())
+    if data_lines:
+        yield b"\n".join(data_lines).decode("utf-8", "replace")
+
+
+def _tokens(usage: Any) -> tuple[int, int]:
+    if not isinstance(usage, dict):
+        return (0, 0)
+
+    def count(name: str) -> int:
+        v = usage.get(name)
+        return v if isinstance(v, int) and v >= 0 else 0
+    return (count("prompt_tokens"), count("completion_tokens"))
 
 
 def _finish(text: str, finish: str, tokens: tuple[int, int], estimated: bool,
@@ -315,11 +545,10 @@ def _finish(text: str, finish: str, tokens: tuple[int, int], estimated: bool,
     return text, finish, tokens, estimated, status
 
 
-def _retry_after(exc: openai.APIStatusError) -> float | None:
+def _retry_after(value: str | None) -> float | None:
     try:
-        value = exc.response.headers.get("retry-after")
-        return float(value) if value is not None else None
-    except (AttributeError, ValueError, TypeError):
+        return max(0.0, float(value)) if value is not None else None
+    except ValueError:  # an HTTP date: the computed backoff applies
         return None
 
 

@@ -8,12 +8,15 @@ detail) without compiling anything. Template candidates pass straight through.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.core.evaluator import Evaluator
+from app.core.types import STATIC_CHECK, Candidate, Evaluation, Stage
 from app.llm import policy
 from app.llm.spec import KernelSpec
-from app.core.types import STATIC_CHECK, Candidate, Evaluation, Stage
+
+if TYPE_CHECKING:
+    from app.goal import Goal
 
 
 class PolicyEvaluator(Evaluator):
@@ -60,3 +63,19 @@ class PolicyEvaluator(Evaluator):
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)
+
+
+def warm_start_refusal(source: str | None, spec: KernelSpec, goal: Goal) -> str:
+    """Why the current source policy refuses a stored kernel ('' when it accepts it).
+
+    Warm-start kernels come from the history database, written under whatever policy an
+    earlier version had: they are checked again, as strictly as a fresh reply, before they
+    are proposed (the guarded evaluator checks them once more before compiling)."""
+    if not isinstance(source, str) or not source.strip():
+        return "no source"
+    try:
+        policy.check(source, language=spec.language, entry=spec.entry, dtype=goal.dtype,
+                     forbid=goal.constraints.forbid, params=spec.params)
+    except policy.PolicyViolation as exc:
+        return str(exc)
+    return ""

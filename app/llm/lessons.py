@@ -22,6 +22,7 @@ from typing import Any
 
 from app.core.types import Evaluation, Lesson
 from app.goal import Goal, GoalError
+from app.llm.facts import category, config_text, is_measured_lesson
 from app.store import Store, StoreError, goal_key
 
 LLM_KINDS = ("llm_transformation", "llm_no_gain", "llm_failure")
@@ -49,7 +50,9 @@ class LessonBook:
         self._attempts: dict[str, Attempt] = {}
         self._outcomes: dict[str, Evaluation] = {}
         self._pending: list[str] = []
-        self._texts: list[str] = list(prior_lessons or [])
+        # Earlier runs' lessons are kept only when they are one of the measured-fact forms
+        # below: older databases stored the model's idea line in lesson texts (injection).
+        self._texts: list[str] = [t for t in (prior_lessons or []) if is_measured_lesson(t)]
         self._seen: set[str] = set(self._texts)
         self._failure_counts: Counter = Counter()
         self._failure_reported: dict[tuple, int] = {}
@@ -95,11 +98,14 @@ class LessonBook:
         return ", ".join("x".join(map(str, s)) for s in self.goal.shapes)
 
     def _distil(self, keys: list[str]) -> list[Lesson]:
+        """Lessons from measured facts only: configuration, speedup, failure category. The
+        model's idea line is kept in the lesson's data for display, never in its text (which
+        goes into later prompts): a reply must not be able to write the next prompts."""
         lessons: list[Lesson] = []
         for key in keys:
             e = self._outcomes[key]
             a = self._attempts[key]
-            idea = a.idea or "an unnamed rewrite"
+            shown = {"idea": a.idea} if a.idea else {}
             if e.ok and e.value is not None:
                 if a.parent_value:
                     ratio = a.parent_value / e.value if self.minimize else e.value / a.parent_value
@@ -108,30 +114,32 @@ class LessonBook:
                 if ratio is not None and ratio > 1.01:
                     lessons.append(Lesson(
                         "llm_transformation",
-                        f"'{idea}' made {self.goal.operator} {self.goal.dtype} "
-                        f"[{self._shape_text()}] {ratio:.2f}x faster than the kernel it started "
-                        f"from on {self.device}",
-                        {**self._context(), "idea": idea, "speedup": round(ratio, 4), "key": key},
+                        f"an LLM rewrite ({config_text(e.config)}) made {self.goal.operator} "
+                        f"{self.goal.dtype} [{self._shape_text()}] {ratio:.2f}x faster than the "
+                        f"kernel it started from on {self.device}",
+                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
                         a.agent))
                 elif ratio is not None:
                     lessons.append(Lesson(
                         "llm_no_gain",
-                        f"'{idea}' was correct but not faster ({ratio:.2f}x) for "
-                        f"{self.goal.operator} [{self._shape_text()}] on {self.device}",
-                        {**self._context(), "idea": idea, "speedup": round(ratio, 4), "key": key},
+                        f"an LLM rewrite ({config_text(e.config)}) was correct but not faster "
+                        f"({ratio:.2f}x) for {self.goal.operator} [{self._shape_text()}] on "
+                        f"{self.device}",
+                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
                         a.agent))
             else:
-                rule = (e.resources or {}).get("policy_rule") or _first_line(e.detail)[:60]
-                group = (e.reason, rule)
+                rule = category((e.resources or {}).get("policy_rule") or "")
+                reason = category(e.reason or "") or "failed"
+                group = (reason, rule)
                 self._failure_counts[group] += 1
                 n = self._failure_counts[group]
                 if n in (1, 3, 10, 30):  # report a pattern as it grows, not every instance
                     lessons.append(Lesson(
                         "llm_failure",
-                        f"LLM kernels failed with {e.reason} ({rule}) {n} time(s); latest idea "
-                        f"'{idea}': {_first_line(e.detail)[:160]}",
-                        {**self._context(), "reason": e.reason, "rule": rule, "count": n,
-                         "idea": idea},
+                        f"LLM kernels failed with {reason}"
+                        + (f" (rule {rule})" if rule else "") + f" {n} time(s) for "
+                        f"{self.goal.operator} [{self._shape_text()}] on {self.device}",
+                        {**self._context(), **shown, "reason": reason, "rule": rule, "count": n},
                         a.agent))
         return lessons
 
