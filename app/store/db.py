@@ -339,7 +339,9 @@ class Store:
         (over the chain of runs each one resumed, as get_run counts them). One query however
         many runs there are: the History panel and `kernelswarm history` list thousands."""
         with self._lock:
-            return list(self.db.query(_LIST_RUNS, {"limit": int(limit) if limit else -1}))
+            cursor = self.conn.execute(_LIST_RUNS, {"limit": int(limit) if limit else -1})
+            names = [d[0] for d in cursor.description]
+            return [dict(zip(names, row, strict=True)) for row in cursor.fetchall()]
 
     def projects(self) -> dict[int, str]:
         """Project id -> name."""
