@@ -424,6 +424,13 @@ def _pygments_style(dark: bool) -> str:
     return "monokai" if dark else "default"
 
 
+def source_language(backend: str) -> str:
+    """The language a backend's candidates are written in, for highlighting (registry)."""
+    from app.gpu.registry import backend_names, backend_spec
+
+    return (backend_spec(backend).language if backend in backend_names() else "") or "cuda"
+
+
 def highlight_source(source: str, dark: bool, language: str = "cuda") -> str:
     lexer = CudaLexer() if language == "cuda" else CLexer()
     formatter = HtmlFormatter(noclasses=True, style=_pygments_style(dark), linenos="table",
