@@ -35,7 +35,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.types import Evaluation
-from app.core.units import format_value
+from app.core.units import format_value, fraction_of_limit, gain
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, style_plot
 
 SORT_ROLE = Qt.UserRole + 1
@@ -233,17 +233,15 @@ class CandidateModel(QAbstractTableModel):
 
     # ---- derived figures ----------------------------------------------------------------
     def speedup(self, ev: Evaluation) -> float | None:
-        ref = self.baseline or self._first_ok
-        if not ev.ok or not ev.value or not ref:
+        if not ev.ok:
             return None
-        return ref / ev.value if self.minimize else ev.value / ref
+        return gain(ev.value, self.baseline or self._first_ok, self.minimize)
 
     def percent_of_limit(self, ev: Evaluation) -> float | None:
         if "percent_of_limit" in ev.metrics:
             return float(ev.metrics["percent_of_limit"])
-        if not ev.ok or not ev.value or not self.limit:
-            return None
-        return 100.0 * (self.limit / ev.value if self.minimize else ev.value / self.limit)
+        fraction = fraction_of_limit(ev.value, self.limit, self.minimize) if ev.ok else None
+        return None if fraction is None else 100.0 * fraction
 
     # ---- Qt model -----------------------------------------------------------------------
     def rowCount(self, parent: QModelIndex = _ROOT) -> int:
