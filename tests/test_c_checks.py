@@ -38,17 +38,17 @@ SOURCE_ATTACKS = {
     "relative include": ('#include <../../../etc/hostname>\nvoid ks_kernel(float *o) {}\n',
                          "outside the compiler's system headers"),
     "unlisted system header": ('#include <unistd.h>\nvoid ks_kernel(float *o) {}\n', "<unistd.h>"),
-    "token paste": ('#include <stdlib.h>\n#define RUN(x) sys##tem(x)\n'
-                    'void ks_kernel(float *o) { RUN("id"); }\n', "'system'"),
-    "address of system": ('#include <stdlib.h>\nvoid ks_kernel(float *o) { int (*f)(const char *) '
-                          '= system; f("id"); }\n', "'system'"),
+    "token paste": (('#include <stdlib.h>\n#define RUN(x) sys##tem(x)\n'
+                    'void ks_kernel(float *o) { RUN("id"); }\n'), "'system'"),
+    "address of system": (('#include <stdlib.h>\nvoid ks_kernel(float *o) { int (*f)(const char *) '
+                          '= system; f("id"); }\n'), "'system'"),
     "_Pragma optimize": ('_Pragma("GCC optimize(\\"fast-math\\")")\nvoid ks_kernel(float *o) {}\n',
                          "floating-point semantics"),
-    "constructor by macro": ('#define C __attribute__((con##structor))\nstatic void C boom(void) {}\n'
-                             'void ks_kernel(float *o) {}\n', "load time"),
-    "init_array by section": ('static void boom(void) {}\nstatic void (*p)(void) '
+    "constructor by macro": (('#define C __attribute__((con##structor))\nstatic void C boom(void) {}\n'
+                             'void ks_kernel(float *o) {}\n'), "load time"),
+    "init_array by section": (('static void boom(void) {}\nstatic void (*p)(void) '
                               '__attribute__((section(".init_array"), used)) = boom;\n'
-                              'void ks_kernel(float *o) {}\n', "sections"),
+                              'void ks_kernel(float *o) {}\n'), "sections"),
     "environment": ('#include <stdlib.h>\nvoid ks_kernel(float *o) { o[0] = getenv("OPENAI_API_KEY") != 0; }\n',
                     "'getenv'"),
     "no entry": ("void other(float *o) {}\n", "entry function ks_kernel"),
@@ -76,13 +76,13 @@ def test_words_inside_strings_call_nothing():
 
 
 LIBRARY_ATTACKS = {
-    "static cache": ("static float cache[64]; static long calls;\n"
-                     "void ks_kernel(float *o) { if (calls++) o[0] = cache[0]; cache[0] = o[0]; }\n",
+    "static cache": (("static float cache[64]; static long calls;\n"
+                     "void ks_kernel(float *o) { if (calls++) o[0] = cache[0]; cache[0] = o[0]; }\n"),
                      "writable global data"),
-    "attribute after declarator": ("float cache[64] __attribute__((aligned(64)));\n"
-                                   "void ks_kernel(float *o) { cache[0] = o[0]; }\n", "writable global data"),
-    "init array entry": ("static void boom(void) {}\n__attribute__((section(\".init_array\"), used)) "
-                         "static void (*p)(void) = boom;\nvoid ks_kernel(float *o) {}\n", "init array"),
+    "attribute after declarator": (("float cache[64] __attribute__((aligned(64)));\n"
+                                   "void ks_kernel(float *o) { cache[0] = o[0]; }\n"), "writable global data"),
+    "init array entry": (("static void boom(void) {}\n__attribute__((section(\".init_array\"), used)) "
+                         "static void (*p)(void) = boom;\nvoid ks_kernel(float *o) {}\n"), "init array"),
     "thread local": ("_Thread_local float last;\nvoid ks_kernel(float *o) { last = o[0]; }\n", "thread-local"),
     "imports system": ("#include <stdlib.h>\nvoid ks_kernel(float *o) { system(\"id\"); }\n", "imports system"),
 }

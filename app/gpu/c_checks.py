@@ -36,22 +36,22 @@ SOURCE_NAME = "kernel.c"
 # On the candidate's own preprocessed lines (identifiers after macro expansion).
 FORBIDDEN_CODE = [
     (r"\b(__asm__|__asm|asm)\b", "inline assembly is not allowed"),
-    (r"#\s*pragma\s+GCC\s+(optimize|push_options|target\b.*\bno-)|\boptimize\s*\(|"
-     r"fast-math|\bfp-contract\b|#\s*pragma\s+STDC\s+FP_CONTRACT|#\s*pragma\s+float_control",
+    ((r"#\s*pragma\s+GCC\s+(optimize|push_options|target\b.*\bno-)|\boptimize\s*\(|"
+     r"fast-math|\bfp-contract\b|#\s*pragma\s+STDC\s+FP_CONTRACT|#\s*pragma\s+float_control"),
      "changing floating-point semantics from the source is not allowed"),
     (r"\b(constructor|destructor|__constructor__|__destructor__)\b",
      "code that runs at load time is not allowed"),
-    (r"\b(section|__section__|ifunc|__ifunc__|alias|__alias__|weakref|__weakref__|symver|"
-     r"__symver__|visibility|__visibility__)\s*\(",
+    ((r"\b(section|__section__|ifunc|__ifunc__|alias|__alias__|weakref|__weakref__|symver|"
+     r"__symver__|visibility|__visibility__)\s*\("),
      "placing code or data in chosen sections or symbols is not allowed"),
-    (r"\b(system|fork|vfork|clone|execl|execlp|execle|execv|execvp|execve|execvpe|fexecve|"
+    ((r"\b(system|fork|vfork|clone|execl|execlp|execle|execv|execvp|execve|execvpe|fexecve|"
      r"posix_spawn|posix_spawnp|popen|dlopen|dlsym|dlvsym|dlinfo|dl_iterate_phdr|syscall|"
      r"pthread_create|signal|sigaction|setitimer|alarm|clock_gettime|gettimeofday|clock|time|"
      r"__rdtsc|rdtsc|__rdtscp|mmap|mprotect|munmap|kill|raise|exit|_exit|_Exit|abort|getenv|"
      r"secure_getenv|environ|__environ|open|openat|fopen|freopen|socket|connect|ptrace|"
-     r"readlink|getauxval|__libc_stack_end|_r_debug|_DYNAMIC|_GLOBAL_OFFSET_TABLE_)\b",
-     "uses a function or symbol a kernel may not use (processes, signals, timers, files, "
-     "environment, memory mapping, the dynamic linker)"),
+     r"readlink|getauxval|__libc_stack_end|_r_debug|_DYNAMIC|_GLOBAL_OFFSET_TABLE_)\b"),
+     ("uses a function or symbol a kernel may not use (processes, signals, timers, files, "
+     "environment, memory mapping, the dynamic linker)")),
 ]
 
 # Symbols a kernel library may import: libc memory and output, libm, OpenMP, libmvec.
