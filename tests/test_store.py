@@ -45,7 +45,7 @@ def test_fresh_database_has_current_schema_in_wal_mode(tmp_db):
         assert store.schema_version == SCHEMA_VERSION
         assert store.conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
         assert {"projects", "goals", "runs", "candidates", "evaluations", "lessons", "telemetry",
-                "validation_cases"} <= set(store.db.table_names())
+                "validation_cases", "llm_requests"} <= set(store.db.table_names())
 
 
 def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_db, monkeypatch):
