@@ -12,8 +12,6 @@ import threading
 import pytest
 
 import app.store.db as store_db
-from app.goal import Goal
-from app.store import SCHEMA_VERSION, Store, StoreError, UnknownRunError, goal_key
 from app.core.events import (
     AgentCredit,
     Evaluated,
@@ -24,6 +22,8 @@ from app.core.events import (
     Telemetry,
 )
 from app.core.types import Evaluation, Lesson, Stage
+from app.goal import Goal
+from app.store import SCHEMA_VERSION, Store, StoreError, UnknownRunError, goal_key
 
 
 def _goal(**kw) -> Goal:
