@@ -1,7 +1,8 @@
 """The goal form: every field of a Goal as point-and-click widgets, validated as you type.
 
 The form never keeps its own idea of validity: it builds a Goal from the widgets and asks
-Goal.validate(), then shows GoalError.problem beside the widget of GoalError.field.
+app.session.check_goal() (the same check a run makes: the goal's fields, then the backend,
+operator, agent and LLM registries), then shows GoalError.problem beside GoalError.field.
 """
 
 from __future__ import annotations
