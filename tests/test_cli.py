@@ -111,6 +111,8 @@ PNPOLY = 'name = "x"\nspace = "pnpoly_RTX_3090.json.gz"\n'
     (PNPOLY + '[constraints]\nrestrictions = ["block_size_x.real > 1"]\n', "Attribute is not allowed"),
     (PNPOLY + '[constraints]\nrestrictions = ["block_size_x <="]\n', "not a valid expression"),
     (PNPOLY + '[stop]\nmax_evals = -3\n', "stop.max_evals"),
+    (PNPOLY + '[swarm]\nagents = ["oracle"]\n', "swarm.agents: unknown agent 'oracle'"),
+    ('name = "x"\nbackend = "opencl"\n', "backend: unknown backend 'opencl'"),
     ('name = "x"\nspace = "no_such_space.json.gz"\n', "no_such_space.json.gz' not found"),
 ])
 def test_bad_goal_is_one_line_and_stores_nothing(capsys, db_with_run, tmp_path, body, message):
