@@ -8,6 +8,12 @@ that a candidate corrupted its memory is replaced by a fresh process; the reques
 a `WorkerFault` with the reason and the worker's captured stdout/stderr. Workers are also
 recycled after a number of requests (loaded libraries and leaked state do not pile up).
 
+Every worker is a sandbox cell (app.gpu.sandbox): started with an allow-listed environment and
+its own scratch directory as HOME and TMPDIR, it enters its own user and network namespaces,
+starts its compile helper, lowers its resource limits and restricts its files (Landlock) before
+it imports the handler, then seals itself (seccomp: no exec, fork, sockets) before the first
+request. A worker killed by the seal (SIGSYS) is reported as a sandbox violation.
+
 `WorkerPool` holds one worker per device and hands requests to an idle one, so several GPUs
 (or, later, remote workers) plug in behind the same evaluator.
 """
@@ -15,10 +21,14 @@ recycled after a number of requests (loaded libraries and leaked state do not pi
 from __future__ import annotations
 
 import importlib
+import json
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import signal
+import socket
+import subprocess
 import sys
 import tempfile
 import threading
@@ -26,9 +36,12 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 from app.core.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
+from app.gpu import sandbox
+from app.paths import cache_dir
 
 LOG_TAIL_CHARS = 20_000
 _POLL_S = 0.02
@@ -71,20 +84,45 @@ def _load_factory(spec: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), attr)
 
 
-def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str) -> None:
-    """Entry point of a worker process."""
-    # Everything the kernels or libraries print goes to the log the parent reads back.
+def _line_buffered_output() -> None:
+    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
+    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+
+
+def _cell_main(fd: int) -> None:
+    """Entry point of a worker process started as a sandbox cell (see Worker.start)."""
+    _line_buffered_output()
+    conn = Connection(fd)
+    _tag, factory_spec, args, plan = conn.recv()
+    # Everything up to the seal runs before any thread exists: namespaces and Landlock need it.
+    applied = sandbox.enter_cell(plan)
+    _serve(conn, factory_spec, args, plan, applied)
+
+
+def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan: Any) -> None:
+    """Entry point of a worker started by multiprocessing (frozen builds, where the interpreter
+    cannot be started with -c): the environment is scrubbed in place, the rest is the same."""
     fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     os.dup2(fd, 1)
     os.dup2(fd, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
+    _line_buffered_output()
+    clean = sandbox.cell_environment(plan.scratch, {"KERNELSWARM_CACHE": str(cache_dir())})
+    os.environ.clear()
+    os.environ.update(clean)
+    applied = sandbox.enter_cell(plan)
+    applied["environment"] = "partial: scrubbed in process (frozen build)"
+    _serve(conn, factory_spec, args, plan, applied)
+
+
+def _serve(conn: Any, factory_spec: str, args: tuple, plan: Any, applied: dict[str, str]) -> None:
     try:
         handler = _load_factory(factory_spec)(*args)
+        applied["processes"] = sandbox.seal_cell(plan)
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return
-    conn.send(("ready",))
+    sandbox.report_off(applied)
+    conn.send(("ready", applied))
 
     def progress(stage: str) -> None:
         conn.send(("stage", stage))
@@ -103,6 +141,32 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str) -> No
             conn.send(("error", OUT_OF_MEMORY, "ran out of memory", traceback.format_exc()))
         except Exception as exc:  # noqa: BLE001 - reported to the parent
             conn.send(("error", RUNTIME_FAILED, f"{type(exc).__name__}: {exc}", traceback.format_exc()))
+
+
+class _CellProcess:
+    """A worker started with subprocess (so its environment is ours to choose), with the
+    multiprocessing.Process methods the Worker uses."""
+
+    def __init__(self, popen: subprocess.Popen) -> None:
+        self.popen = popen
+        self.pid = popen.pid
+
+    def is_alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def kill(self) -> None:
+        if self.is_alive():
+            self.popen.kill()
+
+    def join(self, timeout: float | None = None) -> None:
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.popen.poll()
 
 
 def _rss_bytes(pid: int) -> int:
@@ -124,9 +188,13 @@ class Worker:
     """One spawned worker process and its pipe. Not thread-safe: the pool serialises use."""
 
     def __init__(self, factory: str, args: tuple = (), name: str = "worker",
-                 memory_limit_bytes: int | None = None) -> None:
+                 memory_limit_bytes: int | None = None, kind: str = "auto") -> None:
         self.factory, self.args, self.name = factory, args, name
         self.memory_limit_bytes = memory_limit_bytes
+        # "gpu": host code is ours, the GPU driver needs devices and big address ranges
+        self.kind = kind if kind != "auto" else ("gpu" if "cuda" in factory else "cpu")
+        self.protections: dict[str, str] = {}
+        self.scratch: str | None = None
         self.served = 0
         self.restarts = 0
         self._proc: Any = None
@@ -136,14 +204,14 @@ class Worker:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
-        ctx = mp.get_context("spawn")  # never fork: the parent has threads (and maybe Qt, CUDA)
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main, args=(child, self.factory, self.args, self.log_path),
-                           name=f"kernelswarm-{self.name}", daemon=True)
-        try:
-            proc.start()
-        finally:
-            child.close()
+        self.scratch = tempfile.mkdtemp(prefix=f"kernelswarm-{self.name}-cell-")
+        cache = cache_dir()
+        cache.mkdir(parents=True, exist_ok=True)
+        plan = sandbox.plan_cell(self.kind, self.scratch, [str(cache)], self.memory_limit_bytes)
+        if getattr(sys, "frozen", False):
+            proc, parent = self._spawn(plan)
+        else:
+            proc, parent = self._start_cell(plan, cache)
         self._proc = proc
         self._conn = parent
         self.served = 0
@@ -153,12 +221,44 @@ class Worker:
         try:
             msg = parent.recv()
         except EOFError:
+            self._proc.join(timeout=5.0)
             code = self._proc.exitcode
             self.stop()
             raise RuntimeError(f"{self.name} died while starting (exit {code}): {self._read_log(0)}") from None
         if msg[0] != "ready":
             self.stop()
             raise RuntimeError(f"{self.name} could not start: {msg[1]}\n{msg[2]}")
+        self.protections = msg[1]
+
+    def _start_cell(self, plan: Any, cache: Any) -> tuple[_CellProcess, Connection]:
+        """A fresh interpreter with an allow-listed environment, talking over a socket pair."""
+        ours, theirs = socket.socketpair()
+        boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+                "from app.gpu.worker import _cell_main; _cell_main(int(sys.argv[2]))")
+        env = sandbox.cell_environment(self.scratch, {"KERNELSWARM_CACHE": str(cache)})
+        with open(self.log_path, "ab") as log:
+            try:
+                popen = subprocess.Popen(
+                    [sys.executable, "-I", "-c", boot, json.dumps(plan.sys_path), str(theirs.fileno())],
+                    env=env, cwd=self.scratch, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                    pass_fds=(theirs.fileno(),), start_new_session=True)
+            finally:
+                theirs.close()
+        conn = Connection(ours.detach())
+        conn.send(("init", self.factory, self.args, plan))
+        return _CellProcess(popen), conn
+
+    def _spawn(self, plan: Any) -> tuple[Any, Any]:
+        ctx = mp.get_context("spawn")  # never fork: the parent has threads (and maybe Qt, CUDA)
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main,
+                           args=(child, self.factory, self.args, self.log_path, plan),
+                           name=f"kernelswarm-{self.name}", daemon=True)
+        try:
+            proc.start()
+        finally:
+            child.close()
+        return proc, parent
 
     @property
     def pid(self) -> int | None:
@@ -182,6 +282,12 @@ class Worker:
                 proc.join(timeout=5.0)
         if conn is not None:
             conn.close()
+        self._drop_scratch()
+
+    def _drop_scratch(self) -> None:
+        if self.scratch:
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            self.scratch = None
 
     def restart(self) -> None:
         self.kill()
@@ -261,6 +367,12 @@ class Worker:
                 fault = WorkerFault(OUT_OF_MEMORY, f"worker was killed (SIGKILL, most likely the "
                                     f"system's out-of-memory killer) in the {stage} stage", stage,
                                     elapsed, log, completed)
+            elif -code == signal.SIGSYS:
+                fault = WorkerFault(CRASH, f"sandbox violation: the candidate made a forbidden "
+                                    f"system call (starting a process or program, opening a "
+                                    f"socket, tracing or signalling another process) in the "
+                                    f"{stage} stage; the worker was killed (SIGSYS)", stage,
+                                    elapsed, log, completed)
             else:
                 fault = WorkerFault(CRASH, f"worker died with {sig} in the {stage} stage", stage,
                                     elapsed, log, completed)
@@ -281,6 +393,7 @@ class Worker:
         if self._conn is not None:
             self._conn.close()
         self._proc = self._conn = None
+        self._drop_scratch()
         return code
 
     def _read_log(self, start: int) -> str:
@@ -298,11 +411,12 @@ class WorkerPool:
     """Workers (one per device) behind one `call`; thread-safe, one request per worker at a time."""
 
     def __init__(self, factory: str, worker_args: Sequence[tuple], *, recycle_after: int = 50,
-                 memory_limit_bytes: int | None = None, name: str = "worker") -> None:
+                 memory_limit_bytes: int | None = None, name: str = "worker",
+                 kind: str = "auto") -> None:
         if not worker_args:
             raise ValueError("a worker pool needs at least one worker")
         self.recycle_after = recycle_after
-        self.workers = [Worker(factory, tuple(a), f"{name}{i}", memory_limit_bytes)
+        self.workers = [Worker(factory, tuple(a), f"{name}{i}", memory_limit_bytes, kind)
                         for i, a in enumerate(worker_args)]
         self._idle: queue.Queue[Worker] = queue.Queue()
         for w in self.workers:

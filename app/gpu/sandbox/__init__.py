@@ -1,0 +1,239 @@
+"""The cell every candidate runs in: a worker process (and its compile helper) that sees no
+secrets, no network, no files outside its scratch directory and the toolchain, and, once sealed,
+can start no process or program.
+
+Mechanisms, one module each, in the order a cell enters them:
+
+1. env.py        - a fresh environment from an allow-list (set when the process is started)
+2. namespaces.py - own user + network namespace: no network at all (loopback included)
+3. helper.py     - the compile helper is started here, before the walls below close
+4. limits.py     - setrlimit: address space, CPU seconds, file size, open files, no core
+5. landlock.py   - files: read the system/toolchain/Python, write scratch + cache, exec toolchain
+6. seccomp.py    - sealed after the handler is built: no exec/fork/sockets/ptrace/signals
+
+Where the platform lacks one, the cell logs it and keeps the others (fallback order: each
+mechanism is independent; `status()` says which are on). KERNELSWARM_SANDBOX=off turns every
+wall off (debugging only; logged loudly).
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from app.gpu.sandbox import env as _env
+from app.gpu.sandbox import landlock, limits, namespaces, seccomp
+from app.gpu.sandbox.helper import ToolClient
+
+log = logging.getLogger("kernelswarm.sandbox")
+PROTECTIONS = ("environment", "network", "files", "limits", "processes")
+SWITCH_ENV = "KERNELSWARM_SANDBOX"
+cell_environment = _env.cell_environment
+
+_SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache",
+                "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
+                "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/proc/cpuinfo",
+                "/proc/meminfo", "/proc/stat", "/sys/devices/system/cpu",
+                "/sys/devices/system/node", "/sys/fs/cgroup")
+_DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
+_GPU_READ = ("/sys", "/proc/driver/nvidia", "/proc/modules", "/proc/devices")
+
+
+def enabled() -> bool:
+    return os.environ.get(SWITCH_ENV, "on").lower() not in ("off", "0", "no", "false")
+
+
+@dataclass
+class CellPlan:
+    """What a cell may touch; built in the parent, sent to the cell and its helper."""
+
+    kind: str  # "cpu": candidate code runs on the host; "gpu": host code is ours
+    scratch: str
+    rules: landlock.FileRules
+    programs: list[str] = field(default_factory=list)  # toolchain executables (realpaths)
+    memory_limit_bytes: int | None = None
+    sys_path: list[str] = field(default_factory=list)
+    enabled: bool = True
+
+    def to_json(self) -> str:
+        return json.dumps({"rules": asdict(self.rules), "programs": self.programs})
+
+
+# ---- the parent's side --------------------------------------------------------------------
+@functools.lru_cache(maxsize=1)
+def toolchain_programs() -> tuple[str, ...]:
+    """Realpaths of the C toolchain's programs and program directories, and the loader."""
+    found: set[str] = set()
+    for name in (os.environ.get("CC"), "cc", "gcc", "clang", "nm", "as", "ld", "ld.bfd", "ld.gold"):
+        path = shutil.which(name) if name else None
+        if not path:
+            continue
+        found.add(os.path.realpath(path))
+        if name in ("nm", "as", "ld", "ld.bfd", "ld.gold"):
+            continue
+        for prog in ("cc1", "collect2", "lto-wrapper"):
+            try:
+                out = subprocess.run([path, f"-print-prog-name={prog}"], capture_output=True,
+                                     text=True, timeout=30, check=False).stdout.strip()
+            except (OSError, subprocess.TimeoutExpired):
+                continue
+            if os.path.isabs(out) and os.path.exists(out):
+                found.add(os.path.dirname(os.path.realpath(out)))  # gcc's libexec directory
+    for loader in glob.glob("/lib64/ld-linux*.so*") + glob.glob("/lib/ld-linux*.so*"):
+        found.add(os.path.realpath(loader))
+    return tuple(sorted(found))
+
+
+def _python_read_paths(sys_path: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(read, list_only): the Python installation and importable packages. A sys.path entry
+    that holds the app package itself (a checkout, maybe the user's home) is only listable;
+    its `app` directory is readable."""
+    import app
+
+    app_dir = os.path.dirname(os.path.realpath(app.__file__))
+    app_root = os.path.dirname(app_dir)
+    home = os.path.realpath(os.path.expanduser("~"))
+    read = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, app_dir}
+    read.update(v for k, v in sysconfig.get_paths().items() if k.endswith(("lib", "stdlib")))
+    list_only = set()
+    for entry in sys_path:
+        p = os.path.realpath(entry or os.getcwd())
+        if p == app_root or p == "/" or home == p or home.startswith(p + os.sep):
+            list_only.add(p)
+        else:
+            read.add(p)
+    return sorted(read), sorted(list_only)
+
+
+def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
+              memory_limit_bytes: int | None = None) -> CellPlan:
+    read, list_only = _python_read_paths(sys.path)
+    read += list(_SYSTEM_READ) + (list(_GPU_READ) if kind == "gpu" else [])
+    devices = list(_DEVICES)
+    write = [scratch, *writable]
+    if kind == "gpu":
+        devices += sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri/*"))
+        write.append("/dev/shm")  # the CUDA driver's inter-process files
+    programs = list(toolchain_programs()) if kind == "cpu" else []
+    rules = landlock.FileRules(read=read, list_only=list_only, write=write,
+                               exec_files=programs, devices=devices)
+    sys_path = [p or os.getcwd() for p in sys.path]  # '' is the parent's directory, not the cell's
+    return CellPlan(kind, scratch, rules, programs, memory_limit_bytes, sys_path, enabled())
+
+
+@functools.lru_cache(maxsize=1)
+def status() -> dict[str, str]:
+    """Which protections a cell gets on this machine (probed in a throw-away process)."""
+    if not enabled():
+        return {p: f"off: {SWITCH_ENV}=off" for p in PROTECTIONS}
+    probe = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
+             "from app.gpu.sandbox import probe_here; print(json.dumps(probe_here()))")
+    try:
+        out = subprocess.run([sys.executable, "-I", "-c", probe, json.dumps(sys.path)],
+                             capture_output=True, text=True, timeout=60, check=False,
+                             env=_env.cell_environment("/tmp"))
+        found = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
+        return {p: f"unknown: probe failed ({exc})" for p in PROTECTIONS}
+    return found
+
+
+def probe_here() -> dict[str, str]:
+    """Run in a fresh single-threaded process: which mechanisms this kernel grants."""
+    net = namespaces.isolate_network()
+    abi = landlock.abi_version()
+    sc = seccomp.available()
+    return {
+        "environment": "on: allow-list (no keys, tokens, HOME); HOME and TMPDIR in scratch",
+        "network": net.replace("on: ", "on: own ") if net.startswith("on") else net,
+        "files": (f"on: Landlock ABI {abi} (read system/toolchain, write scratch and cache)"
+                  if abi else "off: Landlock is not available"),
+        "limits": "on: address space, CPU time, file size, open files, no core dumps",
+        "processes": ("on: seccomp (no exec, fork, sockets, ptrace; threads allowed)"
+                      if not sc else f"off: libseccomp is not usable ({sc})"),
+    }
+
+
+# ---- the cell's side ----------------------------------------------------------------------
+_tools: ToolClient | None = None
+_subprocess_run = subprocess.run
+
+
+def _threads() -> int:
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return 1
+
+
+def enter_cell(plan: CellPlan) -> dict[str, str]:
+    """Put this (single-threaded, freshly started) process into its cell, short of the final
+    seal; what is on and off, one line each. Call before importing anything that starts threads."""
+    global _tools
+    if not plan.enabled:
+        log.warning("sandbox is OFF (%s=off): candidates run with the user's rights", SWITCH_ENV)
+        return {p: f"off: {SWITCH_ENV}=off" for p in PROTECTIONS}
+    applied = {"environment": "on: allow-list; HOME and TMPDIR in scratch"}
+    if _threads() > 1:
+        log.warning("the cell has %d threads before entering its sandbox", _threads())
+    applied["network"] = namespaces.isolate_network()
+    seccomp.available()  # loads libseccomp now: finding it runs ldconfig, refused once walled
+    if plan.programs:  # the helper shares the namespaces, gets its own limits and files rules
+        try:
+            boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+                    "from app.gpu.sandbox.helper import main; main(sys.argv[2])")
+            proc = subprocess.Popen([sys.executable, "-I", "-c", boot, json.dumps(plan.sys_path),
+                                     plan.to_json()], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, text=True, cwd=plan.scratch)
+            _tools = ToolClient(proc)
+            lines = _tools.protections
+            state = "on" if all(v.startswith("on") for v in lines.values()) else "partial"
+            applied["compiler"] = f"{state}: helper; " + "; ".join(f"{k} {v}" for k, v in lines.items())
+        except OSError as exc:
+            applied["compiler"] = f"off: the compile helper did not start ({exc})"
+    applied["limits"] = limits.apply(limits.worker_limits(plan.kind == "gpu",
+                                                          plan.memory_limit_bytes))
+    applied["files"] = landlock.restrict(plan.rules)
+    return applied
+
+
+def seal_cell(plan: CellPlan) -> str:
+    """The last wall, once the handler (our own code) is built: no exec, fork, sockets...
+    From here on subprocess.run in this process goes to the compile helper (the backends call
+    the compiler and nm through it), so no process is ever forked from the sealed cell."""
+    if not plan.enabled:
+        return f"off: {SWITCH_ENV}=off"
+    line = seccomp.seal(kill=plan.kind == "cpu", allow_unix_sockets=plan.kind == "gpu")
+    if _tools is not None:
+        subprocess.run = run_tool
+    return line
+
+
+def report_off(applied: dict[str, str]) -> None:
+    for name, line in applied.items():
+        if not line.startswith("on"):
+            log.warning("sandbox: %s protection is %s", name, line)
+
+
+def run_tool(cmd: Sequence[Any], *, check: bool = False, capture_output: bool = True,
+             text: bool = True, timeout: float | None = None, **_: Any) -> subprocess.CompletedProcess:
+    """subprocess.run for toolchain programs: through the compile helper inside a cell (the
+    cell itself may start nothing), directly elsewhere."""
+    if _tools is None:
+        return _subprocess_run(list(map(str, cmd)), check=check, capture_output=capture_output,
+                              text=text, timeout=timeout)
+    result = _tools.run(cmd, timeout, text)
+    if check and result.returncode:
+        raise subprocess.CalledProcessError(result.returncode, result.args, result.stdout,
+                                            result.stderr)
+    return result
