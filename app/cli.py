@@ -132,7 +132,31 @@ class Progress:
         self.stream.flush()
 
 
+def _check_goal_endpoint(goal: Goal, args: argparse.Namespace) -> None:
+    """The API key goes only to the user's own endpoint (settings or KERNELSWARM_LLM_*): a goal
+    file's [llm] base_url that differs is refused unless --trust-goal-endpoint; a URL given
+    with --llm-base-url is the user's own choice."""
+    from app.llm import settings as llm_settings
+
+    agents = [a.strip() for a in args.agents.split(",")] if args.agents else goal.swarm.agents
+    if args.llm_base_url:
+        llm_settings.approve_endpoint(args.llm_base_url)
+    if "llm" not in agents or args.llm_base_url:
+        return
+    try:
+        refusal = llm_settings.endpoint_needs_confirmation(
+            goal.llm, llm_settings.user_endpoint_settings())
+    except llm_settings.LLMSettingsError as exc:
+        raise CliError(f"your LLM settings: {exc}") from None
+    if refusal and args.trust_goal_endpoint:
+        llm_settings.approve_endpoint(str(goal.llm["base_url"]))
+    elif refusal:
+        raise CliError(f"llm.base_url: {refusal} (pass --trust-goal-endpoint to allow it for "
+                       "this run, or set KERNELSWARM_LLM_BASE_URL)")
+
+
 def _apply_overrides(goal: Goal, args: argparse.Namespace) -> Goal:
+    _check_goal_endpoint(goal, args)
     if args.seed is not None:
         goal.swarm.seed = args.seed
     if args.max_evals is not None:
@@ -406,6 +430,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OpenAI-compatible endpoint for the llm agents (key from "
                           "KERNELSWARM_LLM_API_KEY or OPENAI_API_KEY)")
     run.add_argument("--llm-model", metavar="NAME", help="model for the llm agents")
+    run.add_argument("--trust-goal-endpoint", action="store_true",
+                     help="send the API key to the goal file's [llm] base_url even though it is "
+                          "not your configured endpoint")
     run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as a JSON line")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--resume", type=int, metavar="RUN_ID",
@@ -423,7 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     exp = sub.add_parser("export", parents=[db], help="export a run as json, csv or T4")
     exp.add_argument("run_id", type=int, metavar="RUN_ID")
-    exp.add_argument("--format", choices=("json", "csv", "t4"), default="json")
+    exp.add_argument("--format", choices=("json", "csv", "t4", "html"), default="json")
     exp.add_argument("-o", "--output", metavar="FILE", help="output file (default: stdout)")
     exp.set_defaults(func=cmd_export)
 

@@ -27,7 +27,7 @@ from app.core.types import (
 from app.core.units import run_unit
 from app.store import Store
 
-FORMATS = ("json", "csv", "t4")
+FORMATS = ("json", "csv", "t4", "html")
 T4_SCHEMA_PATH = Path(__file__).resolve().parent / "store" / "t4_schema.json"
 T4_VERSION = "1.0.0"
 
@@ -139,6 +139,10 @@ def render(store: Store, run_id: int, fmt: str) -> str:
         return export_csv(store, run_id)
     if fmt == "t4":
         return json.dumps(export_t4(store, run_id), indent=2, default=str) + "\n"
+    if fmt == "html":
+        from app.html_report import render_report
+
+        return render_report(store, run_id)
     raise ValueError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
 

@@ -1,0 +1,327 @@
+"""A run as one self-contained HTML page: for the screen and for print, with no Qt.
+
+The charts are inline SVG drawn from the stored evaluations (so `kernelswarm export RUN
+--format html` works on a machine without a display, and the page looks the same whatever theme
+the desktop app uses): convergence with every candidate coloured by agent, the best-so-far
+staircase, the baseline and the hardware limit; and the agents' evaluations and improvements.
+Figures carry their unit and 3-4 significant digits; timings carry their spread (p10-p90).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+from typing import Any
+
+from app import __version__
+from app.core.types import Evaluation
+from app.core.units import (
+    format_gain,
+    format_percent,
+    format_value,
+    fraction_of_limit,
+    gain,
+    run_unit,
+)
+from app.swarm.lessons import current_lessons
+
+AGENT_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
+                 "#bcbd22", "#7f7f7f"]
+FAILURE_COLOUR = "#d62728"
+CSS = """
+body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
+       max-width: 1040px; color: #1d1d1f; background: #fff; line-height: 1.4; padding: 0 1em; }
+h1 { font-weight: 600; font-size: 1.6em; margin-bottom: .2em; }
+h2 { font-size: 1.15em; border-bottom: 1px solid #ddd; padding-bottom: .2em; margin-top: 1.6em; }
+.meta { color: #555; margin-top: 0; }
+table { border-collapse: collapse; margin: .5em 0 1em; font-size: .9em; }
+th, td { border: 1px solid #ddd; padding: .25em .6em; text-align: left; vertical-align: top; }
+td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap; }
+td.params { font-size: .92em; color: #333; }
+th { background: #f4f4f6; font-weight: 600; }
+.flag { color: #b00020; font-weight: 600; }
+.note { color: #555; font-size: .9em; }
+svg { display: block; margin: .5em 0; }
+svg text { font-family: inherit; font-size: 12px; fill: #333; }
+pre.source { font-size: .8em; border: 1px solid #ddd; padding: .8em; overflow-x: auto;
+             background: #fafafa; max-height: 40em; }
+@media print { body { margin: 0; max-width: none; } pre.source { max-height: none; }
+               h2 { break-after: avoid; } svg, table { break-inside: avoid; } }
+"""
+
+
+def _num(value: float | None) -> str:
+    return "—" if value is None else (f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}")
+
+
+def _table(headers: list[str] | None, rows: list[list[Any]], numeric: set[int] = frozenset(),
+           classes: dict[int, str] | None = None) -> str:
+    classes = {**{i: "num" for i in numeric}, **(classes or {})}
+    head = ("<thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers) + "</tr></thead>"
+            if headers else "")
+    body = "".join(
+        "<tr>" + "".join(f"<td class='{classes[i]}'>{c}</td>" if i in classes else f"<td>{c}</td>"
+                         for i, c in enumerate(row)) + "</tr>" for row in rows)
+    return f"<table>{head}<tbody>{body}</tbody></table>"
+
+
+def _esc(value: Any) -> str:
+    return html.escape(str(value))
+
+
+def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
+    import math
+
+    if hi <= lo:
+        return [lo]
+    raw = (hi - lo) / count
+    step = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if raw <= m * step:
+            step *= m
+            break
+    start = math.ceil(lo / step) * step
+    return [start + i * step for i in range(int((hi - start) / step) + 1)]
+
+
+def convergence_svg(evals: list[Evaluation], minimize: bool, unit: str,
+                    baseline: float | None, limit: float | None,
+                    width: int = 960, height: int = 360) -> str:
+    """Every correct candidate as a dot coloured by agent, the best-so-far as a staircase,
+    failures as red marks under the axis, baseline and limit as labelled lines."""
+    ok = [(i + 1, e) for i, e in enumerate(evals) if e.ok and e.value is not None]
+    if not ok:
+        return "<p class='note'>No correct candidate: nothing to plot.</p>"
+    left, right, top, bottom = 70, 150, 16, 58
+    plot_w, plot_h = width - left - right, height - top - bottom
+    # The range follows the bulk of the candidates (a few very slow ones would flatten the
+    # staircase that matters); points beyond it sit on the edge as triangles.
+    ranked = sorted(e.value for _, e in ok)
+    bulk = ranked[int(0.9 * (len(ranked) - 1))] if minimize else ranked[int(0.1 * (len(ranked) - 1))]
+    values = ([v for v in ranked if v <= bulk] if minimize else [v for v in ranked if v >= bulk]) \
+        + [v for v in (baseline, limit) if v]
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    lo, hi = lo - pad, hi + pad
+    clipped = sum(1 for v in ranked if v > hi or v < lo)
+    n = len(evals)
+
+    def x(i: float) -> float:
+        return left + (i - 0.5) / max(n, 1) * plot_w
+
+    def y(v: float) -> float:
+        return top + (hi - v) / (hi - lo) * plot_h
+
+    agents = sorted({e.agent for e in evals})
+    colour = {a: AGENT_COLOURS[k % len(AGENT_COLOURS)] for k, a in enumerate(agents)}
+    parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+             f"viewBox='0 0 {width} {height}' role='img' aria-label='convergence'>"),
+             f"<rect x='{left}' y='{top}' width='{plot_w}' height='{plot_h}' fill='#fff' stroke='#bbb'/>"]
+    for t in _ticks(lo, hi):
+        parts.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y(t):.1f}' y2='{y(t):.1f}' stroke='#eee'/>"
+                     f"<text x='{left - 6}' y='{y(t) + 4:.1f}' text-anchor='end'>{_num(t)}</text>")
+    for t in _ticks(1, n):
+        if 1 <= t <= n:
+            parts.append(f"<text x='{x(t):.1f}' y='{top + plot_h + 16}' text-anchor='middle'>{_num(t)}</text>")
+    parts.append(f"<text x='{left + plot_w / 2}' y='{height - 6}' text-anchor='middle'>evaluation</text>"
+                 f"<text transform='translate(14 {top + plot_h / 2}) rotate(-90)' text-anchor='middle'>"
+                 f"objective ({_esc(unit)})</text>")
+    for label, value, dash in (("baseline", baseline, "6 4"), ("limit", limit, "2 3")):
+        if value:
+            parts.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y(value):.1f}' y2='{y(value):.1f}' "
+                         f"stroke='#555' stroke-dasharray='{dash}'/>"
+                         f"<text x='{left + plot_w + 6}' y='{y(value) + 4:.1f}'>{label} {_esc(format_value(value, unit))}</text>")
+    for i, e in ok:
+        tip = f"<title>#{i} {_esc(e.agent)}: {_esc(format_value(e.value, unit))}</title>"
+        if lo <= e.value <= hi:
+            parts.append(f"<circle cx='{x(i):.1f}' cy='{y(e.value):.1f}' r='2.6' fill='{colour[e.agent]}' "
+                         f"fill-opacity='.75'>{tip}</circle>")
+        else:  # beyond the range: a triangle on the edge, pointing out
+            edge, d = (top + 1, -5) if e.value > hi else (top + plot_h - 1, 5)
+            parts.append(f"<path d='M{x(i) - 3:.1f},{edge} L{x(i) + 3:.1f},{edge} L{x(i):.1f},{edge + d}' "
+                         f"fill='{colour[e.agent]}'>{tip}</path>")
+    best, path = None, []
+    for i, e in ok:
+        if best is None or (e.value < best if minimize else e.value > best):
+            if best is not None:
+                path.append(f"L{x(i):.1f},{y(best):.1f}")
+            best = e.value
+            path.append(("M" if not path else "L") + f"{x(i):.1f},{y(best):.1f}")
+    path.append(f"L{x(n):.1f},{y(best):.1f}")
+    parts.append(f"<path d='{' '.join(path)}' fill='none' stroke='#111' stroke-width='2'/>")
+    for i, e in enumerate(evals, 1):
+        if not e.ok:
+            parts.append(f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top + plot_h + 22}' "
+                         f"y2='{top + plot_h + 30}' stroke='{FAILURE_COLOUR}'><title>#{i} "
+                         f"{_esc(e.reason)}</title></line>")
+    legend = [("best so far", "#111")] + [(a or "?", colour[a]) for a in agents]
+    for k, (name, c) in enumerate(legend):
+        ly = top + 14 + 18 * k
+        parts.append(f"<rect x='{left + plot_w + 8}' y='{ly - 8}' width='10' height='10' fill='{c}'/>"
+                     f"<text x='{left + plot_w + 22}' y='{ly + 1}'>{_esc(name)}</text>")
+    failures = sum(1 for e in evals if not e.ok)
+    notes = []
+    if failures:
+        notes.append(f"<tspan fill='{FAILURE_COLOUR}'>{failures} failed (red marks)</tspan>")
+    if clipped:
+        notes.append(f"{clipped} outside the range shown (triangles on the edge)")
+    if notes:
+        parts.append(f"<text x='{left}' y='{top + plot_h + 44}'>{' · '.join(notes)}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def agents_svg(agents: dict[str, list[int]], width: int = 640) -> str:
+    """Per agent: evaluations (light bar) and improvements (dark bar), one row each."""
+    if not agents:
+        return ""
+    row, label_w = 34, 110
+    height = 28 + row * len(agents)
+    most = max(v[0] for v in agents.values()) or 1
+    plot_w = width - label_w - 200  # room for the count text after the longest bar
+    parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+             f"viewBox='0 0 {width} {height}' role='img' aria-label='agents'>"),
+             "<text x='0' y='14'>evaluations (light) and improvements (dark) per agent</text>"]
+    for k, (agent, (evaluated, _failed, improved)) in enumerate(sorted(agents.items())):
+        c = AGENT_COLOURS[k % len(AGENT_COLOURS)]
+        y0 = 24 + k * row
+        parts.append(f"<text x='0' y='{y0 + 17}'>{_esc(agent or '?')}</text>"
+                     f"<rect x='{label_w}' y='{y0 + 4}' width='{evaluated / most * plot_w:.1f}' "
+                     f"height='12' fill='{c}' fill-opacity='.35'/>"
+                     f"<rect x='{label_w}' y='{y0 + 18}' width='{improved / most * plot_w:.1f}' "
+                     f"height='8' fill='{c}'/>"
+                     f"<text x='{label_w + evaluated / most * plot_w + 6:.1f}' y='{y0 + 15}'>"
+                     f"{evaluated} evaluated, {improved} improved</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _source_html(source: str, language: str) -> str:
+    try:
+        from pygments import highlight
+        from pygments.formatters import HtmlFormatter
+        from pygments.lexers import get_lexer_by_name
+
+        formatter = HtmlFormatter(noclasses=True, style="default", nowrap=True)
+        return f"<pre class='source'>{highlight(source, get_lexer_by_name(language), formatter)}</pre>"
+    except Exception:  # noqa: BLE001 - plain text is still the source
+        return f"<pre class='source'>{_esc(source)}</pre>"
+
+
+def _catalog_template(backend: str, goal) -> tuple[str, str] | None:
+    """(template source, language) of a catalog operator, when the run used one."""
+    if not goal.operator:
+        return None
+    try:
+        from app.catalog import get_operator
+
+        op = get_operator(backend, goal.operator)
+        return op.template_source(goal.dtype), op.language
+    except Exception:  # noqa: BLE001 - an operator renamed since: the configuration still shows
+        return None
+
+
+def best_kernel_text(run: dict, goal, best: Evaluation) -> tuple[str, str]:
+    """(text, pygments language) of what the best candidate ran: its parameters as the
+    #defines the compiler got, then its own source (LLM or user kernels) or the catalog
+    template; for recorded spaces, its configuration."""
+    source = (best.source, "cuda" if run.get("backend") == "cuda" else "c") if best.source \
+        else _catalog_template(run.get("backend", ""), goal)
+    if source is None:
+        return json.dumps(best.config, indent=2), "json"
+    text, language = source
+    defines = "".join(f"#define {k} {v}\n" for k, v in best.config.items())
+    return f"/* parameters of this candidate (passed to the compiler as -D) */\n{defines}\n{text}", language
+
+
+def render_report(store, run_id: int, top: int = 20) -> str:
+    run = store.get_run(run_id)
+    goal = store.goal_of_run(run_id)
+    unit = run_unit(run, goal.objective.metric)
+    minimize = goal.objective.minimize
+    evals: list[Evaluation] = [e for _, e, _ in store.load_evaluations(run_id)]
+    ok = sorted((e for e in evals if e.ok and e.value is not None),
+                key=lambda e: e.value if minimize else -e.value)
+    first = next((e.value for e in evals if e.ok and e.value is not None), None)
+    best = ok[0] if ok else None
+    baseline, limit = run.get("baseline_value"), run.get("limit_value")
+    reference = baseline or first
+    speed = gain(best.value if best else None, reference, minimize)
+    roof = fraction_of_limit(best.value if best else None, limit, minimize)
+
+    failures: dict[str, int] = {}
+    agents: dict[str, list[int]] = {}
+    current = None
+    for e in evals:
+        stats = agents.setdefault(e.agent, [0, 0, 0])
+        stats[0] += 1
+        if not e.ok:
+            failures[e.reason or "failed"] = failures.get(e.reason or "failed", 0) + 1
+            stats[1] += 1
+        elif e.value is not None and (current is None or (e.value < current if minimize else e.value > current)):
+            current = e.value
+            stats[2] += 1
+
+    device = run.get("device") or {}
+    spread = ""
+    if best is not None and best.p10_ms is not None and best.p90_ms is not None and best.time_ms:
+        middle = "mean recorded by Kernel Tuner" if run["backend"] == "replay" else "median"
+        spread = (f"{_num(best.time_ms)} ms {middle}, p10–p90 {_num(best.p10_ms)}–{_num(best.p90_ms)} ms "
+                  f"({100 * (best.p90_ms - best.p10_ms) / best.time_ms:.2g} % spread)")
+    roof_text = format_percent(roof)
+    if roof is not None and roof > 1.0:
+        roof_text = (f"<span class='flag'>{roof_text} — above the measured limit: suspect, "
+                     "check the measurement</span>")
+    summary = [
+        ["goal", _esc(run["name"])], ["backend", _esc(run["backend"])],
+        ["device", _esc(device.get("name", "—"))],
+        ["status", _esc(f"{run['status']} ({run.get('reason') or '—'})")],
+        ["evaluations", f"{run['evaluations']} ({run['succeeded']} correct, {len(evals) - len(ok)} failed)"],
+        ["best", _esc(format_value(best.value if best else None, unit))],
+        ["timing of the best", _esc(spread or "—")],
+        ["baseline", _esc(format_value(baseline, unit) if baseline else "— (none measured)")],
+        ["speedup", _esc(f"{format_gain(speed)} over {'the baseline' if baseline else 'the first correct candidate'}"
+                         if speed else "—")],
+        ["limit", _esc(format_value(limit, unit) if limit else "— (unknown for this backend)")],
+        ["of the limit", roof_text],
+        ["run time", f"{run.get('elapsed_s') or 0:.1f} s"], ["seed", _esc(run.get("seed"))],
+    ]
+    best_rows = []
+    for rank, e in enumerate(ok[:top], 1):
+        frac = fraction_of_limit(e.value, limit, minimize)
+        best_rows.append([rank, _esc(format_value(e.value, unit)),
+                          _esc(f"{_num(e.p10_ms)}–{_num(e.p90_ms)} ms" if e.p10_ms is not None else "—"),
+                          _esc(format_gain(gain(e.value, reference, minimize))),
+                          _esc(format_percent(frac)), _esc(e.agent),
+                          _esc("  ".join(f"{k}={v}" for k, v in e.config.items()))])
+    lessons = current_lessons(store.lessons(run_id=run_id))
+    source = ""
+    if best is not None:
+        text, language = best_kernel_text(run, goal, best)
+        source = _source_html(text, language)
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>KernelSwarm run {run_id}: {_esc(run['name'])}</title>
+<style>{CSS}</style></head><body>
+<h1>Run {run_id}: {_esc(run['name'])}</h1>
+<p class="meta">{_esc(device.get('name', ''))} · KernelSwarm {__version__} · report of
+{dt.datetime.now():%Y-%m-%d %H:%M}</p>
+<h2>Summary</h2>{_table(None, summary)}
+<h2>Convergence</h2>{convergence_svg(evals, minimize, unit, baseline, limit)}
+<h2>Agents</h2>{agents_svg(agents)}
+{_table(["agent", "evaluations", "failed", "improvements"],
+        [[_esc(a), *v] for a, v in sorted(agents.items())], numeric={1, 2, 3})}
+<h2>Best candidates</h2>
+{_table(["rank", f"objective ({unit})", "p10–p90", "gain", "of limit", "agent", "parameters"],
+        best_rows, numeric={0, 1, 2, 3, 4}, classes={6: "params"})}
+<h2>Best kernel</h2>{source or "<p class='note'>No correct candidate.</p>"}
+<h2>Failures by reason</h2>
+{_table(["reason", "count"], [[_esc(k), v] for k, v in sorted(failures.items(), key=lambda kv: -kv[1])],
+        numeric={1}) if failures else "<p class='note'>None.</p>"}
+<h2>Lessons</h2>
+{_table(["kind", "lesson"], [[_esc(r["kind"]), _esc(r["text"])] for r in lessons]) if lessons else "<p class='note'>None.</p>"}
+<h2>Goal</h2><pre class="source">{_esc(goal.to_toml())}</pre>
+</body></html>
+"""
