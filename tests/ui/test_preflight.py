@@ -21,18 +21,18 @@ def plugin_missing_a_library(tmp_path):
         pytest.skip("needs a C compiler and ldd")
     (tmp_path / "dep.c").write_text("int ks_dep(void) { return 1; }\n")
     (tmp_path / "plugin.c").write_text("int ks_dep(void);\nint ks_plugin(void) { return ks_dep(); }\n")
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "libxcb-icccm.so.4",
-                    "-Wl,-soname,libxcb-icccm.so.4", tmp_path / "dep.c"], check=True)
+    subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "libks-missing-xcb.so.7",
+                    "-Wl,-soname,libks-missing-xcb.so.7", tmp_path / "dep.c"], check=True)
     subprocess.run(["cc", "-shared", "-fPIC", "-o", tmp_path / "libqxcb.so", tmp_path / "plugin.c",
-                    tmp_path / "libxcb-icccm.so.4"], check=True)
-    (tmp_path / "libxcb-icccm.so.4").unlink()
+                    tmp_path / "libks-missing-xcb.so.7"], check=True)
+    (tmp_path / "libks-missing-xcb.so.7").unlink()
     return tmp_path / "libqxcb.so"
 
 
 def test_a_missing_library_is_named_with_its_package(plugin_missing_a_library):
     line = preflight.problem({"DISPLAY": ":99"}, plugin=plugin_missing_a_library)
     assert line is not None and "\n" not in line
-    assert "libxcb-icccm.so.4" in line
+    assert "libks-missing-xcb.so.7" in line
     assert "sudo apt-get install libxcb-icccm4" in line
 
 
