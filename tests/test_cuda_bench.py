@@ -10,6 +10,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.core.types import Evaluation, Stage
+from app.gpu.cascade import STAGES
+
 ROOT = Path(__file__).resolve().parent.parent
 
 INFO = {"ok": True, "name": "NVIDIA H200", "compute_capability": "90", "sms": 132,
@@ -19,25 +22,26 @@ INFO = {"ok": True, "name": "NVIDIA H200", "compute_capability": "90", "sms": 13
 
 
 class BenchGpu:
-    """Stand-in GPU worker: every candidate verifies; its time is a hash of its configuration."""
+    """Stand-in GPU worker: every candidate verifies; its time is a hash of its configuration.
+    It answers in the worker protocol every backend shares (a serialised Evaluation)."""
 
     def __init__(self, index: int) -> None:
         self.index = index
 
     def __call__(self, request, progress):
-        if request["kind"] == "info":
+        if request[0] == "info":
             return dict(INFO)
-        if request["kind"] == "baselines":
+        if request[0] == "baselines":
             return {"ok": True, "best": "torch:x", "baselines": {"torch:x": {"ok": True, "ms": [0.2]}}}
-        digest = hashlib.sha256(json.dumps(request["config"], sort_keys=True).encode()).digest()
-        ms = 0.1 + digest[0] / 255.0
-        st = {"median": ms, "p10": ms * 0.99, "p90": ms * 1.01, "n": 10, "rel_ci": 0.004, "min": ms}
-        base = {"median": 0.2, "p10": 0.2, "p90": 0.2, "n": 10, "rel_ci": 0.001, "min": 0.2}
-        return {"ok": True, "restart": False, "stages": [("verify", True, 0.0, ""), ("time", True, 0.0, ""),
-                                                          ("reverify", True, 0.0, "")],
-                "timed": [{"shape": s, "stats": {"candidate": st, "baseline": base}, "samples": [ms] * 10,
-                           "mode": {"candidate": "events"}, "cache": "cold", "stop_reason": "converged",
-                           "discarded_throttled": 0, "throttle_seen": []} for s in request["goal_shapes"]]}
+        req = request[1]
+        digest = hashlib.sha256(json.dumps(req.config, sort_keys=True).encode()).digest()
+        ms = (0.1 + digest[0] / 255.0) * len(req.goal_shapes)
+        ev = Evaluation(key=req.key, config=req.config, ok=True, value=ms, time_ms=ms, p10_ms=ms * 0.99,
+                        p90_ms=ms * 1.01, samples_ms=[ms] * 10, agent=req.agent,
+                        stages=[Stage(n, True, 0.0) for n in STAGES],
+                        metrics={"samples": 10.0, "baseline_ms": 0.2 * len(req.goal_shapes)},
+                        resources={"timing_mode": "events", "cache": "cold"})
+        return {"evaluation": ev.to_dict(), "restart": False}
 
 
 def test_benchmark_report_and_last_line(tmp_path):

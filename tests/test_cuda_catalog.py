@@ -11,6 +11,8 @@ import pytest
 from app.catalog import known_operators
 from app.catalog.cuda import OPERATORS
 from app.catalog.cuda.base import ceil_div, from_storage, largest_dividing_vec, to_storage
+from app.catalog.protocol import Operator
+from app.gpu.verify import tolerance_for
 
 
 def test_registered_for_the_cuda_backend():
@@ -89,7 +91,7 @@ def test_edge_shapes_are_runnable_and_differ_from_the_goal(name):
     op = OPERATORS[name]
     shape = [4096, 4096, 4096] if name == "gemm" else [4096, 4096]
     for dtype in op.dtypes:
-        edges = op.edge_shapes(shape, dtype)
+        edges = op.edge_shapes([shape], dtype, op.space(dtype).params)
         assert edges and all(e != shape for e in edges)
         for e in edges:
             assert op.check_shape(e, dtype) is None, (dtype, e)
@@ -134,12 +136,23 @@ def test_tolerances_reject_a_zero_output():
         for dtype in op.dtypes:
             inputs = op.make_inputs(np, shape, dtype, rng, "normal")
             ref = op.reference(np, {k: from_storage(np, v, dtype) for k, v in inputs.items()}, shape)
-            rtol, atol = op.tolerance(dtype, shape)
+            tol = tolerance_for(op, shape, dtype)  # the one table, scaled by the operator
+            rtol, atol = tol.rtol, tol.atol
             for out in ref.values():
                 bad = ~(np.abs(out) <= atol + rtol * np.abs(out) + 0 * out)  # zero: error == |ref|
                 assert bad.mean() > 0.9, (name, dtype)
                 rounded = from_storage(np, to_storage(np, out, dtype), dtype)
                 assert np.all(np.abs(rounded - out) <= atol + rtol * np.abs(out)), (name, dtype)
+
+
+def test_every_operator_implements_the_catalog_protocol():
+    from app.catalog.cpu import OPERATORS as CPU_OPS
+
+    for op in [*OPERATORS.values(), *CPU_OPS.values()]:
+        assert isinstance(op, Operator), op.name
+        dtype = op.dtypes[0]
+        assert op.entry(dtype) in op.template_source(dtype), op.name
+        assert op.language in ("c", "cuda") and op.distributions[0] == "normal"
 
 
 def test_bundled_cuda_goals_load_and_fit_the_catalog():

@@ -31,13 +31,7 @@ import numpy as np
 
 from app.catalog import get_operator
 from app.catalog.cpu.operator import ENTRY_SYMBOL, REFERENCE_SOURCE, CpuOperator, kernel_source
-from app.goal import Goal, GoalError
 from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
-from app.gpu.cascade import Built, CascadeRequest, StageFailed, run_cascade
-from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
-from app.gpu.verify import CheckCase, GuardedOutput, make_inputs
-from app.gpu.worker import Deadlines, WorkerPool
-from app.paths import cache_dir
 from app.core.space import SearchSpace, config_key
 from app.core.types import (
     COMPILE_FAILED,
@@ -48,6 +42,19 @@ from app.core.types import (
     Evaluation,
     Stage,
 )
+from app.goal import Goal, GoalError
+from app.gpu.cascade import (
+    Built,
+    CascadeRequest,
+    StageFailed,
+    TimerResult,
+    evaluation_from_reply,
+    run_cascade,
+)
+from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
+from app.gpu.verify import CheckCase, GuardedOutput, make_inputs, make_outputs
+from app.gpu.worker import Deadlines, WorkerPool
+from app.paths import cache_dir
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
 MAX_SOURCE_BYTES = 200_000
@@ -182,15 +189,21 @@ def kernels_dir() -> Path:
 
 # ---- the worker side ----------------------------------------------------------------------
 class CpuKernelBackend:
-    """The cascade's CPU hooks; lives in the worker process."""
+    """The cascade's CPU hooks (app.gpu.cascade.CascadeBackend); lives in the worker process."""
 
-    def __init__(self, op: CpuOperator, tc: Toolchain, compile_timeout_s: float) -> None:
+    xp = np
+
+    def __init__(self, op: CpuOperator, tc: Toolchain, compile_timeout_s: float,
+                 flusher: CacheFlusher | None = None) -> None:
         self.op, self.tc, self.compile_timeout_s = op, tc, compile_timeout_s
+        self.flusher = flusher
 
-    def static_check(self, source: str) -> list[str]:
+    def static_check(self, source: str, config: dict[str, Any] | None = None,
+                     shapes: Sequence[Sequence[int]] = ()) -> list[str]:
         return static_problems(source)
 
-    def build(self, source: str, config: dict[str, Any]) -> Built:
+    def build(self, source: str, config: dict[str, Any], shapes: Sequence[Sequence[int]] = ()) -> Built:
+        """One library serves every shape (dimensions are call arguments)."""
         key = build_key(self.op, config, source, self.tc)
         lib = kernels_dir() / f"{self.op.name}-{key}.so"
         if lib.exists():
@@ -223,12 +236,23 @@ class CpuKernelBackend:
         return KernelRunner(_load_entry(built.artifact, ENTRY_SYMBOL, self.op), self.op)
 
     def timing_calls(self, runner: KernelRunner, inputs: dict[str, np.ndarray],
-                     out: GuardedOutput) -> dict[str, Callable[[], None]]:
+                     outputs: dict[str, GuardedOutput], shape: tuple[int, ...] = ()
+                     ) -> dict[str, Callable[[], None]]:
         fn = runner.fn
+        out = outputs[self.op.output_name]
         args = _args(self.op, inputs, out.view)  # pointers resolved once, outside the timed call
-        numpy_out = np.empty(out.shape, dtype=out.dtype)
+        numpy_out = np.empty(out.shape, dtype=np.float32)
         return {"candidate": lambda: fn(*args),
                 "numpy": lambda: self.op.numpy_baseline(inputs, numpy_out)}
+
+    def timer(self, calls: dict[str, Callable[[], None]], settings: TimingSettings | None) -> TimerResult:
+        return TimerResult(time_interleaved(calls, settings or TimingSettings(), self.flusher))
+
+    def fault(self, exc: BaseException) -> StageFailed | None:
+        return None  # a CPU kernel's failures are signals (the watchdog) or plain exceptions
+
+    def release(self) -> None:
+        pass
 
 
 def _load_entry(path: Path, symbol: str, op: CpuOperator) -> Any:
@@ -251,8 +275,9 @@ class KernelRunner:
     def __init__(self, fn: Any, op: CpuOperator) -> None:
         self.fn, self.op = fn, op
 
-    def __call__(self, inputs: dict[str, np.ndarray], out: GuardedOutput) -> None:
-        self.fn(*_args(self.op, inputs, out.view))
+    def __call__(self, inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
+                 shape: tuple[int, ...] = ()) -> None:
+        self.fn(*_args(self.op, inputs, outputs[self.op.output_name].view))
 
 
 class CpuWorker:
@@ -261,14 +286,14 @@ class CpuWorker:
     def __init__(self, operator: str, compiler: str, compile_timeout_s: float, flush_bytes: int) -> None:
         self.op: CpuOperator = get_operator("cpu", operator)
         self.tc = toolchain(compiler)
-        self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s)
         self.flusher = CacheFlusher(flush_bytes) if flush_bytes > 0 else None
+        self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s, self.flusher)
 
     def __call__(self, request: tuple, progress: Callable[[str], None]) -> dict[str, Any]:
         kind = request[0]
         if kind == "evaluate":
             evaluation, restart = run_cascade(request[1], self.op, self.backend, progress,
-                                              throughput=self.op.throughput, flusher=self.flusher)
+                                              throughput=self.op.throughput)
             return {"evaluation": evaluation.to_dict(), "restart": restart}
         if kind == "compare":
             progress("time")
@@ -292,17 +317,18 @@ class CpuWorker:
         """A verified candidate, numpy and the C reference timed interleaved (medians in ms,
         summed over the goal's shapes)."""
         source = request.source if request.source is not None else request.template
-        runner = self.backend.load(self.backend.build(source, request.config))
+        runner = self.backend.load(self.backend.build(source, request.config, request.goal_shapes))
         ref = self._reference()
         totals = {"candidate": 0.0, "numpy": 0.0, "c_reference": 0.0}
         for shape in request.goal_shapes:
-            inputs = make_inputs(self.op, CheckCase(list(shape), "normal", request.seed), "float32")
-            out = GuardedOutput(self.op.output_shape(tuple(shape)), "float32")
-            calls = self.backend.timing_calls(runner, inputs, out)
-            ref_out = np.empty(out.shape, np.float32)  # kept alive: the call holds its address
+            inputs = make_inputs(np, self.op, CheckCase(list(shape), "normal", request.seed), "float32")
+            outputs = make_outputs(np, self.op, shape, "float32")
+            calls = self.backend.timing_calls(runner, inputs, outputs, tuple(shape))
+            ref_out = np.empty(self.op.output_shape(tuple(shape)), np.float32)  # kept alive: the call holds its address
             ref_args = _args(self.op, inputs, ref_out)
             calls["c_reference"] = lambda args=ref_args: ref(*args)
-            for name, stats in time_interleaved(calls, request.timing, self.flusher).items():
+            for name, stats in time_interleaved(calls, request.timing or TimingSettings(),
+                                                self.flusher).items():
                 totals[name] += stats.median_ms
         return totals
 
@@ -312,7 +338,7 @@ class CpuWorker:
         ref = self._reference()
         result: dict[str, Any] = {"numpy_ms": 0.0, "c_reference_ms": 0.0, "per_shape": []}
         for shape in shapes:
-            inputs = make_inputs(self.op, CheckCase(list(shape), "normal", 1), "float32")
+            inputs = make_inputs(np, self.op, CheckCase(list(shape), "normal", 1), "float32")
             out_np = np.empty(self.op.output_shape(tuple(shape)), np.float32)
             out_c = np.empty_like(out_np)
             args = _args(self.op, inputs, out_c)
@@ -441,17 +467,9 @@ class CpuEvaluator(Evaluator):
                               stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
         baselines = self._ensure_baselines()
         reply = self.pool.call(("evaluate", self._request(candidate)), self.settings.deadlines)
-        if reply.fault is not None:
-            f = reply.fault
-            stages = [Stage(name, True, secs) for name, secs in f.completed]
-            stages.append(Stage(f.stage, False, f.stage_seconds, f.detail))
-            ev = Evaluation(ok=False, reason=f.reason, detail=f.detail, log=f.log, stages=stages, **base)
-        else:
-            ev = Evaluation.from_dict(reply.result["evaluation"])
-            if reply.log.strip():
-                ev.log = "\n".join(x for x in (ev.log, "--- worker output ---\n" + reply.log) if x)
-            if ev.ok:
-                self._relative_metrics(ev, baselines or {})
+        ev = evaluation_from_reply(reply, **base)
+        if ev.ok:
+            self._relative_metrics(ev, baselines or {})
         if ev.failing_case:
             self.add_validation_case(ev.failing_case)
         ev.sim_seconds = time.perf_counter() - t0

@@ -1,55 +1,56 @@
-"""The verification protocol shared by every compiling backend.
+"""The verification protocol shared by every compiling backend (NumPy on the CPU, CuPy on the GPU:
+every function takes the array module `xp`).
 
 A candidate is correct only if, on inputs drawn fresh for every check:
 - each goal shape and each edge shape (dimensions that are not multiples of any tile size)
-  gives the reference result within a dtype-aware tolerance, for several input distributions
-  (normal, uniform with large magnitude, values near the dtype's limits, constant rows, sparse);
+  gives the reference result within a dtype-aware tolerance, for several input distributions;
 - no output element is left untouched (outputs are pre-filled with NaN) and nothing is written
-  around the output (guard canaries) or into the inputs;
+  around any output (guard canaries) or into the inputs;
 - there is no NaN or Inf where the reference is finite;
-- two runs on the same input give bit-identical results (determinism).
+- two runs on the same input give bit-identical results (determinism, where the operator
+  promises it).
 
-The reference is computed in float64 from the very float32 inputs the kernel saw. A failing
-check is returned as a case (shape, distribution, seed) that reproduces it exactly, so it can
-join the goal's validation set.
+The reference is computed in float64 from the very inputs the kernel saw (converted from their
+storage dtype). A failing check is returned as a case (shape, distribution, seed) that
+reproduces it exactly, so it can join the goal's validation set.
 
-Backends plug in through a runner: `runner(inputs, guarded_output)` runs the kernel on host
-arrays and leaves the result (and whatever it did to the guards) in `guarded_output.buffer`.
-A CPU runner passes pointers straight in; a GPU runner copies the whole guarded buffer to the
-device, launches on the interior, and copies it back.
+Backends plug in through a runner: `runner(inputs, outputs, shape)` runs the kernel on arrays of
+`xp` and leaves the results (and whatever it did to the guards) in each output's buffer; a GPU
+runner synchronises before it returns.
+
+Tolerances: ONE table per dtype (RTOL, ATOL below). The rtol used is the table's value times the
+operator's `rtol_growth(shape, dtype)` (accumulation error that grows with the reduction length,
+fast intrinsics), and the operator's `atol` (absolute floor for outputs that are near zero by
+construction); the goal may override either.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
-DISTRIBUTIONS = ("normal", "uniform_large", "near_limits", "constant_rows", "sparse")
+from app.catalog.protocol import (
+    DISTRIBUTIONS,
+    Operator,
+    bits_dtype,
+    from_storage,
+    nan_bits,
+    storage_dtype,
+    to_storage,
+)
+
 GUARD_ELEMENTS = 256  # canary elements before and after every output
-_CANARY_BITS = np.uint32(0x7FA5A5A5)  # a signalling-NaN payload no kernel computes by accident
-_NAN_BITS = np.uint32(0x7FC00000)
+_CANARY = {2: 0x7FA5, 4: 0x7FA5A5A5, 8: 0x7FA5A5A5A5A5A5A5}  # NaN payloads no kernel computes
 
-DEFAULT_RTOL = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1.6e-2}
-DEFAULT_ATOL = {"float32": 1e-30, "float64": 1e-300, "float16": 1e-6, "bfloat16": 1e-6}
+# Output rounding dominates: float32 ~6e-8, float16 2^-11, bfloat16 2^-8 relative (half an ulp),
+# with headroom for a different summation order than the float64 reference.
+RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 4e-3, "bfloat16": 2e-2}
+ATOL = {"float64": 1e-300, "float32": 1e-30, "float16": 1e-6, "bfloat16": 1e-6}
 
-
-class VerifiableOperator(Protocol):
-    name: str
-    ndim: int
-    tile_params: tuple[str, ...]
-
-    def input_shapes(self, shape: tuple[int, ...]) -> dict[str, tuple[int, ...]]: ...
-    def output_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]: ...
-    def reference(self, inputs: dict[str, np.ndarray]) -> np.ndarray: ...
-    def error_scale(self, inputs: dict[str, np.ndarray], ref: np.ndarray) -> np.ndarray: ...
-    def near_limit_magnitude(self, shape: tuple[int, ...]) -> float: ...
-    def rtol_growth(self, shape: tuple[int, ...]) -> float: ...
-
-
-Runner = Callable[[dict[str, np.ndarray], "GuardedOutput"], None]
+Runner = Callable[[dict[str, Any], dict[str, "GuardedOutput"], tuple[int, ...]], None]
 
 
 @dataclass
@@ -59,15 +60,15 @@ class CheckCase:
     shape: list[int]
     distribution: str
     seed: int
-    origin: str = "goal"  # goal | edge | validation | timing
+    origin: str = "goal"  # goal | edge | validation | timing | reverify
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> CheckCase:
+    def from_dict(cls, data: dict[str, Any], distributions: Sequence[str] = DISTRIBUTIONS) -> CheckCase:
         dist = data.get("distribution", "normal")
-        if dist not in DISTRIBUTIONS:
+        if dist not in distributions:
             dist = "normal"
         return cls(shape=[int(d) for d in data["shape"]], distribution=dist,
                    seed=int(data.get("seed", 0)), origin="validation")
@@ -89,233 +90,215 @@ class VerifyFailure:
     check: str  # verify | determinism | reverify
     corrupted_memory: bool = False  # guards or inputs overwritten: the process is suspect
 
-    def failing_case(self, operator: str) -> dict[str, Any]:
-        return {**self.case.to_dict(), "operator": operator, "check": self.check,
+    def failing_case(self, operator: str, dtype: str) -> dict[str, Any]:
+        return {**self.case.to_dict(), "operator": operator, "dtype": dtype, "check": self.check,
                 "problem": self.problem}
 
 
 # ---- inputs -------------------------------------------------------------------------------
-def draw(shape: tuple[int, ...], distribution: str, rng: np.random.Generator, dtype: np.dtype,
-         limit: float) -> np.ndarray:
-    """One input array of the given distribution (the last axis is a 'row')."""
-    if distribution == "normal":
-        a = rng.standard_normal(shape)
-    elif distribution == "uniform_large":
-        big = min(1e4, limit)
-        a = rng.uniform(-big, big, shape)
-    elif distribution == "near_limits":
-        a = rng.choice([-1.0, 1.0], shape) * limit * rng.uniform(0.5, 1.0, shape)
-        tiny = rng.random(shape) < 0.1  # some values near the smallest normal number
-        a[tiny] = float(np.finfo(dtype).tiny) * rng.uniform(1.0, 8.0, int(tiny.sum()))
-    elif distribution == "constant_rows":
-        lead = shape[:-1] if len(shape) > 1 else ()
-        values = rng.standard_normal(lead) * 3.0
-        if values.ndim:
-            values.reshape(-1)[::4] = 0.0  # every fourth row all zeros
-        a = np.broadcast_to(np.asarray(values)[..., None] if values.ndim else values, shape).copy()
-    elif distribution == "sparse":
-        a = rng.standard_normal(shape)
-        a[rng.random(shape) < 0.5] = 0.0
-    else:
-        raise ValueError(f"unknown input distribution {distribution!r}")
-    return np.ascontiguousarray(a.astype(dtype))
+def make_inputs(xp: Any, op: Operator, case: CheckCase, dtype: str) -> dict[str, Any]:
+    rng = xp.random.default_rng(int(case.seed))
+    return op.make_inputs(xp, list(case.shape), dtype, rng, case.distribution)
 
 
-def make_inputs(op: VerifiableOperator, case: CheckCase, dtype: str = "float32") -> dict[str, np.ndarray]:
-    rng = np.random.default_rng(case.seed)
-    shape = tuple(case.shape)
-    limit = op.near_limit_magnitude(shape)
-    return {name: draw(s, case.distribution, rng, np.dtype(dtype), limit)
-            for name, s in op.input_shapes(shape).items()}
-
-
-def refill_inputs(op: VerifiableOperator, inputs: dict[str, np.ndarray], case: CheckCase,
-                  dtype: str = "float32") -> None:
+def refill_inputs(xp: Any, op: Operator, inputs: dict[str, Any], case: CheckCase, dtype: str) -> None:
     """Write fresh values into existing input buffers (same addresses: catches kernels that
     cache results keyed on the input pointer)."""
-    fresh = make_inputs(op, case, dtype)
+    fresh = make_inputs(xp, op, case, dtype)
     for name, arr in inputs.items():
-        np.copyto(arr, fresh[name])
+        arr[...] = fresh[name]
 
 
 # ---- guarded outputs ----------------------------------------------------------------------
 class GuardedOutput:
-    """An output array pre-filled with NaN, between two runs of canary elements."""
+    """An output array pre-filled with NaN, between two runs of canary elements. Works for
+    4-byte and 2-byte dtypes (bfloat16 as uint16 bits); `view` is what the kernel writes."""
 
-    def __init__(self, shape: tuple[int, ...], dtype: str = "float32",
+    def __init__(self, xp: Any, shape: Sequence[int], dtype: str = "float32",
                  guard: int = GUARD_ELEMENTS) -> None:
-        if np.dtype(dtype).itemsize != 4:
-            raise ValueError("guarded outputs are implemented for 4-byte dtypes")
-        self.shape, self.dtype, self.guard = tuple(shape), np.dtype(dtype), guard
-        self.size = int(np.prod(shape))
-        self.buffer = np.empty(self.size + 2 * guard, dtype=self.dtype)
+        self.xp, self.shape, self.dtype, self.guard = xp, tuple(int(d) for d in shape), dtype, guard
+        self.size = int(np.prod(self.shape))
+        self.buffer = xp.empty(self.size + 2 * guard, dtype=storage_dtype(dtype))
+        bits = bits_dtype(dtype)
+        self.bits = self.buffer.view(bits)
+        self.canary = bits.type(_CANARY[bits.itemsize])
         self.reset()
 
-    def reset(self, fill_bits: np.uint32 = _NAN_BITS) -> None:
-        bits = self.buffer.view(np.uint32)
-        bits[:] = _CANARY_BITS
-        bits[self.guard:self.guard + self.size] = fill_bits
+    def reset(self) -> None:
+        self.bits[:self.guard] = self.canary
+        self.bits[self.guard + self.size:] = self.canary
+        self.bits[self.guard:self.guard + self.size] = bits_dtype(self.dtype).type(nan_bits(self.dtype))
 
-    def fill(self, values: np.ndarray) -> None:
-        """Pre-fill the interior with arbitrary values (determinism check)."""
+    def fill(self, values: Any) -> None:
+        """Pre-fill the interior with arbitrary storage values (determinism check)."""
         self.buffer[self.guard:self.guard + self.size] = values.reshape(-1)
 
     @property
-    def view(self) -> np.ndarray:
+    def view(self) -> Any:
         return self.buffer[self.guard:self.guard + self.size].reshape(self.shape)
 
     def guards_intact(self) -> bool:
-        bits = self.buffer.view(np.uint32)
-        return bool(np.all(bits[:self.guard] == _CANARY_BITS)
-                    and np.all(bits[self.guard + self.size:] == _CANARY_BITS))
+        return bool((self.bits[:self.guard] == self.canary).all()) and \
+            bool((self.bits[self.guard + self.size:] == self.canary).all())
+
+
+def make_outputs(xp: Any, op: Operator, shape: Sequence[int], dtype: str) -> dict[str, GuardedOutput]:
+    return {name: GuardedOutput(xp, s, dtype) for name, s in op.output_shapes(list(shape)).items()}
 
 
 # ---- planning -----------------------------------------------------------------------------
-def tolerance_for(op: VerifiableOperator, shape: Sequence[int], dtype: str,
-                  rtol: float | None = None, atol: float | None = None) -> Tolerance:
-    growth = op.rtol_growth(tuple(shape))
-    return Tolerance(rtol=rtol if rtol is not None else DEFAULT_RTOL.get(dtype, 1e-5) * growth,
-                     atol=atol if atol is not None else DEFAULT_ATOL.get(dtype, 1e-30))
+def tolerance_for(op: Operator, shape: Sequence[int], dtype: str, rtol: float | None = None,
+                  atol: float | None = None) -> Tolerance:
+    """The table's rtol for `dtype` times the operator's growth; the goal may override."""
+    r = rtol if rtol is not None else RTOL[dtype] * op.rtol_growth(list(shape), dtype)
+    a = atol if atol is not None else op.atol(list(shape), dtype, r)
+    return Tolerance(rtol=r, atol=a)
 
 
-def edge_shapes(op: VerifiableOperator, goal_shapes: Sequence[Sequence[int]],
-                params: dict[str, list]) -> list[list[int]]:
-    """Shapes whose dimensions are not multiples of any tile size: one tiny (smaller than any
-    tile), one just past the largest tile, both capped by the goal's own dimensions."""
-    tiles = sorted({int(v) for p in op.tile_params for v in params.get(p, [])
-                    if isinstance(v, int) and v > 1})
-
-    def not_multiple(start: int) -> int:
-        d = max(1, start)
-        while any(d % t == 0 for t in tiles):
-            d += 1
-        return d
-
-    biggest = tiles[-1] if tiles else 8
-    small = [not_multiple(p) for p in (3, 5, 7, 11)][:op.ndim]
-    large = [not_multiple(biggest + 3 + 2 * i) for i in range(op.ndim)]
-    shapes = [small, large]
-    if goal_shapes:  # the goal's shape nudged off every tile multiple (capped: verification
-        # at full size is already done on the goal shape itself)
-        nudged = [not_multiple(min(d, 4 * biggest) - 1) if d > 2 else not_multiple(d)
-                  for d in goal_shapes[0]]
-        shapes.append(nudged)
-    out: list[list[int]] = []
-    for s in shapes:
-        if s not in out and list(s) not in [list(g) for g in goal_shapes]:
-            out.append(s)
-    return out
-
-
-def plan_checks(op: VerifiableOperator, goal_shapes: Sequence[Sequence[int]], params: dict[str, list],
-                validation_cases: Sequence[dict[str, Any]] = (), seed: int = 0,
-                goal_distributions: int = 2) -> list[CheckCase]:
+def plan_checks(op: Operator, goal_shapes: Sequence[Sequence[int]], params: dict[str, list],
+                dtype: str = "float32", validation_cases: Sequence[dict[str, Any]] = (),
+                seed: int = 0, goal_distributions: int = 2) -> list[CheckCase]:
     """Validation cases first (they have failed before), then every goal shape with a few
-    distributions, then edge shapes with all of them. Seeds are fresh per check."""
+    distributions, then edge shapes: the two small ones with every distribution the operator
+    accepts, the others (as costly as a goal shape) with the goal's share. Fresh seeds."""
     rng = np.random.default_rng(seed)
+    dists = tuple(op.distributions)
     cases: list[CheckCase] = []
     seen: set[tuple] = set()
     for data in validation_cases:
         try:
-            case = CheckCase.from_dict(data)
+            case = CheckCase.from_dict(data, dists)
         except (KeyError, TypeError, ValueError):
             continue  # a malformed stored case is skipped, never fatal
-        if len(case.shape) == op.ndim and case.identity() not in seen:
+        if data.get("dtype", dtype) != dtype or op.check_shape(case.shape, dtype) is not None:
+            continue
+        if case.identity() not in seen:
             seen.add(case.identity())
             cases.append(case)
-    rotation = int(rng.integers(len(DISTRIBUTIONS)))
+    others = dists[1:] or dists
+    rotation = int(rng.integers(len(others)))
     for shape in goal_shapes:
-        dists = ["normal"] + [DISTRIBUTIONS[(rotation + i) % (len(DISTRIBUTIONS) - 1) + 1]
+        picks = ["normal"] + [others[(rotation + i) % len(others)]
                               for i in range(goal_distributions - 1)]
-        for dist in dists:
+        for dist in picks:
             cases.append(CheckCase(list(shape), dist, int(rng.integers(2**31)), "goal"))
-    for i, shape in enumerate(edge_shapes(op, goal_shapes, params)):
-        # Tiny and just-past-a-tile shapes are cheap: every distribution. The nudged goal
-        # shape costs as much as the goal's own: the goal's share of distributions.
-        dists = DISTRIBUTIONS if i < 2 else ("normal", DISTRIBUTIONS[1 + rotation % 4])
-        for dist in dists:
+    for i, shape in enumerate(op.edge_shapes(goal_shapes, dtype, params)):
+        if op.check_shape(shape, dtype) is not None:
+            continue
+        for dist in (dists if i < 2 else ("normal", others[rotation % len(others)])):
             cases.append(CheckCase(list(shape), dist, int(rng.integers(2**31)), "edge"))
     return cases
 
 
+def shapes_of(goal_shapes: Sequence[Sequence[int]], cases: Sequence[CheckCase]) -> list[list[int]]:
+    """Every distinct shape a candidate runs (goal shapes first): what a backend that
+    specialises per shape must build."""
+    out: list[list[int]] = []
+    for s in [list(g) for g in goal_shapes] + [list(c.shape) for c in cases]:
+        if s not in out:
+            out.append(s)
+    return out
+
+
 # ---- checking -----------------------------------------------------------------------------
-def compare(op: VerifiableOperator, inputs: dict[str, np.ndarray], out: np.ndarray,
-            tol: Tolerance) -> str | None:
-    """None when `out` matches the float64 reference; otherwise what is wrong."""
-    x64 = {k: v.astype(np.float64) for k, v in inputs.items()}
+def _first(xp: Any, mask: Any) -> tuple[int, ...]:
+    return tuple(int(i) for i in xp.argwhere(mask)[0])
+
+
+def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, Any],
+            shape: Sequence[int], dtype: str, tol: Tolerance) -> str | None:
+    """None when every output (storage arrays by name) matches the float64 reference."""
+    x64 = {k: from_storage(xp, v, dtype) for k, v in inputs.items()}
     with np.errstate(all="ignore"):
-        ref = op.reference(x64)
-        scale = op.error_scale(x64, ref)
-    got = out.astype(np.float64)
-    finite_ref = np.isfinite(ref)
-    nan = np.isnan(got) & finite_ref
-    if nan.any():
-        idx = tuple(int(i) for i in np.argwhere(nan)[0])
-        return (f"{int(nan.sum())} of {got.size} outputs are NaN (never written, or invalid "
-                f"arithmetic); first at {idx}")
-    inf = np.isinf(got) & finite_ref
-    if inf.any():
-        idx = tuple(int(i) for i in np.argwhere(inf)[0])
-        return f"{int(inf.sum())} of {got.size} outputs are infinite where the reference is finite; first at {idx}"
-    with np.errstate(all="ignore"):
-        err = np.abs(got - ref)
-        bad = ~(err <= tol.atol + tol.rtol * scale) & finite_ref
-    if bad.any():
-        idx = tuple(int(i) for i in np.argwhere(bad)[0])
-        worst = tuple(int(i) for i in np.unravel_index(int(np.argmax(np.where(bad, err, -1))), got.shape))
-        return (f"{int(bad.sum())} of {got.size} outputs outside tolerance (rtol {tol.rtol:.2e}, "
-                f"atol {tol.atol:.1e}); first at {idx}: got {got[idx]!r}, expected {ref[idx]!r}; "
-                f"worst at {worst}: got {got[worst]!r}, expected {ref[worst]!r}")
+        ref = op.reference(xp, x64, list(shape))
+        scale = op.error_scale(xp, x64, ref, list(shape))
+    for name, expected in ref.items():
+        got = from_storage(xp, outputs[name], dtype)
+        finite = xp.isfinite(expected)
+        nan = xp.isnan(got) & finite
+        n_nan = int(nan.sum())
+        if n_nan:
+            return (f"{n_nan} of {got.size} outputs of {name!r} are NaN (never written, or invalid "
+                    f"arithmetic); first at {_first(xp, nan)}")
+        inf = xp.isinf(got) & finite
+        n_inf = int(inf.sum())
+        if n_inf:
+            return (f"{n_inf} of {got.size} outputs of {name!r} are infinite where the reference is "
+                    f"finite; first at {_first(xp, inf)}")
+        with np.errstate(all="ignore"):
+            err = xp.abs(got - expected)
+            bad = ~(err <= tol.atol + tol.rtol * scale[name]) & finite
+        n_bad = int(bad.sum())
+        if n_bad:
+            idx = _first(xp, bad)
+            worst = tuple(int(i) for i in np.unravel_index(int(xp.argmax(xp.where(bad, err, -1.0))),
+                                                           got.shape))
+            return (f"{n_bad} of {got.size} outputs of {name!r} outside tolerance (rtol "
+                    f"{tol.rtol:.2e}, atol {tol.atol:.1e}); first at {idx}: got {float(got[idx])!r}, "
+                    f"expected {float(expected[idx])!r}; worst at {worst}: got {float(got[worst])!r}, "
+                    f"expected {float(expected[worst])!r}")
     return None
 
 
-def run_check(op: VerifiableOperator, runner: Runner, inputs: dict[str, np.ndarray],
-              out: GuardedOutput, tol: Tolerance) -> tuple[str | None, bool]:
-    """Run once on `inputs` into `out` (reset to NaN); (problem, memory_corrupted)."""
+def _same_bits(xp: Any, a: Any, b: Any) -> bool:
+    bits = {1: xp.uint8, 2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize]
+    return bool(xp.array_equal(a.view(bits), b.view(bits)))
+
+
+def run_check(xp: Any, op: Operator, runner: Runner, inputs: dict[str, Any],
+              outputs: dict[str, GuardedOutput], shape: Sequence[int], dtype: str,
+              tol: Tolerance) -> tuple[str | None, bool]:
+    """Run once on `inputs` into `outputs` (reset to NaN); (problem, memory_corrupted)."""
     saved = {k: v.copy() for k, v in inputs.items()}
-    out.reset()
-    runner(inputs, out)
-    if not out.guards_intact():
-        return "wrote outside the output (guard canaries overwritten)", True
+    for out in outputs.values():
+        out.reset()
+    runner(inputs, outputs, tuple(shape))
+    for name, out in outputs.items():
+        if not out.guards_intact():
+            return f"wrote outside output {name!r} (guard canaries overwritten)", True
     for name, before in saved.items():
-        if not np.array_equal(before.view(np.uint32), inputs[name].view(np.uint32)):
+        if not _same_bits(xp, before, inputs[name]):
             return f"wrote into input {name!r}", True
-    return compare(op, inputs, out.view, tol), False
+    return compare(xp, op, inputs, {k: v.view for k, v in outputs.items()}, shape, dtype, tol), False
 
 
-def verify(op: VerifiableOperator, runner: Runner, cases: Sequence[CheckCase], dtype: str = "float32",
+def verify(xp: Any, op: Operator, runner: Runner, cases: Sequence[CheckCase], dtype: str = "float32",
            rtol: float | None = None, atol: float | None = None,
-           determinism: bool = True) -> VerifyFailure | None:
+           determinism: bool | None = None) -> VerifyFailure | None:
     """Check every case on fresh inputs and fresh outputs; then the determinism check on the
-    first edge (or smallest) case. None when everything passed."""
+    smallest case. None when everything passed."""
     for case in cases:
-        inputs = make_inputs(op, case, dtype)
-        out = GuardedOutput(op.output_shape(tuple(case.shape)), dtype)
+        inputs = make_inputs(xp, op, case, dtype)
+        outputs = make_outputs(xp, op, case.shape, dtype)
         tol = tolerance_for(op, case.shape, dtype, rtol, atol)
-        problem, corrupted = run_check(op, runner, inputs, out, tol)
+        problem, corrupted = run_check(xp, op, runner, inputs, outputs, case.shape, dtype, tol)
         if problem:
             return VerifyFailure(problem, case, "verify", corrupted)
-    if determinism and cases:
+    if (op.deterministic if determinism is None else determinism) and cases:
         case = min(cases, key=lambda c: int(np.prod(c.shape)))
-        problem = check_determinism(op, runner, case, dtype)
+        problem = check_determinism(xp, op, runner, case, dtype)
         if problem:
             return VerifyFailure(problem, case, "determinism")
     return None
 
 
-def check_determinism(op: VerifiableOperator, runner: Runner, case: CheckCase,
+def check_determinism(xp: Any, op: Operator, runner: Runner, case: CheckCase,
                       dtype: str = "float32") -> str | None:
-    """Two runs on the same input, the second into an output pre-filled with garbage instead
-    of NaN, must agree bit for bit (catches reads of stale or uninitialised memory)."""
-    inputs = make_inputs(op, case, dtype)
-    first = GuardedOutput(op.output_shape(tuple(case.shape)), dtype)
-    runner(inputs, first)
-    second = GuardedOutput(op.output_shape(tuple(case.shape)), dtype)
-    garbage = np.random.default_rng(case.seed + 1).uniform(-1e3, 1e3, second.size).astype(dtype)
-    second.fill(garbage)
-    runner(inputs, second)
-    a, b = first.view.view(np.uint32), second.view.view(np.uint32)
-    if not np.array_equal(a, b):
-        n = int((a != b).sum())
-        return f"not deterministic: {n} of {a.size} outputs differ between two runs on the same input"
+    """Two runs on the same input, the second into outputs pre-filled with garbage instead of
+    NaN, must agree bit for bit (catches reads of stale or uninitialised memory)."""
+    inputs = make_inputs(xp, op, case, dtype)
+    first = make_outputs(xp, op, case.shape, dtype)
+    runner(inputs, first, tuple(case.shape))
+    second = make_outputs(xp, op, case.shape, dtype)
+    rng = xp.random.default_rng(int(case.seed) + 1)
+    for out in second.values():
+        out.fill(to_storage(xp, rng.uniform(-1e3, 1e3, out.shape), dtype))
+    runner(inputs, second, tuple(case.shape))
+    for name in first:
+        a, b = first[name].view, second[name].view
+        if not _same_bits(xp, a, b):
+            bits = {2: xp.uint16, 4: xp.uint32, 8: xp.uint64}[a.dtype.itemsize]
+            n = int((a.view(bits) != b.view(bits)).sum())
+            return (f"not deterministic: {n} of {a.size} outputs of {name!r} differ between two "
+                    "runs on the same input")
     return None

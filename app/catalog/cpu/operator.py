@@ -9,11 +9,15 @@ replace the template's source (LLM agents), never the harness.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
+from typing import Any
 
 import numpy as np
+
+from app.catalog.protocol import draw, tile_edge_shapes, to_storage
+from app.core.space import SearchSpace
 
 Shape = tuple[int, ...]
 Arrays = dict[str, np.ndarray]
@@ -50,19 +54,70 @@ class CpuOperator:
     output_shape: Callable[[Shape], Shape]
     call_dims: Callable[[Shape], tuple[int, ...]]  # the `long` arguments after the pointers
     shape_of: Callable[[Arrays], Shape]  # the goal-style shape of a set of inputs
-    reference: Callable[[Arrays], np.ndarray]  # float64 in, float64 out
-    error_scale: Callable[[Arrays, np.ndarray], np.ndarray]  # magnitude the tolerance scales with
+    reference64: Callable[[Arrays], np.ndarray]  # float64 in, float64 out
+    scale64: Callable[[Arrays, np.ndarray], np.ndarray]  # magnitude the tolerance scales with
     numpy_baseline: Callable[[Arrays, np.ndarray], None]  # float32, writes into out
     flops: Callable[[Shape], float]
-    bytes_moved: Callable[[Shape], float]
+    bytes_per_shape: Callable[[Shape], float]
     throughput_unit: str  # "GFLOP/s" (compute-bound) or "GB/s" (memory-bound)
     default_shape: list[int]  # a realistic size, offered when a goal names none
     base_params: dict[str, list]  # THREADS is added per machine
     restrictions: list[str] = field(default_factory=list)
     tile_params: tuple[str, ...] = ()  # parameters whose values are tile sizes (edge shapes)
     near_limit_magnitude: Callable[[Shape], float] = lambda s: float(np.finfo(np.float32).max) / 4
-    rtol_growth: Callable[[Shape], float] = lambda s: 1.0  # accumulation error grows with size
+    growth: Callable[[Shape], float] = lambda s: 1.0  # accumulation error grows with size
 
+    # ---- app.catalog.protocol.Operator ----------------------------------------------------
+    language = "c"
+    dtypes = ("float32",)
+    distributions = ("normal", "uniform_large", "near_limits", "constant_rows", "sparse")
+    deterministic = True
+    output_name = "out"
+
+    @property
+    def shape_doc(self) -> str:
+        return self.shape_help
+
+    def space(self, dtype: str = "float32") -> SearchSpace:
+        return SearchSpace(self.params(), restrictions=list(self.restrictions))
+
+    def output_shapes(self, shape: Sequence[int]) -> dict[str, Shape]:
+        return {self.output_name: self.output_shape(tuple(shape))}
+
+    def make_inputs(self, xp: Any, shape: Sequence[int], dtype: str, rng: Any,
+                    distribution: str) -> dict[str, Any]:
+        limit = self.near_limit_magnitude(tuple(shape))
+        tiny = float(np.finfo(np.float32).tiny)
+        return {name: to_storage(xp, draw(xp, rng, s, distribution, limit, tiny), dtype)
+                for name, s in self.input_shapes(tuple(shape)).items()}
+
+    def reference(self, xp: Any, inputs: dict[str, Any], shape: Sequence[int]) -> dict[str, Any]:
+        return {self.output_name: self.reference64(inputs)}
+
+    def error_scale(self, xp: Any, inputs: dict[str, Any], ref: dict[str, Any],
+                    shape: Sequence[int]) -> dict[str, Any]:
+        return {self.output_name: self.scale64(inputs, ref[self.output_name])}
+
+    def rtol_growth(self, shape: Sequence[int], dtype: str = "float32") -> float:
+        return self.growth(tuple(shape))
+
+    def atol(self, shape: Sequence[int], dtype: str, rtol: float) -> float:
+        return 1e-30  # float32 results are compared relative to their error scale
+
+    def edge_shapes(self, goal_shapes: Sequence[Sequence[int]], dtype: str,
+                    params: dict[str, list]) -> list[list[int]]:
+        return tile_edge_shapes(self.ndim, self.tile_params, goal_shapes, params)
+
+    def bytes_moved(self, shape: Sequence[int], dtype: str = "float32") -> float:
+        return self.bytes_per_shape(tuple(shape))
+
+    def entry(self, dtype: str = "float32") -> str:
+        return ENTRY_SYMBOL
+
+    def template_source(self, dtype: str = "float32") -> str:
+        return self.template()
+
+    # ---- CPU specifics ----------------------------------------------------------------------
     def params(self, cpus: int | None = None) -> dict[str, list]:
         return {**self.base_params, "THREADS": thread_counts(cpus)}
 
@@ -70,10 +125,10 @@ class CpuOperator:
         return kernel_source(self.kernel_file)
 
     def throughput(self, shape: Shape, seconds: float) -> float:
-        amount = self.flops(shape) if self.throughput_unit == "GFLOP/s" else self.bytes_moved(shape)
+        amount = self.flops(shape) if self.throughput_unit == "GFLOP/s" else self.bytes_per_shape(shape)
         return amount / seconds / 1e9 if seconds > 0 else 0.0
 
-    def check_shape(self, shape: Shape) -> str | None:
+    def check_shape(self, shape: Sequence[int], dtype: str = "float32") -> str | None:
         if len(shape) != self.ndim:
             return f"operator {self.name} takes shapes {self.shape_help}, got {list(shape)}"
         return None

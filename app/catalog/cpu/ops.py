@@ -29,12 +29,12 @@ GEMM = CpuOperator(
     output_shape=lambda s: (s[0], s[1]),
     call_dims=lambda s: (s[0], s[1], s[2]),
     shape_of=lambda x: (x["A"].shape[0], x["B"].shape[1], x["A"].shape[1]),
-    reference=lambda x: x["A"] @ x["B"],
+    reference64=lambda x: x["A"] @ x["B"],
     # Rounding error of a dot product scales with sum |a||b|, not with the result.
-    error_scale=lambda x, ref: np.abs(x["A"]) @ np.abs(x["B"]),
+    scale64=lambda x, ref: np.abs(x["A"]) @ np.abs(x["B"]),
     numpy_baseline=_gemm_numpy,
     flops=lambda s: 2.0 * s[0] * s[1] * s[2],
-    bytes_moved=lambda s: 4.0 * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
+    bytes_per_shape=lambda s: 4.0 * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
     throughput_unit="GFLOP/s",
     base_params={"BM": [16, 32, 64, 128], "BN": [32, 64, 128, 256], "BK": [32, 64, 128, 256],
                  "UM": [1, 2, 4, 8], "VEC": [4, 8, 16], "LOOP_ORDER": [0, 1]},
@@ -42,7 +42,7 @@ GEMM = CpuOperator(
     tile_params=("BM", "BN", "BK", "UM", "VEC"),
     # Products near the limit, but a K-long sum of them stays finite.
     near_limit_magnitude=lambda s: math.sqrt(F32_MAX / s[2]) / 16,
-    rtol_growth=lambda s: max(1.0, math.sqrt(s[2]) / 8),
+    growth=lambda s: max(1.0, math.sqrt(s[2]) / 8),
 )
 
 
@@ -78,17 +78,17 @@ SOFTMAX = CpuOperator(
     output_shape=lambda s: (s[0], s[1]),
     call_dims=lambda s: (s[0], s[1]),
     shape_of=lambda x: x["x"].shape,
-    reference=_softmax64,
-    error_scale=_softmax_scale,
+    reference64=_softmax64,
+    scale64=_softmax_scale,
     numpy_baseline=_softmax_numpy,
     flops=lambda s: 5.0 * s[0] * s[1],
-    bytes_moved=lambda s: 8.0 * s[0] * s[1],
+    bytes_per_shape=lambda s: 8.0 * s[0] * s[1],
     throughput_unit="GB/s",
     base_params={"VEC": [4, 8, 16], "ACC": [1, 2, 4, 8], "ONLINE": [0, 1],
                  "CHUNK": [1, 4, 16, 64], "EXP_IMPL": [0, 1]},
     tile_params=("VEC", "ACC", "CHUNK"),
     near_limit_magnitude=lambda s: F32_MAX / 2,
-    rtol_growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
+    growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
 )
 
 
@@ -117,18 +117,18 @@ RMSNORM = CpuOperator(
     output_shape=lambda s: (s[0], s[1]),
     call_dims=lambda s: (s[0], s[1]),
     shape_of=lambda x: x["x"].shape,
-    reference=_rmsnorm64,
-    error_scale=lambda x, ref: np.abs(ref) + np.abs(x["w"]) * 1e-3,
+    reference64=_rmsnorm64,
+    scale64=lambda x, ref: np.abs(ref) + np.abs(x["w"]) * 1e-3,
     numpy_baseline=_rmsnorm_numpy,
     flops=lambda s: 4.0 * s[0] * s[1],
-    bytes_moved=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
+    bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
     throughput_unit="GB/s",
     base_params={"VEC": [4, 8, 16], "ACC": [1, 2, 4, 8, 16], "ACC_DOUBLE": [0, 1],
                  "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "ACC", "CHUNK"),
     # The sum of squares of a row stays below the fp32 limit.
     near_limit_magnitude=lambda s: math.sqrt(F32_MAX / s[1]) / 4,
-    rtol_growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
+    growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
 )
 
 
@@ -149,11 +149,11 @@ TRANSPOSE = CpuOperator(
     output_shape=lambda s: (s[1], s[0]),
     call_dims=lambda s: (s[0], s[1]),
     shape_of=lambda x: x["x"].shape,
-    reference=lambda x: np.ascontiguousarray(x["x"].T),
-    error_scale=lambda x, ref: np.abs(ref),
+    reference64=lambda x: np.ascontiguousarray(x["x"].T),
+    scale64=lambda x, ref: np.abs(ref),
     numpy_baseline=_transpose_numpy,
     flops=lambda s: 0.0,
-    bytes_moved=lambda s: 8.0 * s[0] * s[1],
+    bytes_per_shape=lambda s: 8.0 * s[0] * s[1],
     throughput_unit="GB/s",
     base_params={"TILE": [4, 8, 16, 32, 64, 128], "WRITE_MAJOR": [0, 1], "VEC": [4, 8, 16]},
     tile_params=("TILE", "VEC"),

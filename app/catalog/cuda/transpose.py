@@ -41,7 +41,7 @@ class Transpose(CudaOperator):
         return None
 
     def make_inputs(self, xp, shape, dtype, rng, distribution):
-        return {"x": to_storage(xp, draw(rng, tuple(shape), distribution), dtype)}
+        return {"x": to_storage(xp, draw(xp, rng, shape, distribution), dtype)}
 
     def output_shapes(self, shape):
         return {"y": (shape[1], shape[0])}
@@ -52,10 +52,13 @@ class Transpose(CudaOperator):
     def reference(self, xp, inputs, shape):
         return {"y": xp.ascontiguousarray(inputs["x"].T)}
 
-    def tolerance(self, dtype, shape):
-        return 0.0, 0.0  # a transpose moves bits: exact
+    def rtol_growth(self, shape, dtype):
+        return 0.0  # a transpose moves bits: exact
 
-    def edge_shapes(self, shape, dtype):
+    def atol(self, shape, dtype, rtol):
+        return 0.0
+
+    def small_shapes(self, shape, dtype):
         return [[1, 1], [33, 65], [130, 7]]
 
     def bytes_moved(self, shape, dtype):

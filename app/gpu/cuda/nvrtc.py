@@ -8,6 +8,7 @@ disk under app.paths.cache_dir()/cuda, keyed by a hash of everything that decide
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -76,11 +77,13 @@ def nvrtc_module():
     return nvrtc
 
 
+@functools.cache
 def nvrtc_version() -> str:
     major, minor = nvrtc_module().getVersion()
     return f"{major}.{minor}"
 
 
+@functools.cache
 def include_options() -> list[str]:
     """Include paths for cuda_fp16.h / cuda_bf16.h: CuPy's own (private API, so fall back to
     looking for the headers beside the NVIDIA wheels or CUDA_PATH)."""

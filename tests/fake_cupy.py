@@ -1,0 +1,163 @@
+"""A NumPy stand-in for CuPy, so the real GPU worker (app.gpu.cuda.worker.CudaWorker) and THE
+cascade run on a machine without a GPU.
+
+Arrays are NumPy arrays; a "kernel" loaded from a real NVRTC cubin is a Python emulation looked
+up by kernel name (`EMULATIONS`), which may misbehave on purpose by block size (`BEHAVIOUR`).
+Everything else is real: NVRTC compiles, ptxas resources, input generation, guards, NaN
+pre-fill, tolerances, determinism, the CUDA timer's protocol (events are host clocks here).
+
+Worker factories for app.gpu.worker (importable from a spawned process with tests/ on the path):
+`fake_worker` (kernels misbehave by THREADS, see BY_THREADS), `slow_compile_worker` (NVRTC
+hangs).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import types
+
+import numpy as np
+
+from app.catalog.protocol import from_storage, to_storage
+
+
+class CUDADriverError(RuntimeError):
+    pass
+
+
+class CUDARuntimeError(RuntimeError):
+    pass
+
+
+def softmax_emulation(dtype, behaviour="correct"):
+    def run(x, y, rows):
+        v = from_storage(np, x, dtype)
+        e = np.exp(v - v.max(axis=1, keepdims=True))
+        out = to_storage(np, e / e.sum(axis=1, keepdims=True), dtype)
+        if behaviour == "skip_rows":
+            out = out[: int(rows) // 2]
+        if behaviour == "overrun":  # writes one element past the end of y
+            base = y.base if y.base is not None else y
+            flat = base.reshape(-1)
+            flat[flat.size - 1] = 0
+        if behaviour == "illegal":
+            raise CUDADriverError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
+        y[: out.shape[0]] = out
+    return run
+
+
+EMULATIONS: dict = {}
+# block size -> behaviour, for workers in other processes (the evaluator tests): the candidate's
+# THREADS picks how its "kernel" misbehaves.
+BY_THREADS = {64: "skip_rows", 128: "illegal", 1024: "hang_when_timed"}
+TIMING = {"on": False}
+
+
+class FakeFunction:
+    def __init__(self, name):
+        self.name, self.ptr = name, 0
+
+    def __call__(self, grid, block, args, shared_mem=0, stream=None):
+        emulate = EMULATIONS.get(self.name)
+        if emulate is None:  # the softmax family by block size (see BY_THREADS)
+            x = args[0]
+            dtype = "bfloat16" if x.dtype == np.uint16 else str(x.dtype)
+            behaviour = BY_THREADS.get(int(block[0]), "correct")
+            if behaviour == "hang_when_timed":
+                if TIMING["on"]:
+                    time.sleep(3600)
+                behaviour = "correct"
+            emulate = softmax_emulation(dtype, behaviour)
+        emulate(*args)
+
+
+class FakeModule:
+    def load(self, data):
+        assert data  # a real cubin from NVRTC
+
+    def get_function(self, name):
+        return FakeFunction(name)
+
+
+class FakeEvent:
+    def record(self, stream=None):
+        self.t = time.perf_counter()
+
+    def synchronize(self):
+        pass
+
+
+def make_fake_cupy():
+    # NVRTC is real: load it (and CuPy's include paths) before "cupy" becomes the fake.
+    from app.gpu.cuda import nvrtc
+
+    nvrtc.nvrtc_module()
+    nvrtc.include_options()
+    nvrtc.nvrtc_version()
+    cp = types.ModuleType("cupy")
+    cp.__getattr__ = lambda name: getattr(np, name)
+    cp.__version__ = "fake"
+    cp.random = types.SimpleNamespace(default_rng=np.random.default_rng)
+
+    cp.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
+    device = types.SimpleNamespace(use=lambda: None, synchronize=lambda: None, attributes={})
+    cuda = types.SimpleNamespace(
+        Device=lambda *a: device, Event=FakeEvent,
+        get_elapsed_time=lambda a, b: (b.t - a.t) * 1e3 + 0.01,
+        get_current_stream=lambda: None,
+        memory=types.SimpleNamespace(OutOfMemoryError=MemoryError),  # NumPy raises a subclass
+        driver=types.SimpleNamespace(CUDADriverError=CUDADriverError, funcSetAttribute=lambda *a: None,
+                                     CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
+        runtime=types.SimpleNamespace(
+            CUDARuntimeError=CUDARuntimeError,
+            getDeviceProperties=lambda i: {"name": b"NVIDIA H200", "major": 9, "minor": 0,
+                                           "multiProcessorCount": 132, "l2CacheSize": 1 << 20,
+                                           "sharedMemPerBlock": 49152, "sharedMemPerBlockOptin": 232448,
+                                           "regsPerBlock": 65536, "totalGlobalMem": 141 << 30},
+            driverGetVersion=lambda: 12090, runtimeGetVersion=lambda: 12090),
+        function=types.SimpleNamespace(Module=FakeModule),
+    )
+    cp.cuda = cuda
+    return cp
+
+
+def install() -> None:
+    """Put the fake CuPy in sys.modules and make the GPU-only parts of the worker host-friendly
+    (no L2 flush buffer writes, a fixed copy bandwidth, a timer that says when it is timing)."""
+    sys.modules["cupy"] = make_fake_cupy()
+    from app.gpu.cuda import timing
+    from app.gpu.cuda import worker as worker_mod
+
+    timing.Timer.flush = lambda self: None
+    worker_mod.cached_copy_bandwidth = lambda key, fn, refresh=False: (4e12, True)
+    if not getattr(timing.Timer, "_fake_flagged", False):
+        measure = timing.Timer.measure
+
+        def flagged(self, *a, **kw):
+            TIMING["on"] = True
+            try:
+                return measure(self, *a, **kw)
+            finally:
+                TIMING["on"] = False
+
+        timing.Timer.measure = flagged
+        timing.Timer._fake_flagged = True
+
+
+def fake_worker(index: int):
+    install()
+    from app.gpu.cuda.worker import CudaWorker
+
+    return CudaWorker(index)
+
+
+def slow_compile_worker(index: int):
+    """NVRTC made to hang: the watchdog's compile deadline must kill it."""
+    worker = fake_worker(index)
+
+    def hang(*args, **kwargs):
+        time.sleep(3600)
+
+    worker.compile = hang
+    return worker
