@@ -33,7 +33,11 @@ def test_a_missing_library_is_named_with_its_package(plugin_missing_a_library):
     line = preflight.problem({"DISPLAY": ":99"}, plugin=plugin_missing_a_library)
     assert line is not None and "\n" not in line
     assert "libks-missing-xcb.so.7" in line
-    assert "sudo apt-get install libxcb-icccm4" in line
+
+
+def test_missing_xcb_libraries_get_their_debian_packages():
+    hint = preflight.install_hint(["libxcb-icccm.so.4", "libxcb-keysyms.so.1", "libunknown.so.1"])
+    assert hint == "; install them with: sudo apt-get install libxcb-icccm4 libxcb-keysyms1"
 
 
 def test_no_display_is_named():
