@@ -168,3 +168,17 @@ def test_bundled_cuda_goals_load_and_fit_the_catalog():
         for shape in goal.shapes:
             assert op.check_shape(shape, goal.dtype) is None, f
             assert op.recommended(goal.dtype, shape), f
+
+
+def test_llm_kernel_spec_reads_the_operator_protocol():
+    """The CUDA spec holds the real template source (not its file name) and the space's names."""
+    from app.goal import Goal
+    from app.llm.spec import kernel_spec
+
+    goal = Goal(name="s", operator="softmax", backend="cuda", dtype="bfloat16", shapes=[[64, 1024]])
+    spec = kernel_spec(goal)
+    assert spec.language == "cuda" and spec.entry == "softmax"
+    assert "__global__" in spec.template and spec.signature().startswith("extern")
+    assert set(spec.params) == set(OPERATORS["softmax"].space("bfloat16").params)
+    cpu = kernel_spec(Goal(name="c", operator="gemm", backend="cpu", shapes=[[64, 64, 64]]))
+    assert cpu.language == "c" and cpu.entry == "ks_kernel" and "THREADS" in cpu.params

@@ -9,6 +9,7 @@ failing cases, restart flags. tests/gpu runs the same worker on a real GPU."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import fake_cupy
@@ -100,3 +101,45 @@ def test_compile_errors_come_back_with_the_log(worker, tmp_path):
 def test_device_info(worker):
     info = worker(("info", False), lambda s: None)
     assert info["ok"] and info["compute_capability"] == "90" and info["copy_bw"] == 4e12
+
+
+HALF_ROWS_C = r"""
+#include <math.h>
+void ks_kernel(float *restrict y, const float *restrict x, long rows, long cols) {
+    for (long r = 0; r < rows / 2; ++r) {  /* "optimised": does half the rows */
+        float m = x[r * cols], s = 0.0f;
+        for (long c = 1; c < cols; ++c) m = fmaxf(m, x[r * cols + c]);
+        for (long c = 0; c < cols; ++c) s += expf(x[r * cols + c] - m);
+        for (long c = 0; c < cols; ++c) y[r * cols + c] = expf(x[r * cols + c] - m) / s;
+    }
+}
+"""
+FAILURE_FORMAT = re.compile(r"^verify: \d+ of \d+ outputs of '\w+' are NaN \(never written, or invalid "
+                            r"arithmetic\); first at \(\d+, \d+\) \(shape \[\d+, \d+\], \w+ inputs, seed \d+\)$")
+
+
+def test_cpu_and_cuda_share_the_cascade_stages_and_failure_format(worker, tmp_path):
+    """The same planted bug (half the rows skipped) in a C kernel on the CPU worker and in a
+    "CUDA" kernel on the GPU worker: the same stages, the same verification message."""
+    from app.catalog import get_operator
+    from app.gpu.cpu import CpuWorker, find_compiler
+    from app.gpu.timing import TimingSettings
+
+    if not find_compiler():
+        pytest.skip("no C compiler")
+    cpu_op = get_operator("cpu", "softmax")
+    cpu_request = CascadeRequest(key="c", config={"VEC": 4, "ACC": 1, "ONLINE": 0, "CHUNK": 1,
+                                                   "EXP_IMPL": 0, "THREADS": 1},
+                                 source=HALF_ROWS_C, template=cpu_op.template(), goal_shapes=[[64, 256]],
+                                 params=cpu_op.params(1), seed=5,
+                                 timing=TimingSettings(min_samples=3, max_samples=5))
+    cpu_stages, gpu_stages = [], []
+    cpu_reply = CpuWorker("softmax", find_compiler(), 60.0, 0)(("evaluate", cpu_request), cpu_stages.append)
+    cpu_ev = Evaluation.from_dict(cpu_reply["evaluation"])
+    fake_cupy.EMULATIONS["softmax"] = fake_cupy.softmax_emulation("float32", "skip_rows")
+    gpu_ev, _ = evaluate(worker, request_for(tmp_path, "float32", [64, 256]), gpu_stages)
+    for ev in (cpu_ev, gpu_ev):
+        assert ev.reason == VERIFY_FAILED and FAILURE_FORMAT.match(ev.detail), ev.detail
+        assert ev.failing_case["check"] == "verify" and ev.failing_case["shape"] == [64, 256]
+    assert cpu_stages == gpu_stages == ["static_check", "compile", "resources", "verify"]
+    assert [s.name for s in cpu_ev.stages] == [s.name for s in gpu_ev.stages] == cpu_stages

@@ -24,32 +24,30 @@ class KernelSpec:
 
 
 def kernel_spec(goal: Goal, params: list[str] | None = None) -> KernelSpec:
-    """The spec of a goal's operator (cpu or cuda backend)."""
+    """The spec of a goal's operator, read through the catalog's operator protocol
+    (app.catalog.protocol.Operator: language, entry, template source, space)."""
     from app.catalog import get_operator
+    from app.catalog.protocol import Operator
 
     if goal.backend not in ("cpu", "cuda"):
         raise ValueError(f"LLM agents rewrite kernel source; the {goal.backend} backend has none "
                          "(use the cpu or cuda backend)")
-    op = get_operator(goal.backend, goal.operator)
-    template = op.template() if callable(getattr(op, "template", None)) else str(op.template)
-    if goal.backend == "cpu":
-        from app.catalog.cpu.operator import ENTRY_SYMBOL
-
-        names = params if params is not None else list(op.params())
-        spec = KernelSpec("c", ENTRY_SYMBOL, template, names)
-        spec.contract = (
-            f"C11 compiled by the system compiler with OpenMP; the fixed harness calls "
-            f"`{spec.signature()}` once per timed sample with fresh buffers and times it from "
-            f"outside. Tuning parameters ({', '.join(names)}) arrive as -D macros: read them, "
-            "give defaults only under #ifndef, never redefine them. Helpers must be static. "
-            "The output buffer is filled with NaN before each call; every element must be written.")
-        return spec
-    entry = getattr(op, "entry", None) or getattr(op, "kernel_name", None) or goal.operator
-    names = params if params is not None else list(getattr(op, "params", lambda: {})() or {})
-    spec = KernelSpec("cuda", entry, template, names)
-    spec.contract = (
-        f"CUDA C++ compiled with NVRTC; the fixed host harness launches `{spec.signature()}` "
-        f"with the grid and block the configuration implies. Tuning parameters "
-        f"({', '.join(names)}) arrive as -D macros. Only device code: no streams, events, "
-        "host callbacks, clocks or runtime API calls.")
+    op: Operator = get_operator(goal.backend, goal.operator)
+    names = params if params is not None else list(op.space(goal.dtype).params)
+    spec = KernelSpec(op.language, op.entry(goal.dtype), op.template_source(goal.dtype), names)
+    spec.contract = CONTRACTS[op.language].format(signature=spec.signature(), params=", ".join(names))
     return spec
+
+
+# What the fixed harness does, per kernel language.
+CONTRACTS = {
+    "c": ("C11 compiled by the system compiler with OpenMP; the fixed harness calls "
+          "`{signature}` once per timed sample with fresh buffers and times it from outside. "
+          "Tuning parameters ({params}) arrive as -D macros: read them, give defaults only under "
+          "#ifndef, never redefine them. Helpers must be static. The output buffer is filled with "
+          "NaN before each call; every element must be written."),
+    "cuda": ("CUDA C++ compiled with NVRTC; the fixed host harness launches `{signature}` with the "
+             "grid and block the configuration implies. Tuning parameters ({params}) arrive as -D "
+             "macros. Only device code: no streams, events, host callbacks, clocks or runtime API "
+             "calls."),
+}
