@@ -135,7 +135,7 @@ def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
 def status() -> dict[str, str]:
     """Which protections a cell gets on this machine (probed in a throw-away process)."""
     if not enabled():
-        return {p: f"off: {SWITCH_ENV}=off" for p in PROTECTIONS}
+        return _switched_off()
     probe = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
              "from app.gpu.sandbox import probe_here; print(json.dumps(probe_here()))")
     try:
@@ -164,6 +164,12 @@ def probe_here() -> dict[str, str]:
     }
 
 
+def _switched_off() -> dict[str, str]:
+    off = {p: f"off: {SWITCH_ENV}=off" for p in PROTECTIONS}
+    off["environment"] = "on: allow-list (always applied)"
+    return off
+
+
 # ---- the cell's side ----------------------------------------------------------------------
 _tools: ToolClient | None = None
 _subprocess_run = subprocess.run
@@ -182,7 +188,7 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     global _tools
     if not plan.enabled:
         log.warning("sandbox is OFF (%s=off): candidates run with the user's rights", SWITCH_ENV)
-        return {p: f"off: {SWITCH_ENV}=off" for p in PROTECTIONS}
+        return _switched_off()
     applied = {"environment": "on: allow-list; HOME and TMPDIR in scratch"}
     if _threads() > 1:
         log.warning("the cell has %d threads before entering its sandbox", _threads())
