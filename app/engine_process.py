@@ -1,77 +1,178 @@
 """A run in a process of its own, driven by the desktop app.
 
-The GUI and the engine share nothing but a queue of events and a pipe of commands: the
-engine's Python work (agents, models, the store) never competes with the window's event loop
-for the interpreter lock, the two use both cores, and a crash in a backend cannot take the
-window down. No Qt here: the child process imports only the engine.
+The GUI and the engine share nothing but a queue of messages and a pipe of commands
+(app.core.messages): the engine's Python work (agents, models, the store) never competes with
+the window's event loop for the interpreter lock, the two use both cores, and a crash in a
+backend cannot take the window down. No Qt here: the child process imports only the engine.
+
+The engine process is not a daemon, because backends start worker processes of their own (a
+daemon may not have children). It ends itself instead: when the window's end of the pipe
+closes or the parent process goes away it stops the run (keeping what was measured) and, if
+the run does not end within a grace period, exits.
 """
 
 from __future__ import annotations
 
+import atexit
 import logging
 import multiprocessing as mp
+import os
 import queue
 import threading
 import traceback
+import weakref
 from dataclasses import replace
 from typing import Any
 
 from app.core.events import Proposed
+from app.core.messages import (
+    EngineCommand,
+    EngineDone,
+    EngineEvent,
+    EngineFailed,
+    EngineMessage,
+    EnginePrepared,
+    Pause,
+    Resume,
+    Stop,
+)
+from app.store import Store
 
 log = logging.getLogger(__name__)
 
-# Messages on the event queue: ("prepared", run_id, DeviceInfo), ("event", Event),
-# ("done", RunResult), ("error", message). Commands on the pipe: "pause", "resume", "stop".
+ORPHAN_GRACE_S = 30.0  # an engine whose window is gone gets this long to stop cleanly
+_PARENT_POLL_S = 0.5
 
 
 def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | None,
                resume_run_id: int | None, events: Any, commands: Any) -> None:
     """Entry point of the engine process (spawned)."""
+    from app.core.events import EventBus
     from app.goal import Goal
     from app.session import RunSession
-    from app.core.events import EventBus
 
+    control = _Commands(commands)
+    threading.Thread(target=control.serve, daemon=True, name="engine-commands").start()
     store = None
+    session = None
     try:
         if db_path:
-            from app.store import Store
-
-            store = Store(db_path)
+            store = _EngineStore(db_path)
         the_goal = None
         if goal is not None:
             the_goal = Goal.from_dict(goal)
             the_goal.source_path = goal_source
         bus = EventBus()
-        bus.subscribe(lambda e: None if isinstance(e, Proposed) else events.put(("event", e)))
+        bus.subscribe(lambda e: None if isinstance(e, Proposed) else events.put(EngineEvent(e)))
         session = RunSession(the_goal, store=store, bus=bus, resume_run_id=resume_run_id)
-        events.put(("prepared", session.run_id, session.evaluator.device()))
-        threading.Thread(target=_obey, args=(commands, session), daemon=True,
-                         name="engine-commands").start()
+        events.put(EnginePrepared(session.run_id, session.evaluator.device()))
+        control.attach(session)  # a pause or stop sent while the run was being prepared applies now
         result = session.run()
         # The window already has every evaluation from the events; don't send them twice.
-        events.put(("done", replace(result, history=[])))
+        events.put(EngineDone(replace(result, history=[])))
     except Exception as exc:
         log.exception("engine process failed")
-        message = str(exc) if str(exc).startswith(type(exc).__name__) else f"{type(exc).__name__}: {exc}"
-        events.put(("error", message, traceback.format_exc()))
+        text = str(exc)
+        message = text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"
+        run_id = session.run_id if session is not None else getattr(store, "created_run_id", None)
+        _record_failure(store, run_id, message)
+        events.put(EngineFailed(message, traceback.format_exc()))
     finally:
         if store is not None:
             store.close()
 
 
-def _obey(commands: Any, session: Any) -> None:
-    while True:
-        try:
-            command = commands.recv()
-        except (EOFError, OSError):  # the window went away: stop, keeping what was measured
-            session.stop()
-            return
-        if command == "pause":
+class _EngineStore(Store):
+    """The engine's store, remembering the run it created: a session that fails after creating
+    its run (say, while measuring the baseline) never returns its id, yet the run must be
+    marked failed with the reason, not left 'running' to be reaped as 'interrupted'."""
+
+    created_run_id: int | None = None
+
+    def create_run(self, *args: Any, **kwargs: Any) -> int:
+        run_id = super().create_run(*args, **kwargs)
+        self.created_run_id = run_id
+        return run_id
+
+
+def _record_failure(store: Any, run_id: int | None, message: str) -> None:
+    """Close a run this process left 'running' as failed, with the message the user sees."""
+    if store is None or run_id is None:
+        return
+    try:
+        if store.get_run(run_id)["status"] == "running":
+            store.finish_run(run_id, "error", message=message)
+    except Exception:  # the failure itself is still reported to the window
+        log.exception("could not record the failure of run %s", run_id)
+
+
+class _Commands:
+    """Serves the window's commands; commands that arrive before the session exists wait for
+    it. Watches for the window going away (pipe closed, parent gone) and stops the run then."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self._lock = threading.Lock()
+        self._session: Any = None
+        self._pending: list[EngineCommand] = []
+
+    def attach(self, session: Any) -> None:
+        with self._lock:
+            self._session = session
+            pending, self._pending = self._pending, []
+        for command in pending:
+            self._apply(command)
+
+    def serve(self) -> None:
+        parent = os.getppid()
+        while True:
+            try:
+                ready = self._conn.poll(_PARENT_POLL_S)
+                command = self._conn.recv() if ready else None
+            except (EOFError, OSError):  # the window went away
+                self._orphaned()
+                return
+            if command is None:
+                if os.getppid() != parent:  # re-parented: the window's process died
+                    self._orphaned()
+                    return
+                continue
+            self._apply(command)
+
+    def _apply(self, command: EngineCommand) -> None:
+        with self._lock:
+            session = self._session
+            if session is None:
+                self._pending.append(command)
+                return
+        if isinstance(command, Pause):
             session.pause()
-        elif command == "resume":
+        elif isinstance(command, Resume):
             session.resume()
-        elif command == "stop":
+        elif isinstance(command, Stop):
             session.stop()
+        else:
+            log.warning("unknown engine command %r", command)
+
+    def _orphaned(self) -> None:
+        """Stop, keeping what was measured; exit anyway if the run does not end in time."""
+        log.warning("the window went away: stopping the run")
+        self._apply(Stop())
+        timer = threading.Timer(ORPHAN_GRACE_S, os._exit, args=(1,))
+        timer.daemon = True
+        timer.start()
+
+
+# ---- the window's side -------------------------------------------------------------------------
+_live_engines: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
+
+
+@atexit.register
+def _end_engines_at_exit() -> None:
+    """multiprocessing joins non-daemon children at exit: end ours first so exit never hangs.
+    (Registered after multiprocessing's own handler, so it runs before it.)"""
+    for engine in list(_live_engines):
+        engine.shutdown(timeout_s=5.0)
 
 
 class EngineProcess:
@@ -87,32 +188,36 @@ class EngineProcess:
         self.process = ctx.Process(
             target=run_engine, args=(goal_dict, source, db_path, resume_run_id, self._events,
                                      child_end),
-            name="kernelswarm-engine", daemon=True)
+            name="kernelswarm-engine", daemon=False)
+        self._child_end = child_end
 
     def start(self) -> None:
         self.process.start()
+        # Only the child holds its end now, so the child sees EOF when this process dies.
+        self._child_end.close()
+        _live_engines.add(self)
 
     def messages(self, on_event: Any):
-        """Yield the lifecycle messages; events go to `on_event` as they arrive. Ends after
-        "done"/"error", or with an error when the process died without saying so."""
+        """Yield the lifecycle messages (EnginePrepared, EngineDone, EngineFailed); events go to
+        `on_event` as they arrive. Ends after EngineDone or EngineFailed, or with an
+        EngineFailed when the process died without saying so."""
         while True:
             try:
-                message = self._events.get(timeout=0.5)
+                message: EngineMessage = self._events.get(timeout=0.5)
             except queue.Empty:  # nothing for a while: check the process is still there
                 if not self.process.is_alive():
                     code = self.process.exitcode
-                    yield ("error", f"the engine process ended unexpectedly (exit code {code})", "")
+                    yield EngineFailed(f"the engine process ended unexpectedly (exit code {code})")
                     return
                 continue
-            kind = message[0]
-            if kind == "event":
-                on_event(message[1])
+            if isinstance(message, EngineEvent):
+                on_event(message.event)
                 continue
             yield message
-            if kind in ("done", "error"):
+            if isinstance(message, (EngineDone, EngineFailed)):
                 return
 
-    def send(self, command: str) -> None:
+    def send(self, command: EngineCommand) -> None:
         try:
             self._commands.send(command)
         except (BrokenPipeError, OSError):
@@ -126,3 +231,15 @@ class EngineProcess:
         if self.process.is_alive():
             self.process.kill()
             self.process.join(5)
+
+    def shutdown(self, timeout_s: float = 10.0) -> bool:
+        """Stop the run and wait for the process; kill it when it does not end in time.
+        Returns whether it ended by itself."""
+        if self.process.pid is None:  # never started
+            return True
+        if self.process.is_alive():
+            self.send(Stop())
+        ended = self.join(timeout_s)
+        if not ended:
+            self.kill()
+        return ended

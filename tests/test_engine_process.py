@@ -5,10 +5,14 @@ from __future__ import annotations
 import os
 import signal
 
+import pytest
+
+from app.core.events import Evaluated
+from app.core.messages import EngineDone, EngineFailed, EnginePrepared, Stop
 from app.engine_process import EngineProcess
 from app.goal import Goal, StopRules, SwarmSettings
+from app.gpu.cpu import find_compiler
 from app.store import Store
-from app.core.events import Evaluated
 
 
 def replay_goal(max_evals: int) -> Goal:
@@ -22,9 +26,9 @@ def test_a_run_streams_its_events_and_commits_them(tmp_db):
     engine.start()
     events = []
     messages = list(engine.messages(events.append))
-    assert [m[0] for m in messages] == ["prepared", "done"]
-    run_id = messages[0][1]
-    result = messages[1][1]
+    assert [type(m) for m in messages] == [EnginePrepared, EngineDone]
+    run_id = messages[0].run_id
+    result = messages[1].result
     evaluated = [e for e in events if isinstance(e, Evaluated)]
     assert [e.index for e in evaluated] == list(range(1, 41)) and result.evaluations == 40
     assert engine.join(10)
@@ -39,7 +43,8 @@ def test_a_goal_that_cannot_start_is_reported_not_raised(tmp_db):
     engine = EngineProcess(goal, str(tmp_db), None)
     engine.start()
     messages = list(engine.messages(lambda e: None))
-    assert messages[-1][0] == "error" and "no_such_space.json.gz" in messages[-1][1]
+    assert isinstance(messages[-1], EngineFailed)
+    assert "no_such_space.json.gz" in messages[-1].message
 
 
 def test_stop_command_ends_the_run_with_work_kept(tmp_db):
@@ -50,12 +55,12 @@ def test_stop_command_ends_the_run_with_work_kept(tmp_db):
     def on_event(e):
         seen.append(e)
         if isinstance(e, Evaluated) and e.index == 50:
-            engine.send("stop")
+            engine.send(Stop())
 
     messages = list(engine.messages(on_event))
-    assert messages[-1][0] == "done" and messages[-1][1].reason == "stopped"
+    assert isinstance(messages[-1], EngineDone) and messages[-1].result.reason == "stopped"
     with Store(tmp_db) as store:
-        assert len(store.load_evaluations(messages[0][1])) == messages[-1][1].evaluations >= 50
+        assert len(store.load_evaluations(messages[0].run_id)) == messages[-1].result.evaluations >= 50
 
 
 def test_an_engine_that_dies_is_reported(tmp_db):
@@ -67,4 +72,62 @@ def test_an_engine_that_dies_is_reported(tmp_db):
             os.kill(engine.process.pid, signal.SIGKILL)
 
     messages = list(engine.messages(on_event))
-    assert messages[-1][0] == "error" and "ended unexpectedly" in messages[-1][1]
+    assert isinstance(messages[-1], EngineFailed) and "ended unexpectedly" in messages[-1].message
+
+
+def cpu_goal(max_evals: int) -> Goal:
+    return Goal(name="engine process cpu", backend="cpu", operator="softmax", shapes=[[16, 80]],
+                stop=StopRules(max_evals=max_evals),
+                swarm=SwarmSettings(agents=["explorer"], workers=1, seed=1))
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+def test_a_cpu_goal_runs_in_the_engine_process(tmp_db):
+    """The CPU backend starts worker processes of its own: the engine may not be a daemon."""
+    engine = EngineProcess(cpu_goal(3), str(tmp_db), None)
+    engine.start()
+    events = []
+    messages = list(engine.messages(events.append))
+    assert [type(m) for m in messages] == [EnginePrepared, EngineDone], messages
+    assert messages[0].device.kind == "cpu" and messages[1].result.evaluations == 3
+    assert engine.join(30)
+    with Store(tmp_db) as store:
+        run = store.get_run(messages[0].run_id)
+    assert run["status"] == "finished" and run["evaluations"] == 3
+
+
+def test_a_run_that_fails_while_starting_records_why(tmp_db):
+    """A session that fails after creating its run (the CPU backend's workers failing to start
+    did) never returns its id: the engine's store remembers it, and the run is closed as
+    failed with the message the window shows, not left 'running' to be reaped as
+    'interrupted' with no reason. A run that already ended keeps its own end."""
+    from app.engine_process import _EngineStore, _record_failure
+
+    store = _EngineStore(tmp_db)
+    try:
+        run_id = store.create_run(replay_goal(10), {"kind": "replay"})
+        assert store.created_run_id == run_id
+        _record_failure(store, store.created_run_id, "AssertionError: no children")
+        run = store.get_run(run_id)
+        assert (run["status"], run["message"]) == ("failed", "AssertionError: no children")
+        _record_failure(store, run_id, "a later message")
+        assert store.get_run(run_id)["message"] == "AssertionError: no children"
+    finally:
+        store.close()
+
+
+def test_an_engine_whose_window_dies_stops_by_itself(tmp_db):
+    """The engine is not a daemon: when its parent's end of the pipe closes it stops the run
+    (keeping what was measured) and exits."""
+    engine = EngineProcess(replay_goal(100_000), str(tmp_db), None)
+    engine.start()
+    seen = []
+
+    def on_event(e):
+        seen.append(e)
+        if isinstance(e, Evaluated) and e.index == 20:
+            engine._commands.close()  # as when the window's process dies
+
+    messages = list(engine.messages(on_event))
+    assert isinstance(messages[-1], EngineDone) and messages[-1].result.reason == "stopped"
+    assert engine.join(30)

@@ -78,6 +78,7 @@ class MainWindow(QMainWindow):
         self.theme = theme or ThemeManager(QApplication.instance())
         self.current_run_id: int | None = None
         self.current_goal: Goal | None = None
+        self._prepared_device = False  # the current run's backend came up (its device shown)
         self.interactive = True  # tests switch modal questions off
 
         self.bridge = EventBridge(self)
@@ -396,6 +397,9 @@ class MainWindow(QMainWindow):
             self.live.preload(rows)
             self.table.add(rows)
         self.current_run_id = resume_run_id
+        self._prepared_device = False
+        self.device_label.setText("Preparing the device…")
+        self.device_label.setToolTip("")
         self.controller.start(goal, resume_run_id=resume_run_id)
 
     def toggle_pause(self) -> None:
@@ -410,6 +414,7 @@ class MainWindow(QMainWindow):
 
     def _on_prepared(self, run_id: int, device: DeviceInfo) -> None:
         self.current_run_id = None if run_id < 0 else run_id
+        self._prepared_device = True
         self.device_label.setText(device_text(device))
         self.device_label.setToolTip(device.summary())
         self.history.refresh()
@@ -466,6 +471,11 @@ class MainWindow(QMainWindow):
 
     def _on_failed(self, message: str) -> None:
         self.live.on_run_finished(type("F", (), {"reason": "error"})())
+        name = self.current_goal.name if self.current_goal is not None else "Run"
+        self.live.title.setText(f"{name} — failed: {message.splitlines()[0] if message else ''}")
+        self.live.title.setToolTip(message)
+        if not self._prepared_device:  # the backend never came up
+            self.device_label.setText("No device in use")
         self.history.refresh()
         self._notify("Run failed", message, QMessageBox.Warning)
 

@@ -15,6 +15,7 @@ import time
 
 from PySide6.QtCore import QObject, Qt, Signal
 
+from app.core.messages import EngineDone, EngineFailed, EnginePrepared, Pause, Resume, Stop
 from app.engine_process import EngineProcess
 from app.goal import Goal
 from app.ui.bridge import EventBridge
@@ -67,19 +68,18 @@ class RunController(QObject):
         try:
             engine.start()
             if self._stop_requested.is_set():
-                engine.send("stop")
+                engine.send(Stop())
             for message in engine.messages(self.bridge):
-                kind = message[0]
-                if kind == "prepared":
-                    _, run_id, device = message
-                    self._prepared.emit(run_id if run_id is not None else -1, device)
-                elif kind == "done":
+                if isinstance(message, EnginePrepared):
+                    run_id = message.run_id
+                    self._prepared.emit(run_id if run_id is not None else -1, message.device)
+                elif isinstance(message, EngineDone):
                     engine.join(10)
-                    self._done.emit(message[1], "")
-                else:
-                    log.error("run failed: %s\n%s", message[1], message[2])
+                    self._done.emit(message.result, "")
+                elif isinstance(message, EngineFailed):
+                    log.error("run failed: %s\n%s", message.message, message.traceback)
                     engine.join(10)
-                    self._done.emit(None, message[1])
+                    self._done.emit(None, message.message)
         except Exception as exc:  # the process could not even start
             log.exception("run failed")
             self._done.emit(None, f"{type(exc).__name__}: {exc}")
@@ -96,9 +96,22 @@ class RunController(QObject):
         self._engine = None
         self._set_state("idle")
         if error:
+            self._record_failure(error)
             self.failed.emit(error)
         else:
             self.finished.emit(result)
+
+    def _record_failure(self, error: str) -> None:
+        """An engine that died without closing its run (killed, crashed) leaves it 'running':
+        record the failure on it, so the history says what happened."""
+        store = self._store_factory() if self.run_id is not None else None
+        if store is None:
+            return
+        try:
+            if store.get_run(self.run_id)["status"] == "running":
+                store.finish_run(self.run_id, "error", message=error)
+        except Exception:  # the failure is still shown in the window
+            log.exception("could not record the failure of run %s", self.run_id)
 
     def _set_state(self, state: str) -> None:
         self.state = state
@@ -107,18 +120,18 @@ class RunController(QObject):
     # ---- control ----------------------------------------------------------------------------
     def pause(self) -> None:
         if self._engine is not None and self.state == "running":
-            self._engine.send("pause")
+            self._engine.send(Pause())
             self._set_state("paused")
 
     def resume(self) -> None:
         if self._engine is not None and self.state == "paused":
-            self._engine.send("resume")
+            self._engine.send(Resume())
             self._set_state("running")
 
     def stop(self) -> None:
         self._stop_requested.set()
         if self._engine is not None:
-            self._engine.send("stop")
+            self._engine.send(Stop())
         if self.running:
             self._set_state("stopping")
 
@@ -132,7 +145,9 @@ class RunController(QObject):
         while thread is not None and thread.is_alive() and time.monotonic() < deadline:
             thread.join(timeout=0.05)
         finished = thread is None or not thread.is_alive()
-        if not finished and engine is not None:
-            engine.kill()
+        if engine is not None:
+            # The engine is not a daemon: never leave it behind (the window is closing).
+            left = max(1.0, deadline - time.monotonic())
+            finished = engine.shutdown(timeout_s=left if finished else 0.1) and finished
         self.bridge.drain()
         return finished

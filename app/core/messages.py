@@ -1,0 +1,70 @@
+"""Messages between the desktop app and the engine process that runs a goal.
+
+The engine sends lifecycle messages and events on a queue; the window sends commands on a
+pipe. Plain picklable data, so either side can check what it got with isinstance instead of
+unpacking tagged tuples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.core.evaluator import DeviceInfo
+from app.core.events import Event
+
+# ---- engine -> window ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class EnginePrepared:
+    """The run exists (its id, None without a store) and the backend is up on `device`."""
+
+    run_id: int | None
+    device: DeviceInfo
+
+
+@dataclass(frozen=True)
+class EngineEvent:
+    """One event of the run's bus, as the engine published it."""
+
+    event: Event
+
+
+@dataclass(frozen=True)
+class EngineDone:
+    """The run ended; `result` is the coordinator's RunResult (its history left empty: the
+    window already has every evaluation from the events). Typed Any: core knows no swarm."""
+
+    result: Any
+
+
+@dataclass(frozen=True)
+class EngineFailed:
+    """The run could not start or crashed; `message` is for the user, `traceback` for the log."""
+
+    message: str
+    traceback: str = ""
+
+
+EngineMessage = EnginePrepared | EngineEvent | EngineDone | EngineFailed
+
+# ---- window -> engine ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Pause:
+    pass
+
+
+@dataclass(frozen=True)
+class Resume:
+    pass
+
+
+@dataclass(frozen=True)
+class Stop:
+    pass
+
+
+EngineCommand = Pause | Resume | Stop
