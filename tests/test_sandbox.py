@@ -1,0 +1,268 @@
+"""The sandbox's parts, each on its own in a real process, and a real worker cell end to end:
+environment allow-list, network namespace, Landlock, seccomp, limits, the compile helper."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from app.core.types import CRASH
+from app.gpu import sandbox
+from app.gpu.sandbox import env, helper, landlock, seccomp
+from app.gpu.worker import Deadlines, WorkerPool
+
+FAST = Deadlines(compile_s=30.0, run_s=30.0)
+GCC = shutil.which("gcc") or shutil.which("cc")
+
+
+class CellProbe:
+    """Runs inside a worker cell ("test_sandbox:CellProbe"): reports what the cell can do."""
+
+    def __init__(self) -> None:
+        self.scratch = os.getcwd()
+
+    def __call__(self, request, progress):
+        action, arg = request
+        if action == "env":
+            return {"env": dict(os.environ), "cwd": os.getcwd()}
+        if action == "limits":
+            return {n: resource.getrlimit(getattr(resource, n)) for n in arg}
+        if action == "open":
+            path, mode = arg
+            try:
+                with open(path, mode) as f:
+                    f.write("x") if "w" in mode else f.read(10)
+                return "ok"
+            except OSError as exc:
+                return type(exc).__name__
+        if action == "threads":
+            import threading
+            out = []
+            ts = [threading.Thread(target=out.append, args=(i,)) for i in range(4)]
+            for t in ts:
+                t.start()
+            for t in ts:
+                t.join()
+            return sorted(out)
+        if action == "run":
+            try:
+                p = subprocess.run(arg, check=False, capture_output=True, text=True, timeout=30)
+                return {"rc": p.returncode, "out": p.stdout + p.stderr}
+            except OSError as exc:
+                return {"error": f"{type(exc).__name__}: {exc}"}
+        if action == "fork":
+            os.fork()
+            return "forked"
+        if action == "socket":
+            socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            return "socket"
+        raise AssertionError(action)
+
+
+@pytest.fixture(scope="module")
+def cell():
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-")
+    yield pool
+    pool.close()
+
+
+def ask(pool, action, arg=None):
+    reply = pool.call((action, arg), FAST)
+    assert reply.fault is None, reply.fault
+    return reply.result
+
+
+# ---- the environment ----------------------------------------------------------------------
+def test_environment_allow_list_keeps_runtime_knobs_and_drops_secrets():
+    source = {"PATH": "/usr/bin", "LC_ALL": "C.UTF-8", "OMP_NUM_THREADS": "2",
+              "CUDA_VISIBLE_DEVICES": "0", "OPENAI_API_KEY": "s", "GITHUB_TOKEN": "s",
+              "CUDA_SECRET": "s", "OMP_AUTH_TOKEN": "s", "KERNELSWARM_LLM_BASE_URL": "s",
+              "AWS_SECRET_ACCESS_KEY": "s", "HOME": "/home/me", "SSH_AUTH_SOCK": "/run/s",
+              "PYTHONPATH": "/x", "LD_PRELOAD": "/evil.so"}
+    got = env.cell_environment("/scratch", {"KERNELSWARM_CACHE": "/c"}, source)
+    assert got["PATH"] == "/usr/bin" and got["LC_ALL"] == "C.UTF-8"
+    assert got["OMP_NUM_THREADS"] == "2" and got["CUDA_VISIBLE_DEVICES"] == "0"
+    assert got["HOME"] == got["TMPDIR"] == "/scratch" and got["KERNELSWARM_CACHE"] == "/c"
+    assert "s" not in got.values() and "/home/me" not in got.values()
+    assert not {"SSH_AUTH_SOCK", "PYTHONPATH", "LD_PRELOAD"} & set(got)
+
+
+def test_a_cell_sees_only_the_allow_list(cell, monkeypatch):
+    got = ask(cell, "env")
+    assert not [k for k in got["env"] if env.SECRET.search(k) or k.startswith("KERNELSWARM_LLM")]
+    assert got["env"]["HOME"] == got["env"]["TMPDIR"] == got["cwd"]
+    assert got["cwd"] == cell.workers[0].scratch
+
+
+# ---- each mechanism alone, in a fresh process -----------------------------------------------
+def run_python(code: str, *args: str) -> subprocess.CompletedProcess:
+    boot = f"import sys, json; sys.path[:0] = json.loads(sys.argv[1])\n{textwrap.dedent(code)}"
+    return subprocess.run([sys.executable, "-I", "-c", boot, json.dumps(sys.path), *args],
+                          check=False, capture_output=True, text=True, timeout=60)
+
+
+def test_network_namespace_alone_cuts_off_loopback():
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(1)
+    port = server.getsockname()[1]
+    proc = run_python(f"""
+        import socket
+        from app.gpu.sandbox import namespaces
+        print(namespaces.isolate_network())
+        try:
+            socket.create_connection(("127.0.0.1", {port}), timeout=2)
+            print("CONNECTED")
+        except OSError as exc:
+            print("refused", exc.errno)
+    """)
+    server.close()
+    assert proc.stdout.startswith("on:"), proc.stdout + proc.stderr
+    assert "refused" in proc.stdout and "CONNECTED" not in proc.stdout
+
+
+@pytest.mark.skipif(landlock.abi_version() < 1, reason="no Landlock on this kernel")
+def test_landlock_alone_confines_reads_and_writes(tmp_path):
+    inside, outside = tmp_path / "cell", tmp_path / "outside"
+    inside.mkdir()
+    outside.mkdir()
+    (outside / "secret").write_text("s")
+    plan = sandbox.plan_cell("cpu", str(inside))
+    proc = run_python("""
+        import json
+        from app.gpu.sandbox import landlock
+        rules = landlock.FileRules(**json.loads(sys.argv[2]))
+        print(landlock.restrict(rules))
+        for path, mode in ((sys.argv[3] + "/secret", "r"), (sys.argv[3] + "/new", "w"),
+                           (sys.argv[4] + "/new", "w"), ("/etc/hostname", "r")):
+            try:
+                open(path, mode).close(); print("ok", path)
+            except OSError as exc:
+                print("denied", path, type(exc).__name__)
+    """, json.dumps(plan.rules.__dict__), str(outside), str(inside))
+    assert proc.stdout.startswith("on: Landlock"), proc.stdout + proc.stderr
+    assert f"denied {outside}/secret" in proc.stdout and f"denied {outside}/new" in proc.stdout
+    assert f"ok {inside}/new" in proc.stdout
+    assert not (outside / "new").exists()
+
+
+@pytest.mark.skipif(seccomp.available() != "", reason="libseccomp not usable")
+@pytest.mark.parametrize("kill", [True, False])
+def test_seccomp_alone_allows_threads_and_forbids_processes(kill):
+    proc = run_python(f"""
+        import os, threading
+        from app.gpu.sandbox import seccomp
+        print(seccomp.seal(kill={kill}, allow_unix_sockets=False), flush=True)
+        t = threading.Thread(target=print, args=("thread ran",)); t.start(); t.join()
+        os.kill(os.getpid(), 0); print("signal to itself ok", flush=True)
+        try:
+            os.fork(); print("FORKED", flush=True)
+        except OSError as exc:
+            print("fork refused", exc.errno, flush=True)
+    """)
+    assert "thread ran" in proc.stdout and "signal to itself ok" in proc.stdout, proc.stderr
+    assert "FORKED" not in proc.stdout
+    if kill:
+        assert proc.returncode == -signal.SIGSYS
+    else:
+        assert "fork refused 1" in proc.stdout  # EPERM
+
+
+# ---- the whole cell -------------------------------------------------------------------------
+def test_every_protection_is_on_here(cell):
+    protections = cell.workers[0].protections
+    assert set(sandbox.PROTECTIONS) <= set(protections)
+    for name in ("environment", "network", "limits"):
+        assert protections[name].startswith("on"), (name, protections[name])
+    if landlock.abi_version() >= 1:
+        assert protections["files"].startswith("on")
+    if seccomp.available() == "":
+        assert protections["processes"].startswith("on")
+        assert protections["compiler"].startswith("on"), protections["compiler"]
+
+
+def test_status_names_every_protection():
+    status = sandbox.status()
+    assert set(status) == set(sandbox.PROTECTIONS)
+    assert all(v.split(":")[0] in ("on", "off", "partial", "unknown") for v in status.values())
+    assert status["environment"].startswith("on")
+
+
+def test_limits_are_lowered(cell):
+    got = ask(cell, "limits", ["RLIMIT_CORE", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_AS"])
+    assert got["RLIMIT_CORE"][0] == 0
+    assert got["RLIMIT_FSIZE"][0] <= 1 << 30 and got["RLIMIT_CPU"][0] <= 4 * 3600
+    assert got["RLIMIT_AS"][0] != resource.RLIM_INFINITY
+
+
+def test_cell_files(cell, tmp_path):
+    scratch = cell.workers[0].scratch
+    assert ask(cell, "open", (f"{scratch}/mine.txt", "w")) == "ok"
+    assert ask(cell, "open", (str(tmp_path / "theirs.txt"), "w")) == "PermissionError"
+    assert not (tmp_path / "theirs.txt").exists()
+    assert ask(cell, "open", ("/etc/hostname", "r")) == "PermissionError"
+    assert ask(cell, "open", ("/usr/include/stdio.h", "r")) == "ok"
+
+
+def test_threads_run_in_a_sealed_cell(cell):
+    assert ask(cell, "threads") == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("action", ["fork", "socket"])
+def test_processes_and_sockets_kill_the_cell(action):
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-kill-")
+    try:
+        reply = pool.call((action, None), FAST)
+        assert reply.fault is not None and reply.fault.reason == CRASH
+        assert "sandbox violation" in reply.fault.detail and "SIGSYS" in reply.fault.detail
+    finally:
+        pool.close()
+
+
+@pytest.mark.skipif(GCC is None, reason="needs a C compiler")
+def test_the_compile_helper_runs_the_toolchain_and_nothing_else(cell):
+    ok = ask(cell, "run", [GCC, "--version"])
+    assert ok.get("rc") == 0 and "gcc" in ok["out"].lower() + GCC, ok
+    for argv in (["/bin/sh", "-c", "id"], [GCC, "-wrapper", "/bin/sh,-c,id", "--version"],
+                 [GCC, "-fplugin=/tmp/x.so", "--version"]):
+        got = ask(cell, "run", argv)
+        assert "refused" in got.get("error", ""), (argv, got)
+
+
+def test_helper_refuses_flags_that_run_other_code():
+    real = os.path.realpath(GCC) if GCC else "/usr/bin/cc"
+    assert helper.refused(["/bin/sh", "-c", "id"], [real])
+    assert helper.refused([real, "-B/tmp/evil", "k.c"], [real])
+    assert helper.refused([real, "-Wl,--wrap=x"], [real])
+    assert helper.refused([real, "@/tmp/args"], [real])
+    assert not helper.refused([real, "-O3", "-shared", "-fPIC", "k.c", "-o", "k.so"], [real])
+
+
+def test_switched_off_says_so(monkeypatch):
+    monkeypatch.setenv(sandbox.SWITCH_ENV, "off")
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-off-")
+    try:
+        ask(pool, "threads")
+        protections = pool.workers[0].protections
+        assert protections["files"].startswith("off") and protections["processes"].startswith("off")
+        assert protections["environment"].startswith("on")  # the allow-list always applies
+    finally:
+        pool.close()
+
+
+def test_scratch_directory_is_removed_with_the_worker():
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-scratch-")
+    ask(pool, "threads")
+    scratch = pool.workers[0].scratch
+    assert scratch and os.path.isdir(scratch)
+    pool.close()
+    assert not os.path.exists(scratch)
