@@ -52,7 +52,7 @@ from app.gpu.cascade import (
     run_cascade,
 )
 from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
-from app.gpu.verify import CheckCase, GuardedOutput, make_inputs, make_outputs
+from app.gpu.verify import CheckCase, GuardedOutput, ValidationSet, make_inputs, make_outputs
 from app.gpu.worker import Deadlines, WorkerPool
 from app.paths import cache_dir
 
@@ -415,11 +415,8 @@ class CpuEvaluator(Evaluator):
             params["THREADS"] = [1]
         self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions))
         self.template = self.op.template()
-        self._cases: list[dict] = []
-        self._case_ids: set[tuple] = set()
+        self._validation = ValidationSet(validation_cases)
         self._lock = threading.Lock()
-        for case in validation_cases:
-            self.add_validation_case(case)
         memory = self.settings.memory_limit_bytes or _half_memory()
         self.pool = WorkerPool("app.gpu.cpu:CpuWorker",
                                [(self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
@@ -435,19 +432,11 @@ class CpuEvaluator(Evaluator):
 
     def add_validation_case(self, case: dict) -> None:
         """A case that broke a candidate: every later candidate is checked against it too."""
-        try:
-            ident = (tuple(case["shape"]), case.get("distribution"), case.get("seed"))
-        except (KeyError, TypeError):
-            return
-        with self._lock:
-            if ident not in self._case_ids:
-                self._case_ids.add(ident)
-                self._cases.append(dict(case))
+        self._validation.add(case)
 
     @property
     def validation_cases(self) -> list[dict]:
-        with self._lock:
-            return list(self._cases)
+        return self._validation.cases()
 
     def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
         return CascadeRequest(

@@ -26,7 +26,8 @@ construction); the goal may override either.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -75,6 +76,32 @@ class CheckCase:
 
     def identity(self) -> tuple:
         return (tuple(self.shape), self.distribution, self.seed)
+
+
+class ValidationSet:
+    """The goal's validation cases on the engine side: cases that broke a candidate, checked
+    first for every later one. Thread-safe (agents evaluate in parallel), deduplicated."""
+
+    def __init__(self, cases: Iterable[dict[str, Any]] = ()) -> None:
+        self._lock = threading.Lock()
+        self._cases: list[dict[str, Any]] = []
+        self._ids: set[tuple] = set()
+        for case in cases:
+            self.add(case)
+
+    def add(self, case: dict[str, Any]) -> None:
+        try:
+            ident = (tuple(case["shape"]), case.get("distribution"), case.get("seed"))
+        except (KeyError, TypeError):
+            return  # a malformed case is never fatal
+        with self._lock:
+            if ident not in self._ids:
+                self._ids.add(ident)
+                self._cases.append(dict(case))
+
+    def cases(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self._cases)
 
 
 @dataclass

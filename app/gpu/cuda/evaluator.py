@@ -28,7 +28,7 @@ from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
-from app.gpu.verify import CheckCase, plan_checks
+from app.gpu.verify import CheckCase, ValidationSet, plan_checks
 from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -41,12 +41,12 @@ def visible_devices(pinned: int | None = None) -> list[int]:
     try:
         import cupy  # noqa: F401
         from cupy.cuda import runtime
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any import failure means no cuda backend
         raise BackendUnavailable(f"the cuda backend needs CuPy ({exc}); install cupy-cuda12x, "
                                  "or choose the 'cpu' or 'replay' backend") from None
     try:
         count = runtime.getDeviceCount()
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - no driver, no device: the same answer
         raise BackendUnavailable(f"no usable NVIDIA GPU here ({exc}); choose the 'cpu' or "
                                  "'replay' backend") from None
     if count == 0:
@@ -86,10 +86,11 @@ class CudaEvaluator(Evaluator):
         self.shapes = [list(s) for s in goal.shapes]
         base = op.space(goal.dtype)
         self.space = SearchSpace(base.params, restrictions=base.restrictions + list(goal.constraints.restrictions))
-        self.validation_cases = [dict(c) for c in validation_cases]
+        self._validation = ValidationSet(validation_cases)
         self.template = op.template_source(goal.dtype)
         self.protocol = protocol or Protocol()
         self.deadlines = deadlines or Deadlines(compile_s=120.0, run_s=90.0)
+        # True: the default cache (the worker's sandbox may write only under app.paths.cache_dir)
         self.compile_cache = compile_cache
         self.measure_baseline = measure_baseline
         self.devices = devices if devices is not None else visible_devices(goal.device)
@@ -195,12 +196,11 @@ class CudaEvaluator(Evaluator):
 
     def add_validation_case(self, case: dict[str, Any]) -> None:
         """A case that broke a candidate: every later candidate is checked against it too."""
-        ident = (tuple(case.get("shape", ())), case.get("distribution"), case.get("seed"))
-        with self._lock:
-            known = {(tuple(c.get("shape", ())), c.get("distribution"), c.get("seed"))
-                     for c in self.validation_cases}
-            if ident not in known:
-                self.validation_cases.append(dict(case))
+        self._validation.add(case)
+
+    @property
+    def validation_cases(self) -> list[dict[str, Any]]:
+        return self._validation.cases()
 
     def recheck(self, candidate: Candidate) -> Evaluation:
         return self.evaluate(candidate)  # verification runs the stored cases first
@@ -212,7 +212,7 @@ class CudaEvaluator(Evaluator):
             key=candidate.key, config=dict(candidate.config), source=candidate.source,
             template=self.template, goal_shapes=self.shapes, params=self.space.params,
             dtype=self.dtype, rtol=self.goal.tolerance.rtol, atol=self.goal.tolerance.atol,
-            validation_cases=list(self.validation_cases), seed=seed,
+            validation_cases=self.validation_cases, seed=seed,
             metric=self.goal.objective.metric, timing=self.protocol, agent=candidate.agent,
             parent_key=candidate.parent_key,
             options={"operator": self.op.name, "baseline": baseline,
