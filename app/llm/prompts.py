@@ -145,5 +145,4 @@ def _failure_text(e: Evaluation) -> str:
 
 def _code(source: str, ctx: PromptContext, limit: int = MAX_SOURCE) -> str:
     src = source if len(source) <= limit else source[:limit] + "\n/* ... (cut) */\n"
-    tag = "c" if ctx.spec.language == "c" else "cuda"
-    return f"```{tag}\n{src.rstrip()}\n```"
+    return f"```{ctx.spec.language}\n{src.rstrip()}\n```"  # the operator's language: c or cuda
