@@ -213,11 +213,23 @@ def check_nvrtc(workdir: Path) -> str:
     return f"NVRTC {version[0]}.{version[1]} compiled a kernel with cuda_fp16.h to PTX"
 
 
+def check_sandbox(workdir: Path) -> str:
+    """Which protections candidate code runs under here (app.gpu.sandbox); a platform that
+    lacks one is reported, not failed."""
+    from app.gpu.sandbox import status
+
+    lines = status()
+    if any(v.startswith("unknown") for v in lines.values()):
+        raise AssertionError("; ".join(f"{k} {v}" for k, v in lines.items()))
+    return "; ".join(f"{k} {v}" for k, v in lines.items())
+
+
 CHECKS: dict[str, Callable[[Path], str]] = {
     "storage": check_storage,
     "replay": check_replay,
     "cpu": check_cpu,
     "nvrtc": check_nvrtc,
+    "sandbox": check_sandbox,
 }
 
 

@@ -148,6 +148,14 @@ def status() -> dict[str, str]:
     return found
 
 
+def sandbox_summary() -> str:
+    """One line: which protections are on and which are off (for `kernelswarm devices`)."""
+    found = status()
+    on = [k for k, v in found.items() if v.startswith("on")]
+    off = [f"{k} {v}" for k, v in found.items() if not v.startswith("on")]
+    return ", ".join(on) + " on" + (f"; OFF: {'; '.join(off)}" if off else "")
+
+
 def probe_here() -> dict[str, str]:
     """Run in a fresh single-threaded process: which mechanisms this kernel grants."""
     net = namespaces.isolate_network()
