@@ -378,8 +378,14 @@ def available_devices() -> list[tuple[str, bool, str]]:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    from app.gpu.sandbox import sandbox_summary, status
+
+    cell = sandbox_summary()  # backends that run candidate code do it in a sandbox cell
     for backend, ok, details in available_devices():
-        print(f"{backend:<7} {'yes' if ok else 'no ':<4} {details}")
+        extra = f"; sandbox: {cell}" if backend != "replay" else ""
+        print(f"{backend:<7} {'yes' if ok else 'no ':<4} {details}{extra}")
+    for name, line in status().items():
+        print(f"sandbox {name:<11} {line}", file=sys.stderr)
     return 0
 
 
