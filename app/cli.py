@@ -22,6 +22,7 @@ from app.core.units import format_gain, format_value, gain, run_unit
 from app.goal import Goal, GoalError
 
 EXIT_ERROR = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as shells report a command ended by Ctrl-C
 
 
 class CliError(Exception):
@@ -183,9 +184,45 @@ def _load_goal(path: str) -> Goal:
         raise CliError(f"goal file {path!r}: {exc}") from None
 
 
-def _run_in_thread(session: Any) -> Any:
-    """Run the session off the main thread so Ctrl-C / SIGTERM stop it cleanly (the run ends
-    as 'stopped' with everything evaluated so far committed)."""
+class _CtrlC:
+    """Ctrl-C during a run: the first press stops it cleanly (the evaluations in flight are
+    accepted and committed, the workers shut down, the store closes last), a second one quits
+    at once. SIGINT is blocked while a run is prepared and runs, so the threads and worker
+    processes started meanwhile inherit the mask: the terminal's Ctrl-C, sent to the whole
+    process group, reaches only this loop and never kills a worker mid-measurement."""
+
+    def __init__(self) -> None:
+        self.presses = 0
+        self._saved: tuple[Any, Any] | None = None
+
+    def start(self) -> None:
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        # Delivered only to a thread started before the mask: counted the same.
+        self._saved = (mask, signal.signal(signal.SIGINT, self._pressed))
+
+    def _pressed(self, *_: Any) -> None:
+        self.presses += 1
+
+    def wait(self, timeout_s: float) -> int:
+        """Wait up to `timeout_s` for a press; the number of presses so far."""
+        if signal.sigtimedwait({signal.SIGINT}, timeout_s) is not None:
+            self.presses += 1
+        return self.presses
+
+    def end(self) -> None:
+        if self._saved is None:
+            return
+        while signal.sigtimedwait({signal.SIGINT}, 0) is not None:  # presses still pending
+            self.presses += 1
+        mask, handler = self._saved
+        self._saved = None
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        signal.signal(signal.SIGINT, handler)
+
+
+def _run_in_thread(session: Any, ctrl_c: _CtrlC) -> Any:
+    """Run the session off the main thread, which waits for Ctrl-C / SIGTERM and stops it
+    cleanly (the run ends as 'stopped' with everything evaluated so far committed)."""
     outcome: dict[str, Any] = {}
 
     def target() -> None:
@@ -197,13 +234,20 @@ def _run_in_thread(session: Any) -> Any:
     worker = threading.Thread(target=target, name="kernelswarm-run")
     worker.start()
     previous = signal.signal(signal.SIGTERM, lambda *_: session.stop())
+    stopping = False
     try:
         while worker.is_alive():
-            try:
-                worker.join(0.2)
-            except KeyboardInterrupt:
-                print("\nstopping: finishing the evaluations in flight...", file=sys.stderr)
+            presses = ctrl_c.wait(0.2)
+            if presses >= 2:
+                print("\nkernelswarm: quit by a second Ctrl-C; the evaluations committed so far "
+                      "are kept", file=sys.stderr, flush=True)
+                os._exit(EXIT_INTERRUPTED)
+            if presses and not stopping:
+                print("\nstopping: finishing the evaluations in flight (Ctrl-C again to quit at "
+                      "once)...", file=sys.stderr, flush=True)
                 session.stop()
+                stopping = True
+        worker.join()
     finally:
         signal.signal(signal.SIGTERM, previous)
     if "error" in outcome:
@@ -220,6 +264,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         raise CliError("give a goal file to run, or --resume RUN_ID")
     goal = _load_goal(args.goal) if args.goal else None
     store = _open_store(args.db)
+    ctrl_c = _CtrlC()
     try:
         if args.resume is not None:
             run = store.get_run(args.resume)
@@ -234,6 +279,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         assert goal is not None
         _apply_overrides(goal, args)
         bus = EventBus()
+        ctrl_c.start()  # before the session: the workers it starts inherit the blocked Ctrl-C
         try:  # the session checks the goal, once, before anything is stored
             session = RunSession(goal, store=store, bus=bus, resume_run_id=args.resume)
         except GoalError as exc:
@@ -244,13 +290,18 @@ def cmd_run(args: argparse.Namespace) -> int:
         if not args.quiet:
             bus.subscribe(Progress(sys.stderr, goal.stop.max_evals, session.unit))
         try:
-            result = _run_in_thread(session)
+            result = _run_in_thread(session, ctrl_c)
         finally:
             if trace:
                 trace.close()
         _print_summary(store, session.run_id, goal, result, session.unit)
+        if ctrl_c.presses and result.reason == "stopped":
+            print(f"stopped by Ctrl-C after {result.evaluations} evaluations; resume with "
+                  f"kernelswarm run --resume {session.run_id}", file=sys.stderr)
+            return EXIT_INTERRUPTED
         return EXIT_ERROR if result.reason == "error" else 0
     finally:
+        ctrl_c.end()
         store.close()
 
 
