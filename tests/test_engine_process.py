@@ -131,3 +131,76 @@ def test_an_engine_whose_window_dies_stops_by_itself(tmp_db):
     messages = list(engine.messages(on_event))
     assert isinstance(messages[-1], EngineDone) and messages[-1].result.reason == "stopped"
     assert engine.join(30)
+
+
+PARENT = """
+import sys, time
+from app.engine_process import EngineProcess
+from app.goal import Goal, StopRules, SwarmSettings
+
+if __name__ == "__main__":
+    goal = Goal(name="orphan", space="pnpoly_RTX_3090.json.gz", stop=StopRules(max_evals=100_000),
+                swarm=SwarmSettings(agents=["explorer", "local"], workers=1, seed=2))
+    engine = EngineProcess(goal, sys.argv[1], None)
+    engine.start()
+    print(engine.process.pid, flush=True)
+    for message in engine.messages(lambda e: None):
+        pass
+    time.sleep(600)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as f:  # a zombie has ended
+        return f.read().split(")")[-1].split()[0] != "Z"
+
+
+def test_an_engine_whose_window_process_is_killed_stops_and_exits(tmp_db, tmp_path):
+    """The window's process dies without a word (SIGKILL): the engine, not a daemon, notices,
+    stops the run keeping what it measured, and exits."""
+    import subprocess
+    import sys
+    import time
+
+    from project_paths import ROOT
+
+    script = tmp_path / "parent.py"
+    script.write_text(PARENT)
+    parent = subprocess.Popen([sys.executable, str(script), str(tmp_db)], cwd=ROOT,
+                              stdout=subprocess.PIPE, text=True)
+    engine_pid = 0
+    try:
+        engine_pid = int(parent.stdout.readline())
+        deadline = time.monotonic() + 60
+        while not tmp_db.exists() or _evaluations(tmp_db) < 20:
+            assert time.monotonic() < deadline, "the engine made no progress"
+            time.sleep(0.05)
+        parent.kill()
+        parent.wait()
+        deadline = time.monotonic() + 30
+        while _alive(engine_pid):
+            assert time.monotonic() < deadline, "the engine outlived its window"
+            time.sleep(0.05)
+    finally:
+        parent.kill()
+        if engine_pid and _alive(engine_pid):
+            os.kill(engine_pid, signal.SIGKILL)
+    with Store(tmp_db) as store:
+        run = store.get_run(1)
+    assert run["status"] == "stopped" and run["evaluations"] >= 20
+
+
+def _evaluations(db) -> int:
+    import sqlite3
+
+    conn = sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=10)
+    try:
+        return conn.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+    finally:
+        conn.close()

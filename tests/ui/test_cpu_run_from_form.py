@@ -72,3 +72,40 @@ def test_a_run_that_cannot_start_shows_why(qtbot, window):
     assert window.device_label.text() == "No device in use"
     assert "Run failed" in window.statusBar().currentMessage()
     assert window.controller.state == "idle"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:  # a zombie has ended
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            return [int(p) for p in f.read().split()]
+    except FileNotFoundError:
+        return []
+
+
+def test_closing_the_window_ends_the_engine_and_its_workers(qtbot, window):
+    """The engine is no daemon any more: closing the window must still end it (and the CPU
+    worker processes it started), with the run stored as stopped, resumable."""
+    _fill_cpu_goal(qtbot, window.form, "cpu softmax closed mid-run")
+    window.form.max_evals.setValue(10_000)
+    qtbot.waitUntil(lambda: window.act_run.isEnabled(), timeout=3000)
+    window.run_goal()
+    qtbot.waitUntil(lambda: len(window.live.data) >= 2, timeout=120_000)
+    engine = window.controller._engine.process
+    workers = _children(engine.pid)
+    assert workers, "the CPU backend runs candidates in worker processes"
+    run_id = window.current_run_id
+
+    window.close()
+    assert not _alive(engine.pid)
+    qtbot.waitUntil(lambda: not any(_alive(p) for p in workers), timeout=10_000)
+    with Store(window.db_path) as store:
+        run = store.get_run(run_id)
+    assert run["status"] == "stopped" and run["evaluations"] >= 2
