@@ -117,7 +117,7 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan:
 def _serve(conn: Any, factory_spec: str, args: tuple, plan: Any, applied: dict[str, str]) -> None:
     try:
         handler = _load_factory(factory_spec)(*args)
-        applied["processes"] = sandbox.seal_cell(plan)
+        sandbox.seal_cell(plan, applied)
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))
         return

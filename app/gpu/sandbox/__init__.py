@@ -209,10 +209,7 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
             proc = subprocess.Popen([sys.executable, "-I", "-c", boot, json.dumps(plan.sys_path),
                                      plan.to_json()], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True, cwd=plan.scratch)
-            _tools = ToolClient(proc)
-            lines = _tools.protections
-            state = "on" if all(v.startswith("on") for v in lines.values()) else "partial"
-            applied["compiler"] = f"{state}: helper; " + "; ".join(f"{k} {v}" for k, v in lines.items())
+            _tools = ToolClient(proc)  # it gets ready while the worker imports its handler
         except OSError as exc:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
     applied["limits"] = limits.apply(limits.worker_limits(plan.kind == "gpu",
@@ -221,16 +218,27 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     return applied
 
 
-def seal_cell(plan: CellPlan) -> str:
+def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
     """The last wall, once the handler (our own code) is built: no exec, fork, sockets...
     From here on subprocess.run in this process goes to the compile helper (the backends call
-    the compiler and nm through it), so no process is ever forked from the sealed cell."""
+    the compiler and nm through it), so no process is ever forked from the sealed cell.
+    Adds the "processes" and "compiler" lines to `applied`."""
+    global _tools
     if not plan.enabled:
-        return f"off: {SWITCH_ENV}=off"
-    line = seccomp.seal(kill=plan.kind == "cpu", allow_unix_sockets=plan.kind == "gpu")
+        applied["processes"] = f"off: {SWITCH_ENV}=off"
+        return
+    if _tools is not None:
+        try:
+            lines = _tools.protections
+            state = "on" if all(v.startswith("on") for v in lines.values()) else "partial"
+            applied["compiler"] = f"{state}: helper; " + "; ".join(f"{k} {v}" for k, v in lines.items())
+        except OSError as exc:
+            applied["compiler"] = f"off: the compile helper did not start ({exc})"
+            _tools = None
+    applied["processes"] = seccomp.seal(kill=plan.kind == "cpu",
+                                        allow_unix_sockets=plan.kind == "gpu")
     if _tools is not None:
         subprocess.run = run_tool
-    return line
 
 
 def report_off(applied: dict[str, str]) -> None:

@@ -89,13 +89,23 @@ class ToolClient:
     def __init__(self, proc: subprocess.Popen) -> None:
         self.proc = proc
         self.lock = threading.Lock()
-        ready = json.loads(proc.stdout.readline() or "{}")
-        if "ready" not in ready:
-            raise OSError("the compile helper did not start")
-        self.protections: dict[str, str] = ready["ready"]
+        self._protections: dict[str, str] | None = None
+
+    @property
+    def protections(self) -> dict[str, str]:
+        """What the helper put itself under; waits for it to be ready (it starts while the
+        worker imports its handler)."""
+        if self._protections is None:
+            with self.lock:
+                ready = json.loads(self.proc.stdout.readline() or "{}")
+            if "ready" not in ready:
+                raise OSError("the compile helper did not start")
+            self._protections = ready["ready"]
+        return self._protections
 
     def run(self, argv: Sequence[str], timeout: float | None, text: bool) -> subprocess.CompletedProcess:
         argv = [str(a) for a in argv]
+        _ = self.protections  # its ready line comes first
         with self.lock:
             try:
                 self.proc.stdin.write(json.dumps({"argv": argv, "timeout": timeout}) + "\n")
