@@ -100,3 +100,38 @@ def test_ctrl_c_stops_a_replay_run_cleanly(tmp_path):
 @pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
 def test_ctrl_c_stops_a_cpu_run_cleanly(tmp_path):
     _check_stopped_then_resume(*_ctrl_c_run(tmp_path, CPU_GOAL, after=3))
+
+
+@pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+def test_a_second_ctrl_c_quits_at_once(tmp_path):
+    """While the first Ctrl-C waits for a slow evaluation in flight, a second one quits at
+    once: exit 130, no traceback, what was committed is kept and the run resumes."""
+    db, goal = tmp_path / "history.sqlite", tmp_path / "goal.toml"
+    goal.write_text(CPU_GOAL.replace("[[16, 80]]", "[[512, 8192]]"))  # seconds per evaluation
+    proc = subprocess.Popen([sys.executable, "-m", "app", "run", str(goal), "--db", str(db)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        while len(_rows(db)) < 1:
+            assert proc.poll() is None, f"run ended before Ctrl-C: {proc.communicate()}"
+            assert time.monotonic() < deadline, "run made no progress"
+            time.sleep(0.02)
+        os.killpg(proc.pid, signal.SIGINT)
+        time.sleep(0.3)  # two presses, not one merged signal
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "quit by a second Ctrl-C" in err, err
+    n = len(_rows(db))
+    assert n >= 1
+    resumed = subprocess.run([sys.executable, "-m", "app", "run", "--resume", "1",
+                              "--max-evals", str(n + 1), "--db", str(db), "--quiet"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=180, check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    keys = [r[2] for r in _rows(db)]
+    assert len(set(keys)) == len(keys) == n + 1
