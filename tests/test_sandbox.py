@@ -65,6 +65,12 @@ class CellProbe:
         if action == "socket":
             socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             return "socket"
+        if action == "unix_socket":
+            a, b = socket.socketpair()
+            s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            for x in (a, b, s):
+                x.close()
+            return "unix ok"
         raise AssertionError(action)
 
 
@@ -236,6 +242,25 @@ def test_the_compile_helper_runs_the_toolchain_and_nothing_else(cell):
                  [GCC, "-fplugin=/tmp/x.so", "--version"]):
         got = ask(cell, "run", argv)
         assert "refused" in got.get("error", ""), (argv, got)
+
+
+@pytest.mark.skipif(seccomp.available() != "", reason="libseccomp not usable")
+def test_a_gpu_cell_refuses_instead_of_killing_and_keeps_unix_sockets():
+    """GPU cells run only our host code (and the driver): forbidden calls fail with EPERM so a
+    library's stray subprocess cannot take the worker down; unix sockets stay (driver, MPS).
+    Nothing here touches a GPU: that was not verified on one."""
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-gpu-", kind="gpu")
+    try:
+        assert pool.workers[0].kind == "gpu"
+        assert ask(pool, "unix_socket") == "unix ok"
+        assert ask(pool, "threads") == [0, 1, 2, 3]
+        protections = pool.workers[0].protections
+        assert "refused (EPERM)" in protections["processes"] and "compiler" not in protections
+        for action in ("fork", "socket"):
+            reply = pool.call((action, None), FAST)
+            assert reply.fault is not None and "PermissionError" in reply.fault.detail, action
+    finally:
+        pool.close()
 
 
 def test_helper_refuses_flags_that_run_other_code():
