@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
+import gzip
 import html
 import json
+import logging
 import math
+import re
+from pathlib import Path
 
 import numpy as np
 import pyqtgraph as pg
@@ -27,6 +32,7 @@ from PySide6.QtWidgets import (
     QHeaderView,
     QLabel,
     QLineEdit,
+    QSizePolicy,
     QTableView,
     QTabWidget,
     QTextBrowser,
@@ -36,7 +42,9 @@ from PySide6.QtWidgets import (
 
 from app.core.types import Evaluation
 from app.core.units import format_value, fraction_of_limit, gain
-from app.ui.theme import PlotTheme, agent_color, current_plot_theme, style_plot
+from app.ui.theme import PlotTheme, agent_color, current_plot_theme, label_font, style_plot
+
+log = logging.getLogger(__name__)
 
 SORT_ROLE = Qt.UserRole + 1
 COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of limit", "parameters",
@@ -69,6 +77,53 @@ def params_text(config: dict) -> str:
     return "  ".join(f"{k}={v}" for k, v in config.items())
 
 
+_TUNE_KEYS = re.compile(r'"tune_params_keys"\s*:\s*(\[[^\]]*\])')
+
+
+def recorded_parameter_order(path: str | Path) -> list[str] | None:
+    """The parameter order of a Kernel Tuner cache file, read from its header only (the whole
+    file can take seconds to parse; its `tune_params_keys` come in the first few lines)."""
+    path = Path(path)
+    opener = gzip.open if path.name.endswith(".gz") else open
+    try:
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
+            head = f.read(64 * 1024)
+    except (OSError, EOFError, gzip.BadGzipFile):
+        return None
+    m = _TUNE_KEYS.search(head)
+    try:
+        keys = json.loads(m.group(1)) if m else None
+    except json.JSONDecodeError:
+        return None
+    return [str(k) for k in keys] if isinstance(keys, list) else None
+
+
+def parameter_order(goal) -> list[str] | None:
+    """The order of the goal's search-space parameters (the space's own order), the same
+    for a live run and a reopened one (the store keeps configurations with sorted keys).
+    None when the space cannot be read: then parameters are shown sorted by name."""
+    if goal is None:
+        return None
+    try:
+        if goal.operator:
+            from app.catalog import get_operator
+
+            return list(get_operator(goal.backend, goal.operator).space(goal.dtype).params)
+        if goal.space:
+            return recorded_parameter_order(goal.resolve_space_path())
+    except Exception as exc:  # noqa: BLE001 - an operator renamed since, a space moved
+        log.info("no parameter order for %s: %s", goal.name, exc)
+    return None
+
+
+def ordered_config(config: dict, order: list[str] | None) -> dict:
+    """`config` with its keys in `order` (the space's), others after them by name."""
+    order = order or []
+    known = [k for k in order if k in config]
+    rest = sorted(k for k in config if k not in set(order))
+    return {k: config[k] for k in (*known, *rest)}
+
+
 class CandidateModel(QAbstractTableModel):
     """Rows are (index, Evaluation, elapsed_s) in run order; the model sorts and filters itself.
 
@@ -92,6 +147,7 @@ class CandidateModel(QAbstractTableModel):
         self.sort_column, self.sort_order = 0, Qt.AscendingOrder
         self.status = "all"
         self._needle = ""
+        self.param_order: list[str] | None = None  # the space's order (parameter_order)
 
     # ---- data in ------------------------------------------------------------------------
     def set_unit(self, unit: str) -> None:
@@ -100,9 +156,18 @@ class CandidateModel(QAbstractTableModel):
             self.unit = unit
             self.headerDataChanged.emit(Qt.Horizontal, 3, 3)
 
+    def ordered(self, ev: Evaluation) -> Evaluation:
+        """The evaluation with its configuration in the run's parameter order."""
+        config = ordered_config(ev.config, self.param_order)
+        return ev if list(config) == list(ev.config) else dataclasses.replace(ev, config=config)
+
+    def parameter_names(self, ev: Evaluation) -> list[str]:
+        return list(ordered_config(ev.config, self.param_order))
+
     def reset(self, minimize: bool = True, baseline: float | None = None, limit: float | None = None,
-              unit: str = "ms") -> None:
+              unit: str = "ms", param_order: list[str] | None = None) -> None:
         self.beginResetModel()
+        self.param_order = list(param_order) if param_order else None
         self.rows, self.by_key = [], {}
         self.minimize, self.baseline, self.limit, self.unit = minimize, baseline, limit, unit
         self._first_ok = None
@@ -281,7 +346,8 @@ class CandidateModel(QAbstractTableModel):
             if col == 2 and not ev.ok:
                 return ev.detail or ev.reason
             if col == 6:
-                return "\n".join(f"{k} = {v}" for k, v in ev.config.items())
+                return "\n".join(f"{k} = {v}" for k, v in
+                                 ordered_config(ev.config, self.param_order).items())
         return None
 
     def _value(self, i: int, ev: Evaluation, col: int):
@@ -298,7 +364,7 @@ class CandidateModel(QAbstractTableModel):
         if col == 5:
             return self.percent_of_limit(ev)
         if col == 6:
-            return params_text(ev.config)
+            return params_text(ordered_config(ev.config, self.param_order))
         if col == 7:
             return ev.resources.get("registers")
         if col == 8:
@@ -456,6 +522,7 @@ def config_diff_html(a: Evaluation, b: Evaluation, a_name: str, b_name: str) -> 
 class TimingHistogram(pg.PlotWidget):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)  # the dock's width
         self.getPlotItem().setLabel("bottom", "sample time (ms)")
         self.getPlotItem().setLabel("left", "samples")
         self._bars = pg.BarGraphItem(x0=[], x1=[], height=[], brush="#4e79a7")
@@ -493,13 +560,17 @@ class TimingHistogram(pg.PlotWidget):
 class CandidateDetail(QWidget):
     """Source, diffs, compile log, verification and timing of one candidate."""
 
+    EMPTY = "Select a candidate"
+
     def __init__(self, model: CandidateModel, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.model = model
         self.language = "cuda"
+        self.goal = None  # the run's goal: which catalog template a configuration fills in
         self.current: Evaluation | None = None
-        self.header = QLabel("Select a candidate")
-        self.header.setStyleSheet("font-weight: 600;")
+        self.setMinimumWidth(240)
+        self.header = QLabel(self.EMPTY)
+        self.header.setFont(label_font(self.header, bold=True))  # palette colours, not a sheet
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.tabs = QTabWidget()
@@ -527,7 +598,36 @@ class CandidateDetail(QWidget):
         if self.current is not None:
             self.show_evaluation(self.current)
 
+    def set_run(self, goal, language: str) -> None:
+        """A new run is shown (started or reopened): forget the previous run's candidate."""
+        self.goal = goal
+        self.language = language
+        self.clear()
+
+    def clear(self) -> None:
+        self.current = None
+        self.header.setText(self.EMPTY)
+        for w in (self.summary, self.source, self.diff, self.log, self.verification):
+            w.clear()
+        self.timing.show_samples(Evaluation(key="", config={}, ok=False), current_plot_theme())
+        self.timing.getPlotItem().setTitle("", size="9pt")
+
+    def source_text(self, ev: Evaluation) -> tuple[str, str] | None:
+        """(code, language) of what the candidate ran: its own source (LLM or user kernels)
+        or the catalog template, after its parameters as the -D #defines the compiler got
+        (the same text as the HTML report's best kernel). None for recorded measurements."""
+        from app.html_report import best_kernel_text
+
+        if not ev.source and (self.goal is None or not self.goal.operator):
+            return None
+        backend = self.goal.backend if self.goal is not None else ""
+        text, language = best_kernel_text({"backend": backend}, self.goal, ev)
+        if language == "json":  # the operator's template could not be found
+            return None
+        return text, self.language or language
+
     def show_evaluation(self, ev: Evaluation) -> None:
+        ev = self.model.ordered(ev)
         self.current = ev
         theme = current_plot_theme()
         status = "correct" if ev.ok else f"failed: {(ev.reason or '').replace('_', ' ')}"
@@ -536,11 +636,13 @@ class CandidateDetail(QWidget):
         self.header.setText(f"{ev.key[:12]} · {ev.agent} · {status} · {value}"
                             + (f" · {speed:.2f}× speedup" if speed else ""))
         self.summary.setHtml(self._summary_html(ev))
-        if ev.source:
-            self.source.setHtml(highlight_source(ev.source, theme.dark, self.language))
+        code = self.source_text(ev)
+        if code is not None:
+            self.source.setHtml(highlight_source(code[0], theme.dark, code[1]))
         else:
-            self.source.setHtml("<p><i>This candidate has no source of its own: it is a configuration "
-                                "of the operator's template (recorded spaces have no source).</i></p>"
+            self.source.setHtml("<p><i>A recorded measurement: the space's file keeps each "
+                                "configuration's timing, not the code that ran. Its parameters:"
+                                "</i></p>"
                                 + config_diff_html(ev, ev, "value", "value").replace(
                                     "<th>value</th><th>value</th>", "<th>value</th><th></th>"))
         self.diff.setHtml(self._diff_html(ev, theme.dark))
@@ -553,8 +655,9 @@ class CandidateDetail(QWidget):
                 ("status", "ok" if ev.ok else ev.reason), ("detail", ev.detail or "—"),
                 ("median / p10 / p90 (ms)", " / ".join("—" if v is None else f"{v:.4g}"
                                                         for v in (ev.time_ms, ev.p10_ms, ev.p90_ms)))]
-        rows += [(k, f"{v:.4g}" if isinstance(v, float) else v) for k, v in ev.metrics.items()]
-        rows += [(f"resource: {k}", v) for k, v in ev.resources.items()]
+        # by name: the store keeps these sorted, so a reopened run reads like the live one
+        rows += [(k, f"{v:.4g}" if isinstance(v, float) else v) for k, v in sorted(ev.metrics.items())]
+        rows += [(f"resource: {k}", v) for k, v in sorted(ev.resources.items())]
         rows += [(f"param: {k}", v) for k, v in ev.config.items()]
         return ("<table cellpadding=2>" + "".join(
             f"<tr><td><b>{html.escape(str(k))}</b></td><td>{html.escape(str(v))}</td></tr>"
@@ -581,13 +684,25 @@ class CandidateDetail(QWidget):
                              + config_diff_html(other, ev, name, "this"))
         return "".join(parts)
 
-    @staticmethod
-    def _log_text(ev: Evaluation) -> str:
-        lines = [f"{'✔' if s.ok else '✘'} {s.name:<14} {s.seconds * 1000:9.1f} ms  {s.detail}"
-                 for s in ev.stages]
-        if ev.log:
-            lines += ["", ev.log]
-        return "\n".join(lines) or "No compile log for this candidate."
+    def _log_text(self, ev: Evaluation) -> str:
+        """The compiler command and its output as the backend recorded them, then each
+        stage's time and detail; "not recorded" where the evaluation has none."""
+        recorded = self.goal is not None and not self.goal.operator and not ev.source
+        if recorded:
+            lines = [("Recorded measurement: compiled when the space was recorded "
+                      "(no compiler command or output kept).")]
+        else:
+            command = ev.resources.get("compile_command")
+            if isinstance(command, (list, tuple)):
+                command = " ".join(str(c) for c in command)
+            lines = ["Compiler command:", f"  {command}" if command else "  not recorded", "",
+                     "Compiler output:"]
+            lines += [ev.log.rstrip()] if ev.log and ev.log.strip() else ["  not recorded"]
+        if ev.stages:
+            lines += ["", "Stages:"]
+            lines += [f"{'✔' if s.ok else '✘'} {s.name:<14} {s.seconds * 1000:9.1f} ms  {s.detail}"
+                      for s in ev.stages]
+        return "\n".join(lines)
 
     @staticmethod
     def _verification_html(ev: Evaluation) -> str:

@@ -7,17 +7,22 @@ operator, agent and LLM registries), then shows GoalError.problem beside GoalErr
 
 from __future__ import annotations
 
+import copy
+import dataclasses
+import functools
 import logging
 import re
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QGroupBox,
     QHBoxLayout,
     QLabel,
@@ -58,6 +63,7 @@ AGENT_HELP = {
     "model": "model-guided proposals",
     "llm": "LLM rewrites of the kernel source",
 }
+EXAMPLE_STATUS_ROLE = Qt.UserRole + 1  # (runnable here, why not) of an example goal
 TARGET_LABELS = {"none": "none", "speedup": "speedup over baseline (×)",
                  "fraction_of_limit": "fraction of hardware limit", "absolute": "absolute value"}
 
@@ -77,6 +83,47 @@ def recorded_spaces() -> list[tuple[str, Path]]:
 def example_goals() -> list[Path]:
     d = resources_dir() / "goals"
     return sorted(d.glob("*.toml")) if d.is_dir() else []
+
+
+# Why a backend's probe failing stops a goal, in a user's words.
+NEEDS = {"cuda": "needs an NVIDIA GPU", "cpu": "needs a C compiler",
+         "replay": "needs the recorded spaces"}
+
+
+@functools.cache
+def backend_usable(backend: str) -> tuple[bool, str]:
+    """The backend's own probe (registry), run once per process: the example list asks it
+    for every goal, and a probe may import CuPy or call NVML."""
+    try:
+        return backend_spec(backend).probe()
+    except Exception as exc:  # noqa: BLE001 - an unknown backend or a broken probe: cannot run
+        return False, str(exc)
+
+
+@functools.cache
+def example_status(path: str) -> tuple[bool, str]:
+    """(runnable here, why not) for an example goal file: the backend's probe, then the
+    checks a run makes (its recorded space is shipped, its operator exists, ...)."""
+    try:
+        goal = Goal.load(path)
+    except GoalError as exc:
+        return False, f"the goal file is invalid ({exc})"
+    ok, detail = backend_usable(goal.backend)
+    if not ok:
+        return False, f"{NEEDS.get(goal.backend, f'needs the {goal.backend} backend')} ({detail})"
+    try:
+        from app.session import check_goal
+
+        check_goal(goal)
+        if goal.space:
+            goal.resolve_space_path()
+    except FileNotFoundError:
+        return False, f"its recorded space {goal.space} is not on this machine"
+    except GoalError as exc:
+        return False, str(exc)
+    except Exception as exc:  # noqa: BLE001 - whatever stops the run, say it here
+        return False, f"{type(exc).__name__}: {exc}"
+    return True, ""
 
 
 def default_goal() -> Goal:
@@ -208,14 +255,15 @@ class GoalForm(QWidget):
         super().__init__(parent)
         self._loading = False
         self._source_path = ""
+        self._base = Goal()  # the goal last set: fields the form does not edit come from it
         self.error: GoalError | None = None
         self.errors: dict[str, QLabel] = {}
 
         # --- widgets -------------------------------------------------------------------
         self.example = QComboBox()
+        self._shrinkable(self.example)
         self.example.addItem("Start from an example…", None)
-        for p in example_goals():
-            self.example.addItem(p.stem.replace("_", " "), str(p))
+        self._add_examples()
         self.example.activated.connect(self._load_example)
 
         self.name = QLineEdit()
@@ -226,7 +274,7 @@ class GoalForm(QWidget):
         self.kernel_label = QLabel("Recorded space")
         self.kernel = QComboBox()
         self.kernel.setEditable(False)
-        self.kernel.setMinimumContentsLength(18)
+        self._shrinkable(self.kernel)
         self.browse = QToolButton(text="…")
         self.browse.setToolTip("Choose a Kernel Tuner cache file")
         self.browse.clicked.connect(self._browse_space)
@@ -279,21 +327,31 @@ class GoalForm(QWidget):
         self.plateau.setSpecialValueText("off")
 
         self.agent_boxes: dict[str, QCheckBox] = {}
+        self._agent_order: list[str] = list(SwarmSettings().agents)  # the goal's own order
         agents_widget = QWidget()
-        agents_layout = QVBoxLayout(agents_widget)
+        agents_layout = QGridLayout(agents_widget)
         agents_layout.setContentsMargins(0, 0, 0, 0)
-        agents_layout.setSpacing(2)
-        for a in _agent_names():
-            box = QCheckBox(f"{a} — {AGENT_HELP.get(a, '')}")
+        agents_layout.setVerticalSpacing(2)
+        agents_layout.setColumnStretch(1, 1)
+        for row, a in enumerate(_agent_names()):
+            box = QCheckBox(a)
             box.setChecked(a in SwarmSettings().agents)
+            box.setToolTip(AGENT_HELP.get(a, ""))
+            help_label = QLabel(AGENT_HELP.get(a, ""))  # wraps: the form never scrolls sideways
+            help_label.setWordWrap(True)
+            help_label.setForegroundRole(QPalette.PlaceholderText)
+            help_label.setMinimumWidth(40)
             self.agent_boxes[a] = box
-            agents_layout.addWidget(box)
+            agents_layout.addWidget(box, row, 0)
+            agents_layout.addWidget(help_label, row, 1)
         self.workers = QSpinBox()
         self.workers.setRange(0, 1024)
         self.workers.setValue(4)
         self.seed = QSpinBox()
         self.seed.setRange(-2**31, 2**31 - 1)
-        self.simulate_time = QCheckBox("charge recorded compile / benchmark times to the run clock")
+        self.simulate_time = QCheckBox("charge recorded times")
+        self.simulate_time.setToolTip("Charge the recorded compile, verification and benchmark "
+                                      "times to the run clock, so the time axis reads like a real run")
         self.simulate_time.setChecked(True)
 
         self.general_error = QLabel()
@@ -301,6 +359,7 @@ class GoalForm(QWidget):
 
         # --- layout ------------------------------------------------------------------------
         kernel_row = QHBoxLayout()
+        kernel_row.setSpacing(2)
         kernel_row.addWidget(self.kernel, 1)
         kernel_row.addWidget(self.browse)
 
@@ -346,8 +405,11 @@ class GoalForm(QWidget):
         for g in (what, better, true, stop, swarm):
             v.addWidget(g)
         v.addStretch(1)
-        scroll = QScrollArea()
+        # Fields shrink to the dock's width instead of scrolling sideways (buttons at the right
+        # edge, like the shapes' +/− and the space's browse button, stay in view).
+        scroll = self.scroll = QScrollArea()
         scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         scroll.setWidget(inner)
         scroll.setFrameShape(QScrollArea.NoFrame)
         outer = QVBoxLayout(self)
@@ -386,10 +448,32 @@ class GoalForm(QWidget):
         label.setWordWrap(True)
         label.hide()
 
+    @staticmethod
+    def _shrinkable(combo: QComboBox) -> None:
+        """A combo box whose width follows its dock, not its longest entry (the popup still
+        shows entries whole)."""
+        combo.setSizeAdjustPolicy(QComboBox.AdjustToMinimumContentsLengthWithIcon)
+        combo.setMinimumContentsLength(8)
+
+    def _add_examples(self) -> None:
+        """Every example goal, marked with whether this machine can run it and why not."""
+        for p in example_goals():
+            ok, why = example_status(str(p))
+            name = p.stem.replace("_", " ")
+            self.example.addItem(name if ok else f"{name} — cannot run here: {why.split(' (')[0]}",
+                                 str(p))
+            i = self.example.count() - 1
+            self.example.setItemData(i, (ok, why), EXAMPLE_STATUS_ROLE)
+            self.example.setItemData(i, "runs on this machine" if ok else why, Qt.ToolTipRole)
+            if not ok:
+                self.example.setItemData(i, self.palette().color(QPalette.PlaceholderText),
+                                         Qt.ForegroundRole)
+
     def _group(self, title: str, rows: list) -> QGroupBox:
         box = QGroupBox(title)
         form = QFormLayout(box)
         form.setFieldGrowthPolicy(QFormLayout.AllNonFixedFieldsGrow)
+        form.setRowWrapPolicy(QFormLayout.WrapLongRows)  # a narrow dock puts fields under labels
         form.setLabelAlignment(Qt.AlignRight)
         for label, widget, field in rows:
             holder = QWidget()
@@ -432,7 +516,7 @@ class GoalForm(QWidget):
                 from app.catalog import known_operators
 
                 ops = sorted(known_operators(backend))
-            except Exception as exc:  # a broken catalog module must not break the form
+            except Exception as exc:  # noqa: BLE001 - a broken catalog module must not break the form
                 log.warning("catalog for %s failed to load: %s", backend, exc)
                 ops = []
             for op in ops:
@@ -484,7 +568,10 @@ class GoalForm(QWidget):
         kernel = self.kernel.currentData() or ""
         forbid = [f.strip() for f in self.forbid.text().split(",") if f.strip()]
         restrictions = [r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()]
-        return Goal(
+        # Start from the goal that was loaded: what the form does not show (the [llm] table,
+        # and any field added later) goes back out unchanged.
+        return dataclasses.replace(
+            copy.deepcopy(self._base),
             name=self.name.text().strip(),
             operator="" if recorded else kernel,
             space=kernel if recorded else "",
@@ -505,11 +592,19 @@ class GoalForm(QWidget):
                 max_shared_memory_bytes=_optional_int(self.max_shared,
                                                       "constraints.max_shared_memory_bytes"),
                 forbid=forbid),
-            swarm=SwarmSettings(agents=[a for a, b in self.agent_boxes.items() if b.isChecked()],
+            swarm=SwarmSettings(agents=self._checked_agents(),
                                 workers=self.workers.value(), seed=self.seed.value()),
             simulate_time=self.simulate_time.isChecked(),
             source_path=self._source_path,
         )
+
+    def _checked_agents(self) -> list[str]:
+        """The checked agents in the goal's own order (the order the swarm schedules them in:
+        reordering them changes the run), then those checked since, in the form's order."""
+        checked = [a for a, b in self.agent_boxes.items() if b.isChecked()]
+        unknown = [a for a in self._agent_order if a not in self.agent_boxes]  # check_goal names them
+        return ([a for a in self._agent_order if a in checked or a in unknown]
+                + [a for a in checked if a not in self._agent_order])
 
     def goal(self) -> Goal:
         """The goal, checked as a run will check it (its fields, then the backend, operator,
@@ -523,6 +618,8 @@ class GoalForm(QWidget):
     def set_goal(self, goal: Goal) -> None:
         self._loading = True
         try:
+            self._base = copy.deepcopy(goal)
+            self._agent_order = list(goal.swarm.agents)
             self._source_path = goal.source_path
             self.name.setText(goal.name)
             self.backend.setCurrentIndex(max(0, self.backend.findData(goal.backend)))

@@ -11,7 +11,7 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
-    QHBoxLayout,
+    QGridLayout,
     QMessageBox,
     QPushButton,
     QTreeWidget,
@@ -58,21 +58,20 @@ class HistoryPanel(QWidget):
         self.resume_button = QPushButton("Resume")
         self.rerun_button = QPushButton("Re-run")
         self.delete_button = QPushButton("Delete…")
-        self.refresh_button = QPushButton("↻")
+        self.refresh_button = QPushButton("↻ Reload")
         self.refresh_button.setToolTip("Reload the history")
-        self.refresh_button.setFixedWidth(30)
         self.open_button.clicked.connect(lambda: self._emit_one(self.openRun))
         self.compare_button.clicked.connect(lambda: self.compareRuns.emit(self.selected_runs()))
         self.resume_button.clicked.connect(lambda: self._emit_one(self.resumeRun))
         self.rerun_button.clicked.connect(lambda: self._emit_one(self.rerunGoal))
         self.delete_button.clicked.connect(lambda: self.delete_selected())
         self.refresh_button.clicked.connect(self.refresh)
-        buttons = QHBoxLayout()
-        for b in (self.open_button, self.compare_button, self.resume_button, self.rerun_button,
-                  self.delete_button):
-            buttons.addWidget(b)
-        buttons.addStretch(1)
-        buttons.addWidget(self.refresh_button)
+        # Two rows of buttons: one row of five is wider than the dock it shares with the form.
+        buttons = QGridLayout()
+        buttons.setContentsMargins(0, 0, 0, 0)
+        for i, b in enumerate((self.open_button, self.compare_button, self.resume_button,
+                               self.rerun_button, self.delete_button, self.refresh_button)):
+            buttons.addWidget(b, i // 3, i % 3)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.tree)

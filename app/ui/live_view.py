@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import pyqtgraph as pg
-from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QBrush
+from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QBrush, QPainter, QPalette
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
     QRadioButton,
     QSizePolicy,
     QSplitter,
+    QToolTip,
     QVBoxLayout,
     QWidget,
 )
@@ -28,7 +29,14 @@ from PySide6.QtWidgets import (
 from app.core import units
 from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
 from app.ui.buffers import RingBuffer, RunData
-from app.ui.theme import PlotTheme, agent_color, current_plot_theme, failure_symbol, style_plot
+from app.ui.theme import (
+    PlotTheme,
+    agent_color,
+    current_plot_theme,
+    failure_symbol,
+    label_font,
+    style_plot,
+)
 
 REDRAW_HZ = 25
 AXIS_WIDTH = 64
@@ -44,10 +52,41 @@ def format_value(v: float | None, unit: str = "ms") -> str:
 
 
 def format_duration(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
+    seconds = max(0, round(seconds))
     h, rem = divmod(seconds, 3600)
     m, s = divmod(rem, 60)
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+class ElidedLabel(QLabel):
+    """One line of text that never widens its window: cut with "…" to the width it is given
+    (the whole text in the tooltip). `text()` is still the whole text."""
+
+    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
+        super().__init__(text, parent)
+        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
+        self.setMinimumWidth(40)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(40, super().minimumSizeHint().height())
+
+    def sizeHint(self) -> QSize:
+        return QSize(min(super().sizeHint().width(), 400), super().sizeHint().height())
+
+    def shown_text(self) -> str:
+        return self.fontMetrics().elidedText(self.text(), Qt.ElideRight, self.contentsRect().width())
+
+    def paintEvent(self, _event) -> None:
+        painter = QPainter(self)
+        self.style().drawItemText(painter, self.contentsRect(), int(Qt.AlignLeft | Qt.AlignVCenter),
+                                  self.palette(), self.isEnabled(), self.shown_text(),
+                                  QPalette.WindowText)
+
+    def event(self, event) -> bool:
+        if event.type() == QEvent.ToolTip and not self.toolTip() and self.shown_text() != self.text():
+            QToolTip.showText(event.globalPos(), self.text(), self)
+            return True
+        return super().event(event)
 
 
 class ConvergencePlot(pg.PlotWidget):
@@ -228,7 +267,7 @@ class AgentChart(pg.PlotWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumWidth(300)
+        self.setMinimumWidth(180)  # the central area shrinks before the docks do
         item = self.getPlotItem()
         item.setLabel("left", "share", units="%")
         item.setMouseEnabled(x=False, y=False)
@@ -326,14 +365,15 @@ class LiveView(QWidget):
         self._agents_drawn_at = 0.0
 
         # header: progress, ETA, axis toggle
-        self.title = QLabel("No run yet — fill in a goal and press Run")
-        self.title.setStyleSheet("font-size: 13pt; font-weight: 600;")
+        # Fonts, not style sheets: the labels keep following the palette (dark theme).
+        self.title = ElidedLabel("No run yet — fill in a goal and press Run")
+        self.title.setFont(label_font(self.title, 13, bold=True))
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setTextVisible(True)
         self.progress.setFormat("idle")
         self.eta = QLabel("")
-        self.eta.setMinimumWidth(150)
+        self.eta.setMinimumWidth(90)
         self.by_evals = QRadioButton("vs evaluations")
         self.by_time = QRadioButton("vs time")
         self.by_evals.setChecked(True)
@@ -361,16 +401,16 @@ class LiveView(QWidget):
                                             ("failed", "Failed"), ("best", "Best"),
                                             ("speedup", "Speedup"))):
             name = QLabel(label)
-            name.setStyleSheet("font-size: 8pt;")
+            name.setFont(label_font(name, 8))
             value = QLabel("—")
-            value.setStyleSheet("font-size: 14pt; font-weight: 600;")
+            value.setFont(label_font(value, 14, bold=True))
             value.setTextInteractionFlags(Qt.TextSelectableByMouse)
             counter_row.addWidget(name, 0, col)
             counter_row.addWidget(value, 1, col)
             self.counters[key] = value
         self.failure_detail = QLabel("")
         self.failure_detail.setWordWrap(True)
-        self.failure_detail.setStyleSheet("font-size: 8pt;")
+        self.failure_detail.setFont(label_font(self.failure_detail, 8))
         counter_row.addWidget(self.failure_detail, 2, 0, 1, 5)
 
         self.convergence = ConvergencePlot()

@@ -20,12 +20,14 @@ from PySide6.QtWidgets import (
     QTabWidget,
 )
 
-from app.goal import Goal, GoalError
 from app.core.evaluator import DeviceInfo
+from app.core.units import objective_unit, run_unit
+from app.goal import Goal, GoalError
 from app.paths import default_db_path, resources_dir
+from app.swarm.lessons import current_lessons
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
-from app.ui.candidates import CandidateDetail, CandidateTable
+from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, source_language
 from app.ui.goal_form import GoalForm, default_goal
 from app.ui.history import ComparePlot, HistoryPanel
 from app.ui.live_view import LiveView
@@ -34,7 +36,6 @@ from app.ui.theme import THEMES, ThemeManager
 
 log = logging.getLogger(__name__)
 
-UNITS = {"time": "ms", "throughput": "GFLOP/s", "energy": "mJ"}
 MAX_RECENT = 8
 
 
@@ -110,8 +111,8 @@ class MainWindow(QMainWindow):
         # leaves a stale copy of the tab bar over the left panel when two areas are tabified.
         self.lessons_dock = self._dock("Lessons", self.lessons, Qt.RightDockWidgetArea)
         self.splitDockWidget(self.detail_dock, self.lessons_dock, Qt.Vertical)
-        self.resizeDocks([self.goal_dock], [400], Qt.Horizontal)
-        self.resizeDocks([self.detail_dock], [380], Qt.Horizontal)
+        # Side docks of a readable width; the central plots take what is left and shrink first.
+        self.resizeDocks([self.goal_dock, self.detail_dock], [380, 360], Qt.Horizontal)
         self.resizeDocks([self.table_dock], [260], Qt.Vertical)
         self.resizeDocks([self.detail_dock, self.lessons_dock], [520, 160], Qt.Vertical)
 
@@ -243,6 +244,17 @@ class MainWindow(QMainWindow):
         sb.addPermanentWidget(self.device_label)
         sb.addPermanentWidget(self.db_label)
 
+    def _on_lesson(self, event) -> None:
+        """A lesson that supersedes or retracts an earlier one replaces it in the list."""
+        lesson = event.lesson
+        old = lesson.evidence.get("supersedes")
+        if old:
+            for row in range(self.lessons.count() - 1, -1, -1):
+                if self.lessons.item(row).text().endswith(f"] {old}"):
+                    self.lessons.takeItem(row)
+        if lesson.kind != "retracted":
+            self.lessons.addItem(f"[{lesson.kind}] {lesson.text}")
+
     def _wire(self) -> None:
         b = self.bridge
         b.runStarted.connect(self.live.on_run_started)
@@ -250,7 +262,7 @@ class MainWindow(QMainWindow):
         b.evaluated.connect(self.live.on_evaluated)
         b.evaluated.connect(lambda evs: self.table.add([(e.index, e.evaluation, e.elapsed_s) for e in evs]))
         b.telemetry.connect(self.live.on_telemetry)
-        b.lesson.connect(lambda ev: self.lessons.addItem(f"[{ev.lesson.kind}] {ev.lesson.text}"))
+        b.lesson.connect(self._on_lesson)
         b.revoked.connect(self._on_revoked)
         b.newBest.connect(lambda ev: self.statusBar().showMessage(
             f"New best {ev.evaluation.value:.4g} by {ev.evaluation.agent} at evaluation {ev.index}", 4000))
@@ -275,8 +287,10 @@ class MainWindow(QMainWindow):
         geometry = s.value("geometry")
         if isinstance(geometry, QByteArray) and not geometry.isEmpty():
             self.restoreGeometry(geometry)
-        else:
-            self.resize(1500, 950)
+        else:  # a first start: fit the screen (a 1366×768 laptop too)
+            screen = self.screen().availableGeometry() if self.screen() else None
+            self.resize(min(1500, screen.width()) if screen else 1500,
+                        min(950, screen.height()) if screen else 950)
         state = s.value("windowState")
         if isinstance(state, QByteArray) and not state.isEmpty():
             self.restoreState(state)
@@ -371,10 +385,11 @@ class MainWindow(QMainWindow):
 
     # ---- running ------------------------------------------------------------------------------
     def _prepare_views(self, goal: Goal, title: str) -> None:
-        unit = UNITS.get(goal.objective.metric, "")
+        unit = objective_unit(goal.objective.metric)  # until RunStarted says the run's own
         self.live.reset(minimize=goal.objective.minimize, title=title, unit=unit)
-        self.table.reset(minimize=goal.objective.minimize, unit=unit)
-        self.detail.language = "c" if goal.backend == "cpu" else "cuda"
+        self.table.reset(minimize=goal.objective.minimize, unit=unit,
+                         param_order=parameter_order(goal))
+        self.detail.set_run(goal, source_language(goal.backend))
         self.lessons.clear()
         self.tabs.setCurrentWidget(self.live)
 
@@ -423,6 +438,7 @@ class MainWindow(QMainWindow):
         run = f"run {self.current_run_id}" if self.current_run_id else "run"
         self.setWindowTitle(f"KernelSwarm — {ev.goal_name} ({run})")
         self.table.model.set_references(ev.baseline_value, ev.limit_value)
+        self.table.model.set_unit(ev.unit)
 
     def _on_revoked(self, event) -> None:
         self.live.on_revoked(event.key, event.evaluation.reason or "verification_failed")
@@ -510,7 +526,7 @@ class MainWindow(QMainWindow):
         goal = store.goal_of_run(run_id)
         rows = store.load_evaluations(run_id)
         baseline, limit = run.get("baseline_value"), run.get("limit_value")
-        unit = UNITS.get(goal.objective.metric, "")
+        unit = run_unit(run, goal.objective.metric)
         self.current_run_id = run_id
         self.current_goal = goal
         self.live.show_run(rows, minimize=bool(run["minimize"]), unit=unit,
@@ -518,12 +534,13 @@ class MainWindow(QMainWindow):
                            baseline=baseline, limit=limit,
                            target=target_value(goal, baseline, limit),
                            max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"])
-        self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit)
-        self.detail.language = "c" if goal.backend == "cpu" else "cuda"
+        self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit,
+                         param_order=parameter_order(goal))
+        self.detail.set_run(goal, source_language(goal.backend))  # not the last run's candidate
         self.table.add(rows)
         self.table.flush()
         self.lessons.clear()
-        for lesson in store.lessons(run_id=run_id):
+        for lesson in current_lessons(store.lessons(run_id=run_id)):
             self.lessons.addItem(f"[{lesson['kind']}] {lesson['text']}")
         device = run.get("device") or {}
         self.device_label.setText(device_text(DeviceInfo(kind=device.get("kind", ""),
@@ -560,15 +577,14 @@ class MainWindow(QMainWindow):
         path, _ = QFileDialog.getSaveFileName(self, title, name, filters)
         return path
 
-    def report_plots(self) -> dict:
-        return {"Convergence": self.live.convergence, "Failures by reason": self.live.failures,
-                "Agent contribution": self.live.agents}
-
     def export_report(self, path: str | Path) -> Path:
-        from app.ui.report import write_html_report
+        """The same report as `kernelswarm export RUN --format html`: a light print theme
+        whatever the app's theme, charts drawn from the stored run."""
+        from app.export import write_atomic
+        from app.html_report import render_report
 
-        self.live.redraw()
-        return write_html_report(path, self.store(), self.current_run_id, self.report_plots())
+        write_atomic(path, render_report(self.store(), self.current_run_id))
+        return Path(path)
 
     def export_report_dialog(self) -> None:
         if self.current_run_id is None:

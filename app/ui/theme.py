@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import pyqtgraph as pg
 from PySide6.QtCore import QObject, Qt, Signal
-from PySide6.QtGui import QColor, QGuiApplication, QPalette
+from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
 THEMES = ("system", "light", "dark")
@@ -35,6 +35,17 @@ FAILURE_SYMBOLS = {
 }
 
 OVERLAY_COLORS = ["#4e79a7", "#e15759", "#59a14f", "#f28e2b", "#b07aa1", "#76b7b2", "#edc948"]
+
+
+def label_font(widget, point_size: float | None = None, bold: bool = False) -> QFont:
+    """A widget's font, resized and/or bold. Used instead of a style sheet: a label with its
+    own style sheet keeps the palette it was polished with, so after a theme switch it drew
+    near-black text on the dark theme's grey."""
+    font = QFont(widget.font())
+    if point_size is not None:
+        font.setPointSizeF(point_size)
+    font.setBold(bold)
+    return font
 
 
 def agent_color(agent: str, order: int = 0) -> str:
@@ -68,7 +79,7 @@ def _system_is_dark() -> bool:
     if scheme is not None:
         try:
             return scheme() == Qt.ColorScheme.Dark
-        except Exception:  # older Qt: fall back to the palette
+        except (AttributeError, TypeError, RuntimeError):  # older Qt: fall back to the palette
             pass
     return QGuiApplication.palette().color(QPalette.Window).lightness() < 128
 
