@@ -120,11 +120,13 @@ class RunSession:
             attach_bus(self.bus, self.run_id)
 
     def _make_llm_team(self, goal: Goal) -> Any:
-        from app.llm import LLMSettings, make_llm_team
+        from app.llm import make_llm_team
+        from app.llm.settings import run_settings
 
-        # The user's saved settings, then the goal's [llm] table, then KERNELSWARM_LLM_* vars.
-        base = {**LLMSettings.user().to_dict(), **goal.llm}
-        settings = LLMSettings.from_env(base=LLMSettings.from_dict(base))
+        # The user's saved settings, then the goal's [llm] table, then KERNELSWARM_LLM_* vars;
+        # a goal's base_url other than the user's own endpoint is refused unless approved
+        # (EndpointNotTrusted): the API key goes only where the user said.
+        settings = run_settings(goal.llm)
         db_path = getattr(self.store, "path", None) if self.store is not None else None
         return make_llm_team(goal, self.evaluator, settings=settings, bus=self.bus,
                              run_id=self.run_id, db_path=db_path)

@@ -3,9 +3,11 @@ scripted replies, for testing LLM agents without a model.
 
 Each request takes the next step of the script (or asks `responder(request_body)` when given);
 steps are Reply (text, streamed as SSE when the client asks for a stream), Status (an HTTP error
-such as 429 with Retry-After), Stall (sleep before answering: timeouts), Endless (a reply that
-never ends), Garbage (a 200 whose body is not JSON). The server runs in a thread, records every
-request body and the Authorization header it saw, and stops itself after `lifetime_s`.
+such as 429 with Retry-After, or a redirect), Stall (sleep before answering: timeouts), Endless
+(a reply that never ends), Garbage (a 200 whose body is not JSON), TrickleHeaders / TrickleBody
+(one byte a second: only a whole-request deadline ends them), Huge (a body far over any cap).
+The server runs in a thread, counts connections, records every request body and its headers
+(the Authorization header too), and stops itself after `lifetime_s`.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable
+from typing import Any
 
 
 @dataclass
@@ -50,19 +53,46 @@ class Garbage:
     body: bytes = b"<html>this is not json</html>"
 
 
+@dataclass
+class TrickleHeaders:
+    """A 200 whose status line and headers arrive one byte every `interval_s` (never ending
+    before `max_s`): a per-read timeout never fires, only a whole-request deadline can."""
+    interval_s: float = 1.0
+    max_s: float = 30.0
+
+
+@dataclass
+class TrickleBody:
+    """Headers at once, then the body one byte every `interval_s` (JSON or SSE as asked)."""
+    interval_s: float = 1.0
+    max_s: float = 30.0
+
+
+@dataclass
+class Huge:
+    """A reply of `size` bytes: a JSON body (announced with Content-Length, or not when
+    `announce` is False) or, when streamed, SSE events carrying `piece` (or no content)."""
+    size: int = 50_000_000
+    announce: bool = True
+    piece: str = ""
+
+
 Step = Any
 
 
 class ChatServer:
     def __init__(self, script: list[Step] | None = None, *,
                  responder: Callable[[dict], Step] | None = None, default: Step | None = None,
-                 lifetime_s: float = 60.0) -> None:
+                 lifetime_s: float = 60.0, honour_max_tokens: bool = False) -> None:
         self._script = list(script or [])
         self._responder = responder
         self._default = default
         self._lock = threading.Lock()
         self.requests: list[dict] = []
         self.auth_headers: list[str] = []
+        self.headers: list[dict[str, str]] = []  # every request's headers, as received
+        self.connections = 0  # TCP connections accepted (a refused endpoint must see none)
+        self.honour_max_tokens = honour_max_tokens
         self._stopped = threading.Event()
         server = self
 
@@ -72,17 +102,25 @@ class ChatServer:
             def log_message(self, *args: Any) -> None:  # keep test output quiet
                 pass
 
-            def do_POST(self) -> None:  # noqa: N802
+            def setup(self) -> None:
+                with server._lock:
+                    server.connections += 1
+                super().setup()
+
+            def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = json.loads(self.rfile.read(length) or b"{}")
+                with server._lock:
+                    server.headers.append(dict(self.headers.items()))
                 step = server._next(body, self.headers.get("Authorization", ""))
                 server._play(self, body, step)
 
-            def do_GET(self) -> None:  # noqa: N802 - /models, for clients that probe
+            def do_GET(self) -> None:
                 server._json(self, 200, {"object": "list", "data": [{"id": "scripted"}]})
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
+        self.httpd.handle_error = lambda *a: None  # clients hanging up is what tests provoke
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="llm-server",
                                         daemon=True)
         self._timer = threading.Timer(lifetime_s, self.stop)
@@ -94,7 +132,7 @@ class ChatServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
 
-    def start(self) -> "ChatServer":
+    def start(self) -> ChatServer:
         self._thread.start()
         self._timer.start()
         return self
@@ -107,7 +145,7 @@ class ChatServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
-    def __enter__(self) -> "ChatServer":
+    def __enter__(self) -> ChatServer:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -147,9 +185,28 @@ class ChatServer:
                 h.send_header("Content-Length", str(len(step.body)))
                 h.end_headers()
                 h.wfile.write(step.body)
+            elif isinstance(step, TrickleHeaders):
+                self._trickle(h, b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                              b"X-Padding: " + b"x" * 100_000 + b"\r\n\r\n", step)
+            elif isinstance(step, TrickleBody):
+                stream = bool(body.get("stream"))
+                h.send_response(200)
+                h.send_header("Content-Type", "text/event-stream" if stream else "application/json")
+                h.send_header("Connection", "close")  # no length: the body ends when it ends
+                h.end_headers()
+                h.wfile.flush()
+                self._trickle(h, b"data: " if stream else b'{"choices": [', step)
+            elif isinstance(step, Huge):
+                self._huge(h, body, step)
             elif isinstance(step, Endless):
                 self._endless(h, body, step)
             elif isinstance(step, Reply):
+                if self.honour_max_tokens:
+                    cap = body.get("max_tokens") or body.get("max_completion_tokens")
+                    done = step.completion_tokens if step.completion_tokens is not None \
+                        else len(step.text) // 4
+                    if cap is not None and done > cap:
+                        step = Reply(step.text, "length", step.prompt_tokens, cap)
                 if body.get("stream"):
                     self._stream(h, body, step)
                 else:
@@ -197,6 +254,44 @@ class ChatServer:
                             "created": int(time.time()), "model": body.get("model", ""),
                             "choices": [], "usage": _usage(step)})
         self._event(h, "[DONE]")
+
+    def _trickle(self, h: BaseHTTPRequestHandler, prefix: bytes,
+                 step: TrickleHeaders | TrickleBody) -> None:
+        """Write `prefix` one byte at a time, then spaces, until max_s or the client leaves."""
+        t_end = time.monotonic() + step.max_s
+        i = 0
+        while time.monotonic() < t_end and not self._stopped.is_set():
+            h.wfile.write(prefix[i:i + 1] if i < len(prefix) else b" ")
+            h.wfile.flush()
+            i += 1
+            if self._stopped.wait(step.interval_s):
+                return
+        h.close_connection = True
+
+    def _huge(self, h: BaseHTTPRequestHandler, body: dict, step: Huge) -> None:
+        h.close_connection = True
+        if body.get("stream"):
+            self._sse_start(h)
+            sent = 0
+            while sent < step.size and not self._stopped.is_set():
+                event = (f"data: {json.dumps(_chunk(body, {'content': step.piece}, None))}\n\n"
+                         if step.piece else ": " + "k" * 65_000 + "\n\n").encode()
+                h.wfile.write(event)
+                sent += len(event)
+            return
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        if step.announce:
+            h.send_header("Content-Length", str(step.size))
+        h.send_header("Connection", "close")
+        h.end_headers()
+        head = b'{"choices": [{"index": 0, "message": {"role": "assistant", "content": "'
+        h.wfile.write(head)
+        block = b"A" * 65_536
+        sent = len(head)
+        while sent < step.size and not self._stopped.is_set():
+            h.wfile.write(block)
+            sent += len(block)
 
     def _endless(self, h: BaseHTTPRequestHandler, body: dict, step: Endless) -> None:
         if not body.get("stream"):

@@ -28,7 +28,8 @@ KEY = "sk-e2e-SECRET-abcdef0123456789"
 
 # The template is held to one slow configuration (two expf per element, one accumulator); the
 # LLM's kernel does one expf per element.
-SLOW_TEMPLATE = ["ONLINE == 1", "ACC == 1", "VEC == 4", "CHUNK == 1", "THREADS == 1"]
+SLOW_TEMPLATE = ["ONLINE == 1", "ACC == 1", "VEC == 4", "CHUNK == 1", "THREADS == 1",
+                 "EXP_IMPL == 0"]
 
 GOOD = """Idea: one exp per element, three simple passes
 ```c

@@ -50,6 +50,7 @@ log = logging.getLogger(__name__)
 
 NEAR_MISS_REASONS = {COMPILE_FAILED, VERIFY_FAILED, RESOURCE_LIMIT, STATIC_CHECK, RUNTIME_FAILED}
 HARD_FAILURES_TO_STOP = 3  # consecutive rejected requests (bad key, unknown model): stop asking
+USED_UP_MEMO_S = 0.25  # how long a "space used up" answer holds
 
 
 def candidate_key(config: dict[str, Any], source: str) -> str:
@@ -100,6 +101,7 @@ class LLMAgent(Agent):
         self._near_misses: deque[Evaluation] = deque(maxlen=16)
         self._repaired: set[str] = set()
         self._hard_failures = 0
+        self._used_up_at: tuple[float, bool] = (float("-inf"), False)
         self.stopped_reason = ""
         self.stats = {"requests": 0, "candidates": 0, "no_code": 0, "request_failed": 0}
 
@@ -211,14 +213,22 @@ class LLMAgent(Agent):
 
     def _space_used_up(self, board: Blackboard) -> bool:
         """The coordinator's own last resort is a uniform draw: if draws find nothing new
-        either, the run would end as 'exhausted' while our replies are still coming."""
-        for _ in range(200):
-            cfg = self.space.sample(self.rng)
+        either, the run would end as 'exhausted' while our replies are still coming.
+        Memoised briefly: the coordinator asks often, and rejection sampling in a tightly
+        restricted space is slow enough to starve the threads waiting on replies."""
+        now = time.monotonic()
+        if now - self._used_up_at[0] < USED_UP_MEMO_S:
+            return self._used_up_at[1]
+        used_up = True
+        for _ in range(64):
+            cfg = self.space.sample(self.rng, max_tries=2_000)
             if cfg is None:
-                return True
+                break
             if not board.known(self.space.key(cfg)):
-                return False
-        return True
+                used_up = False
+                break
+        self._used_up_at = (time.monotonic(), used_up)
+        return used_up
 
     # ---- requests (pool threads) -----------------------------------------------------------
     def _request(self, messages: list[dict[str, str]], job: _Job) -> Candidate | str:

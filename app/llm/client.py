@@ -468,6 +468,9 @@ class LLMClient:
                     break
         except _ByteCap:
             finish = "length"
+            if not "".join(parts).strip():
+                raise _Attempt(TOO_LARGE, f"the streamed reply passed the {cap}-byte cap with "
+                               "no content; not read further") from None
         except (OSError, http.client.HTTPException, ValueError):
             # the watchdog cut the stream (or the server broke it) after some text arrived:
             # what came is a truncated reply; with no text it is a timeout / broken reply
