@@ -291,3 +291,17 @@ def test_scratch_directory_is_removed_with_the_worker():
     assert scratch and os.path.isdir(scratch)
     pool.close()
     assert not os.path.exists(scratch)
+
+
+def test_a_cell_killed_from_outside_leaves_no_scratch_behind():
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-killed-")
+    try:
+        ask(pool, "threads")
+        worker = pool.workers[0]
+        first = worker.scratch
+        os.kill(worker.pid, signal.SIGKILL)
+        worker._proc.join(5)
+        ask(pool, "threads")  # a fresh cell
+        assert worker.scratch != first and not os.path.exists(first)
+    finally:
+        pool.close()

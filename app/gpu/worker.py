@@ -20,6 +20,7 @@ request. A worker killed by the seal (SIGSYS) is reported as a sandbox violation
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import json
 import multiprocessing as mp
@@ -44,6 +45,13 @@ from app.gpu import sandbox
 from app.paths import cache_dir
 
 LOG_TAIL_CHARS = 20_000
+_LIVE_SCRATCH: set[str] = set()  # cells' scratch directories, removed at exit if still there
+
+
+@atexit.register
+def _remove_scratch_left_behind() -> None:
+    for path in list(_LIVE_SCRATCH):
+        shutil.rmtree(path, ignore_errors=True)
 _POLL_S = 0.02
 _START_TIMEOUT_S = 60.0
 
@@ -204,7 +212,9 @@ class Worker:
 
     # ---- lifecycle ------------------------------------------------------------------------
     def start(self) -> None:
+        self._drop_scratch()  # a process that died on its own left its cell behind
         self.scratch = tempfile.mkdtemp(prefix=f"kernelswarm-{self.name}-cell-")
+        _LIVE_SCRATCH.add(self.scratch)
         cache = cache_dir()
         cache.mkdir(parents=True, exist_ok=True)
         plan = sandbox.plan_cell(self.kind, self.scratch, [str(cache)], self.memory_limit_bytes)
@@ -287,6 +297,7 @@ class Worker:
     def _drop_scratch(self) -> None:
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
+            _LIVE_SCRATCH.discard(self.scratch)
             self.scratch = None
 
     def restart(self) -> None:
