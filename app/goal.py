@@ -77,6 +77,71 @@ class SwarmSettings:
 
 
 @dataclass
+class KernelTable:
+    """The [kernel] table of a custom-kernel goal (your own C or CUDA kernel), in Kernel Tuner's
+    terms. Only the shape of the table is checked here; app.catalog.custom.spec checks the rest
+    (expressions, files, arguments) once per run. Paths are relative to the goal file."""
+
+    source: str | list[str] = ""  # kernel source file(s); the first holds the entry
+    entry: str = ""  # the C function or CUDA kernel to call
+    language: str = ""  # "c" | "cuda"; empty: the backend's language
+    compiler_options: list[str] = field(default_factory=list)
+    tune_params: dict[str, list] = field(default_factory=dict)  # injected as #defines
+    restrictions: list[str] = field(default_factory=list)  # Kernel Tuner syntax
+    defines: dict[str, Any] = field(default_factory=dict)  # fixed #defines (expressions of dims)
+    dims: list[str] = field(default_factory=list)  # names of a goal shape's entries
+    problem_size: list[str] = field(default_factory=list)  # CUDA: expressions of dims
+    block_size_names: list[str] = field(default_factory=list)  # CUDA: block_size_x/y/z
+    grid_div_x: list[str] = field(default_factory=list)
+    grid_div_y: list[str] = field(default_factory=list)
+    grid_div_z: list[str] = field(default_factory=list)
+    args: list[dict[str, Any]] = field(default_factory=list)  # [[kernel.args]] in call order
+    reference: str = ""  # "module.py:function" (numpy in, arrays out)
+    expected: str = ""  # .npz of expected outputs (by argument name)
+    deterministic: bool = True
+    flops: str = ""  # expression of dims
+    bytes: str = ""  # expression of dims
+    recorded_space: str = ""  # replayed where the GPU is missing
+
+
+_KERNEL_LISTS = ("compiler_options", "restrictions", "dims", "problem_size", "block_size_names",
+                 "grid_div_x", "grid_div_y", "grid_div_z")
+
+
+def _kernel_table(value: Any) -> KernelTable:
+    if not isinstance(value, dict):
+        raise GoalError("kernel", "must be a table, e.g. [kernel]")
+    allowed = {f.name for f in fields(KernelTable)}
+    for k in value:
+        if k not in allowed:
+            raise GoalError(f"kernel.{k}", f"unknown field; known: {', '.join(sorted(allowed))}")
+    data = dict(value)
+    for k in ("grid_div_x", "grid_div_y", "grid_div_z", "problem_size"):
+        if isinstance(data.get(k), (str, int)):  # Kernel Tuner allows one expression
+            data[k] = [str(data[k])]
+    for k in _KERNEL_LISTS:
+        v = data.get(k, [])
+        if not isinstance(v, list) or not all(isinstance(x, (str, int)) for x in v):
+            raise GoalError(f"kernel.{k}", "must be a list of strings")
+        data[k] = [str(x) for x in v]
+    for k in ("entry", "language", "reference", "expected", "flops", "bytes", "recorded_space"):
+        if not isinstance(data.get(k, ""), str):
+            raise GoalError(f"kernel.{k}", "must be a string")
+    src = data.get("source", "")
+    if not (isinstance(src, str) or (isinstance(src, list) and all(isinstance(x, str) for x in src))):
+        raise GoalError("kernel.source", "must be a file name or a list of file names")
+    for k in ("tune_params", "defines"):
+        if not isinstance(data.get(k, {}), dict):
+            raise GoalError(f"kernel.{k}", "must be a table")
+    if not isinstance(data.get("args", []), list) or not all(
+            isinstance(a, dict) for a in data.get("args", [])):
+        raise GoalError("kernel.args", "must be an array of tables, [[kernel.args]]")
+    if not isinstance(data.get("deterministic", True), bool):
+        raise GoalError("kernel.deterministic", "must be true or false")
+    return KernelTable(**data)
+
+
+@dataclass
 class Goal:
     name: str = "untitled goal"
     operator: str = ""  # catalog operator (cpu/cuda) ...
@@ -94,6 +159,7 @@ class Goal:
     simulate_time: bool = True  # replay: charge recorded compile/verify/benchmark times
     # LLM endpoint settings (app.llm.settings.LLMSettings fields; never the API key)
     llm: dict[str, Any] = field(default_factory=dict)
+    kernel: KernelTable | None = None  # your own kernel (app.catalog.custom) instead of `operator`
     source_path: str = ""  # where the goal was loaded from (not saved)
 
     # ---- validation -------------------------------------------------------------------
@@ -172,6 +238,9 @@ class Goal:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source_path", None)
+        if data.get("kernel"):  # only what the user set: the table stays short
+            data["kernel"] = {k: v for k, v in data["kernel"].items()
+                              if v not in ("", [], {}) and not (k == "deterministic" and v)}
         return _drop_none(data)
 
     def to_toml(self) -> str:
@@ -194,7 +263,9 @@ class Goal:
         for key, value in data.items():
             if key not in top:
                 raise GoalError(key, f"unknown field; known fields: {', '.join(sorted(top))}")
-            if key in sections:
+            if key == "kernel":
+                kwargs[key] = _kernel_table(value)
+            elif key in sections:
                 if not isinstance(value, dict):
                     raise GoalError(key, "must be a table, e.g. [" + key + "]")
                 sub = sections[key]

@@ -25,6 +25,9 @@ def _check_operator_goal(backend: str) -> Any:
     def check(goal: Goal) -> None:
         from app.catalog import known_operators
 
+        if goal.kernel is not None:  # your own kernel: its [kernel] table, files and expressions
+            _check_custom_goal(backend, goal)
+            return
         if not goal.operator:
             raise GoalError("operator", f"a {backend} goal needs an operator from the catalog")
         ops = known_operators(backend)
@@ -36,6 +39,50 @@ def _check_operator_goal(backend: str) -> Any:
     return check
 
 
+def _check_custom_goal(backend: str, goal: Goal) -> None:
+    from app.catalog.custom import load_spec
+
+    spec = load_spec(goal, backend)
+    if spec.recorded_space:
+        try:
+            goal.resolve_space_path() if goal.space else _find_recorded(goal, spec.recorded_space)
+        except FileNotFoundError as exc:
+            raise GoalError("kernel.recorded_space", str(exc)) from None
+
+
+def _find_recorded(goal: Goal, name: str) -> Any:
+    from pathlib import Path
+
+    from app.paths import find_space
+
+    return find_space(name, Path(goal.source_path).parent if goal.source_path else None)
+
+
+def _custom_evaluator(goal: Goal, backend: str, live: Any) -> Evaluator:
+    """Your own kernel: replayed from its recorded space where the GPU is missing, otherwise
+    measured live once its reference has run cleanly (in a worker, never here)."""
+    from app.catalog.custom import custom_operator
+    from app.catalog.custom.reference import probe_reference
+    from app.core.evaluator import BackendUnavailable
+
+    op = custom_operator(goal, backend)
+    if backend == "cuda" and op.spec.recorded_space:
+        from app.gpu.cuda.evaluator import visible_devices
+
+        try:
+            visible_devices(goal.device)
+        except BackendUnavailable:
+            from app.gpu.replay import ReplayEvaluator, load_cache_file
+
+            recorded = load_cache_file(_find_recorded(goal, op.spec.recorded_space))
+            return ReplayEvaluator(recorded, restrictions=op.restrictions + list(
+                goal.constraints.restrictions), simulate_time=goal.simulate_time)
+    problem = probe_reference(op, goal.shapes[0])
+    if problem:
+        raise GoalError("kernel.reference", problem)
+    return live()
+
+
 def operator_is_memory_bound(backend: str, goal: Goal) -> bool:
     """Whether the goal's operator is judged by bytes moved (GB/s) rather than FLOPs.
 
@@ -45,6 +92,8 @@ def operator_is_memory_bound(backend: str, goal: Goal) -> bool:
     """
     from app.catalog import known_operators
 
+    if goal.kernel is not None:  # your own kernel: bytes unless it gives a FLOP count
+        return not goal.kernel.flops
     op = known_operators(backend).get(goal.operator)
     if op is None:
         return False
@@ -73,6 +122,8 @@ def _operator_unit(backend: str) -> Any:
 def _make_cpu(goal: Goal, cases: Sequence[dict]) -> Evaluator:
     from app.gpu.cpu import CpuEvaluator
 
+    if goal.kernel is not None:
+        return _custom_evaluator(goal, "cpu", lambda: CpuEvaluator(goal, validation_cases=list(cases)))
     return CpuEvaluator(goal, validation_cases=list(cases))
 
 
@@ -88,6 +139,8 @@ def _probe_cpu() -> tuple[bool, str]:
 def _make_cuda(goal: Goal, cases: Sequence[dict]) -> Evaluator:
     from app.gpu.cuda import CudaEvaluator
 
+    if goal.kernel is not None:
+        return _custom_evaluator(goal, "cuda", lambda: CudaEvaluator(goal, validation_cases=list(cases)))
     return CudaEvaluator(goal, validation_cases=list(cases))
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from app.catalog import get_operator
 from app.catalog.cpu.operator import ENTRY_SYMBOL, REFERENCE_SOURCE, CpuOperator, kernel_source
+from app.catalog.custom import custom_operator
 from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace, config_key
 from app.core.types import (
@@ -200,7 +201,7 @@ class CpuKernelBackend:
 
     def static_check(self, source: str, config: dict[str, Any] | None = None,
                      shapes: Sequence[Sequence[int]] = ()) -> list[str]:
-        return static_problems(source)
+        return static_problems(source, self.op.entry())
 
     def build(self, source: str, config: dict[str, Any], shapes: Sequence[Sequence[int]] = ()) -> Built:
         """One library serves every shape (dimensions are call arguments)."""
@@ -233,12 +234,15 @@ class CpuKernelBackend:
         return info
 
     def load(self, built: Built) -> KernelRunner:
-        return KernelRunner(_load_entry(built.artifact, ENTRY_SYMBOL, self.op), self.op)
+        return KernelRunner(_load_entry(built.artifact, self.op.entry(), self.op), self.op)
 
     def timing_calls(self, runner: KernelRunner, inputs: dict[str, np.ndarray],
                      outputs: dict[str, GuardedOutput], shape: tuple[int, ...] = ()
                      ) -> dict[str, Callable[[], None]]:
         fn = runner.fn
+        prepare = getattr(self.op, "prepare_call", None)
+        if prepare is not None:  # your own kernel (app.catalog.custom): its signature, no baseline
+            return {"candidate": prepare(fn, inputs, {k: o.view for k, o in outputs.items()}, shape)}
         out = outputs[self.op.output_name]
         args = _args(self.op, inputs, out.view)  # pointers resolved once, outside the timed call
         numpy_out = np.empty(out.shape, dtype=np.float32)
@@ -257,6 +261,9 @@ class CpuKernelBackend:
 
 def _load_entry(path: Path, symbol: str, op: CpuOperator) -> Any:
     fn = getattr(ctypes.CDLL(str(path)), symbol)
+    if hasattr(op, "c_argtypes"):  # your own kernel declares its signature
+        fn.argtypes, fn.restype = op.c_argtypes(), None
+        return fn
     n_dims = len(op.call_dims(tuple(range(1, op.ndim + 1))))
     fn.argtypes = [ctypes.c_void_p] * (1 + len(op.input_shapes(tuple([1] * op.ndim)))) + [ctypes.c_long] * n_dims
     fn.restype = None
@@ -277,14 +284,18 @@ class KernelRunner:
 
     def __call__(self, inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
                  shape: tuple[int, ...] = ()) -> None:
+        if hasattr(self.op, "prepare_call"):
+            self.op.prepare_call(self.fn, inputs, {k: o.view for k, o in outputs.items()}, shape)()
+            return
         self.fn(*_args(self.op, inputs, outputs[self.op.output_name].view))
 
 
 class CpuWorker:
     """The request handler inside a CPU worker process (see app.gpu.worker)."""
 
-    def __init__(self, operator: str, compiler: str, compile_timeout_s: float, flush_bytes: int) -> None:
-        self.op: CpuOperator = get_operator("cpu", operator)
+    def __init__(self, operator: Any, compiler: str, compile_timeout_s: float, flush_bytes: int) -> None:
+        # a catalog name, or your own kernel's operator object (app.catalog.custom, picklable)
+        self.op: CpuOperator = get_operator("cpu", operator) if isinstance(operator, str) else operator
         self.tc = toolchain(compiler)
         self.flusher = CacheFlusher(flush_bytes) if flush_bytes > 0 else None
         self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s, self.flusher)
@@ -335,6 +346,8 @@ class CpuWorker:
     def baselines(self, shapes: list[list[int]], timing: TimingSettings) -> dict[str, Any]:
         """numpy and the plain C reference loop, interleaved, on the goal's shapes; plus the
         machine's copy bandwidth (the limit for memory-bound operators)."""
+        if not self.op.reference_symbol:
+            return {}  # your own kernel: no library or plain-loop baseline to compare with
         ref = self._reference()
         result: dict[str, Any] = {"numpy_ms": 0.0, "c_reference_ms": 0.0, "per_shape": []}
         for shape in shapes:
@@ -401,7 +414,8 @@ class CpuEvaluator(Evaluator):
         if goal.objective.metric == "energy":
             raise GoalError("objective.metric", "the cpu backend measures time and throughput, not energy")
         try:
-            self.op: CpuOperator = get_operator("cpu", goal.operator)
+            self.op: CpuOperator = custom_operator(goal, "cpu") if goal.kernel else \
+                get_operator("cpu", goal.operator)
         except KeyError as exc:
             raise GoalError("operator", str(exc.args[0])) from None
         if not goal.shapes:
@@ -411,7 +425,7 @@ class CpuEvaluator(Evaluator):
             if problem:
                 raise GoalError(f"shapes[{i}]", problem)
         params = self.op.params()
-        if not self.tc.openmp:
+        if not self.tc.openmp and "THREADS" in params:
             params["THREADS"] = [1]
         self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions))
         self.template = self.op.template()
@@ -419,7 +433,7 @@ class CpuEvaluator(Evaluator):
         self._lock = threading.Lock()
         memory = self.settings.memory_limit_bytes or _half_memory()
         self.pool = WorkerPool("app.gpu.cpu:CpuWorker",
-                               [(self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
+                               [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
                                  self.settings.flush_bytes)],
                                recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
                                name=f"cpu-{self.op.name}-")

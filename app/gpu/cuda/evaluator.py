@@ -19,6 +19,7 @@ from typing import Any
 
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator
+from app.catalog.custom import custom_operator
 from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace
 from app.core.types import INVALID, VERIFY_FAILED, Candidate, Evaluation, Stage
@@ -71,7 +72,9 @@ class CudaEvaluator(Evaluator):
                  measure_baseline: bool = True, telemetry_interval_s: float = 1.0,
                  devices: list[int] | None = None, worker_factory: str = WORKER_FACTORY,
                  pool: WorkerPool | None = None) -> None:
-        op = get_operator("cuda", goal.operator)
+        # a catalog operator, or your own kernel (app.catalog.custom): no library baselines then
+        op = custom_operator(goal, "cuda") if goal.kernel else get_operator("cuda", goal.operator)
+        measure_baseline = measure_baseline and not goal.kernel
         op.check_dtype(goal.dtype)
         for shape in goal.shapes:
             problem = op.check_shape(list(shape), goal.dtype)
@@ -215,7 +218,7 @@ class CudaEvaluator(Evaluator):
             validation_cases=self.validation_cases, seed=seed,
             metric=self.goal.objective.metric, timing=self.protocol, agent=candidate.agent,
             parent_key=candidate.parent_key,
-            options={"operator": self.op.name, "baseline": baseline,
+            options={"operator": self.op if self.goal.kernel else self.op.name, "baseline": baseline,
                      "compile_cache": str(cache) if not isinstance(cache, bool) else cache,
                      "max_registers": self.goal.constraints.max_registers,
                      "max_shared_memory_bytes": self.goal.constraints.max_shared_memory_bytes})

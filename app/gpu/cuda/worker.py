@@ -196,7 +196,8 @@ class CudaWorker:
         kind = request[0]
         if kind == "evaluate":
             req: CascadeRequest = request[1]
-            op: CudaOperator = get_operator("cuda", req.options["operator"])
+            op: CudaOperator = req.options["operator"]  # a catalog name or your own kernel's operator
+            op = get_operator("cuda", op) if isinstance(op, str) else op
             evaluation, restart = run_cascade(req, op, CudaKernelBackend(self, op, req), progress)
             return {"evaluation": evaluation.to_dict(), "restart": restart}
         cp = self.cp

@@ -1,0 +1,327 @@
+"""Your own kernel as an app.catalog.protocol.Operator: the cpu backend calls the C function
+with the declared signature (ctypes), the cuda backend launches the kernel with Kernel Tuner's
+geometry (problem_size / grid_div / block_size_names). Built from a KernelSpec, which is
+picklable, so a worker process rebuilds the very same operator.
+
+Tolerances are per output: the verification's table rtol is scaled to 1 (rtol_growth) and each
+output's error scale carries its own atol + rtol * |reference| (error_scale). Outputs with
+check = false get a NaN reference, which the verification does not compare.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from app.catalog.custom import expr
+from app.catalog.custom.reference import run_reference
+from app.catalog.custom.spec import Arg, KernelSpec, load_spec
+from app.core.space import SearchSpace
+from app.goal import Goal
+
+Shape = tuple[int, ...]
+DEFAULT_RTOL = {"float32": 1e-4, "float64": 1e-10}
+TABLE_RTOL = {"float32": 1e-5, "float64": 1e-12}  # app.gpu.verify.RTOL (scaled away, see above)
+C_TYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes.c_int8,
+           "uint8": ctypes.c_uint8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
+           "uint32": ctypes.c_uint32, "int64": ctypes.c_int64, "uint64": ctypes.c_uint64}
+MAX_THREADS_PER_BLOCK = 1024
+
+
+def _numpy(a: Any) -> np.ndarray:
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+
+
+class CustomOperator:
+    """A custom C kernel (and the shared part of a custom CUDA kernel)."""
+
+    custom = True
+    reference_symbol = ""  # no plain C reference loop: the cpu backend measures no baselines
+    distributions = ("normal",)  # each argument says how its values are drawn
+
+    def __init__(self, spec: KernelSpec) -> None:
+        self.spec = spec
+        self.name = f"custom-{spec.entry}-{spec.digest}"
+        self.description = f"your kernel {spec.entry} ({spec.source_name})"
+        self.language = spec.language
+        self.dtypes = (spec.dtype,)
+        self.deterministic = spec.deterministic
+        self._arg = {a.name: a for a in spec.args}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"spec": self.spec}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["spec"])  # type: ignore[misc]
+
+    # ---- the space --------------------------------------------------------------------------
+    @property
+    def shape_doc(self) -> str:
+        return "[" + ", ".join(self.spec.dims) + "]"
+
+    shape_help = shape_doc
+
+    @property
+    def restrictions(self) -> list[str]:
+        return list(self.spec.restrictions)
+
+    def params(self, cpus: int | None = None) -> dict[str, list]:
+        return {k: list(v) for k, v in self.spec.tune_params.items()}
+
+    def space(self, dtype: str = "float32") -> SearchSpace:
+        return SearchSpace(self.params(), restrictions=self.restrictions)
+
+    def check_shape(self, shape: Sequence[int], dtype: str = "float32") -> str | None:
+        if len(shape) != len(self.spec.dims):
+            return f"your kernel takes shapes {self.shape_doc}, got {list(shape)}"
+        return None
+
+    # ---- data -------------------------------------------------------------------------------
+    def _sizes(self, arg: Arg, shape: Sequence[int]) -> Shape:
+        env = self.spec.dims_env(shape)
+        return tuple(expr.as_int(s, env) for s in arg.shape)
+
+    def scalar(self, arg: Arg, shape: Sequence[int]) -> Any:
+        return np.dtype(arg.dtype).type(expr.evaluate(arg.value, self.spec.dims_env(shape)))
+
+    def input_shapes(self, shape: Sequence[int]) -> dict[str, Shape]:
+        return {a.name: self._sizes(a, shape) for a in self.spec.args if a.is_input}
+
+    def output_shapes(self, shape: Sequence[int]) -> dict[str, Shape]:
+        return {a.name: self._sizes(a, shape) for a in self.spec.args if a.is_output}
+
+    def make_inputs(self, xp: Any, shape: Sequence[int], dtype: str, rng: Any,
+                    distribution: str = "normal") -> dict[str, Any]:
+        out = {}
+        for a in self.spec.args:
+            if a.is_input:
+                out[a.name] = xp.ascontiguousarray(self._draw(xp, a, self._sizes(a, shape), rng))
+        return out
+
+    def _draw(self, xp: Any, a: Arg, sizes: Shape, rng: Any) -> Any:
+        if a.data is not None:
+            return xp.asarray(a.data.reshape(sizes)).copy()
+        if a.seed is not None:
+            rng = xp.random.default_rng(a.seed)
+        if a.fill == "zeros":
+            values = xp.zeros(sizes)
+        elif a.fill == "ones":
+            values = xp.ones(sizes)
+        elif a.fill == "arange":
+            values = xp.arange(int(np.prod(sizes))).reshape(sizes)
+        elif a.fill == "uniform":
+            values = rng.uniform(a.low, a.high, sizes)
+        elif a.fill == "randint":
+            values = rng.integers(int(a.low), int(a.high), sizes)
+        else:
+            values = rng.standard_normal(sizes) * (a.high - a.low) / 2 + (a.high + a.low) / 2
+        return values.astype(a.dtype)
+
+    # ---- correctness ------------------------------------------------------------------------
+    def reference(self, xp: Any, inputs: dict[str, Any], shape: Sequence[int]) -> dict[str, Any]:
+        """Float64 outputs; NaN for outputs that are not checked."""
+        outs = self.output_shapes(shape)
+        if self.spec.expected:
+            got = {k: np.asarray(v, dtype=np.float64) for k, v in self.spec.expected.items()}
+        else:
+            args = {a.name: _numpy(inputs[a.name]).astype(a.dtype) for a in self.spec.args if a.is_input}
+            args.update({a.name: self.scalar(a, shape).item() for a in self.spec.args
+                         if a.role == "scalar"})
+            checked = [a.name for a in self.spec.args if a.is_output and a.check]
+            got = run_reference(self, args, checked)
+        ref = {}
+        for name, s in outs.items():
+            if name in got and self._arg[name].check:
+                values = np.asarray(got[name], dtype=np.float64)
+                if values.size != int(np.prod(s)):
+                    raise ValueError(f"the reference returned {values.size} values for {name!r}; "
+                                     f"the output has shape {list(s)}")
+                ref[name] = xp.asarray(values.reshape(s))
+            else:
+                ref[name] = xp.full(s, np.nan)
+        return ref
+
+    def error_scale(self, xp: Any, inputs: dict[str, Any], ref: dict[str, Any],
+                    shape: Sequence[int]) -> dict[str, Any]:
+        scale = {}
+        for name, r in ref.items():
+            a = self._arg[name]
+            rtol = a.rtol if a.rtol is not None else DEFAULT_RTOL[self.spec.dtype]
+            mag = xp.abs(xp.where(xp.isfinite(r), r, 0.0))
+            atol = a.atol if a.atol is not None else rtol * float(mag.max() if mag.size else 0.0)
+            scale[name] = atol + rtol * mag if a.check else xp.full(r.shape, np.inf)
+        return scale
+
+    def rtol_growth(self, shape: Sequence[int], dtype: str = "float32") -> float:
+        return 1.0 / TABLE_RTOL.get(dtype, 1e-5)  # rtol 1: error_scale holds each output's tolerance
+
+    def atol(self, shape: Sequence[int], dtype: str, rtol: float) -> float:
+        return 0.0
+
+    def edge_shapes(self, goal_shapes: Sequence[Sequence[int]], dtype: str,
+                    params: dict[str, list]) -> list[list[int]]:
+        return []  # a user's kernel is checked at the sizes the goal names
+
+    # ---- counts -----------------------------------------------------------------------------
+    def flops(self, shape: Sequence[int]) -> float:
+        return float(expr.evaluate(self.spec.flops, self.spec.dims_env(shape))) if self.spec.flops else 0.0
+
+    def bytes_moved(self, shape: Sequence[int], dtype: str = "float32") -> float:
+        if self.spec.bytes:
+            return float(expr.evaluate(self.spec.bytes, self.spec.dims_env(shape)))
+        total = 0
+        for a in self.spec.args:
+            if a.is_array:
+                n = int(np.prod(self._sizes(a, shape))) * np.dtype(a.dtype).itemsize
+                total += n * (2 if a.role == "inout" else 1)
+        return float(total)
+
+    @property
+    def throughput_unit(self) -> str:
+        return "GFLOP/s" if self.spec.flops else "GB/s"
+
+    @property
+    def memory_bound(self) -> bool:
+        return not self.spec.flops
+
+    def throughput(self, shape: Shape, seconds: float) -> float:
+        amount = self.flops(shape) if self.spec.flops else self.bytes_moved(shape)
+        return amount / seconds / 1e9 if seconds > 0 else 0.0
+
+    # ---- source -----------------------------------------------------------------------------
+    def entry(self, dtype: str = "float32") -> str:
+        return self.spec.entry
+
+    def template(self) -> str:
+        if self.language != "c":
+            return self.spec.source
+        fixed = self.spec.param_defines([1] * len(self.spec.dims))
+        header = "".join(f"#define {k} {v}\n" for k, v in fixed.items())
+        return header + self.spec.source
+
+    def template_source(self, dtype: str = "float32") -> str:
+        return self.template()
+
+    # ---- the C harness (app.gpu.cpu) --------------------------------------------------------
+    def c_argtypes(self) -> list[Any]:
+        return [ctypes.c_void_p if a.is_array else C_TYPES[a.dtype] for a in self.spec.args]
+
+    def prepare_call(self, fn: Any, inputs: dict[str, Any], outputs: dict[str, Any],
+                     shape: Sequence[int]) -> Callable[[], None]:
+        """A zero-argument call with the pointers resolved now (in/out arrays start from their
+        input values here, not inside the timed call)."""
+        args: list[Any] = []
+        for a in self.spec.args:
+            if a.role == "scalar":
+                args.append(self.scalar(a, shape).item())
+            elif a.role == "input":
+                args.append(inputs[a.name].ctypes.data)
+            else:
+                if a.role == "inout":
+                    np.copyto(outputs[a.name], inputs[a.name])
+                args.append(outputs[a.name].ctypes.data)
+        return lambda: fn(*args)
+
+
+class CustomCudaOperator(CustomOperator):
+    """A custom CUDA kernel: the cuda worker's operator hooks (app.gpu.cuda.worker)."""
+
+    def recommended(self, dtype: str, shape: list[int]) -> list[dict[str, Any]]:
+        return []
+
+    def check_dtype(self, dtype: str) -> None:
+        if dtype != self.spec.dtype:
+            raise ValueError(f"your kernel is verified in {self.spec.dtype}, not {dtype}")
+
+    def baselines(self, dtype: str) -> dict[str, Any]:
+        return {}
+
+    def kernel_for(self, dtype: str) -> str:
+        return self.spec.entry
+
+    def block(self, config: dict[str, Any]) -> tuple[int, int, int]:
+        defaults = (256, 1, 1)  # Kernel Tuner's defaults for block sizes that are not tuned
+        names = self.spec.block_size_names
+        dims = [int(config.get(names[i], defaults[i])) if i < len(names) else 1 for i in range(3)]
+        return dims[0], dims[1], dims[2]
+
+    def _env(self, config: dict[str, Any], shape: Sequence[int]) -> dict[str, Any]:
+        env: dict[str, Any] = dict(self.spec.dims_env(shape))
+        env.update(self.spec.param_defines(shape))
+        block = self.block(config)
+        for i, name in enumerate(self.spec.block_size_names[:3]):
+            env[name] = block[i]
+        for i, name in enumerate(("block_size_x", "block_size_y", "block_size_z")):
+            env.setdefault(name, block[i])
+        env.update(config)
+        return env
+
+    def launch(self, config: dict[str, Any], shape: list[int], dtype: str = "float32") -> Any:
+        from app.catalog.cuda.base import Launch
+
+        env = self._env(config, shape)
+        sizes = [expr.as_int(p, env) for p in self.spec.problem_size] + [1, 1, 1]
+        grid = []
+        for axis in range(3):
+            div = 1.0
+            for d in self.spec.grid_div[axis]:
+                div *= float(expr.evaluate(d, env))
+            grid.append(max(1, math.ceil(sizes[axis] / div)))
+        return Launch(grid=(grid[0], grid[1], grid[2]), block=self.block(config))
+
+    def static_check(self, config: dict[str, Any], shape: list[int], dtype: str) -> str | None:
+        threads = math.prod(self.block(config))
+        if threads > MAX_THREADS_PER_BLOCK:
+            return f"{threads} threads per block; a block has at most {MAX_THREADS_PER_BLOCK}"
+        return None
+
+    def render(self, config: dict[str, Any], shape: list[int], dtype: str = "float32",
+               source: str | None = None) -> str:
+        """Kernel Tuner's preamble: the tunables, block and grid sizes as #defines, then the
+        source (wrapped in extern "C" so the entry keeps its name)."""
+        launch = self.launch(config, shape, dtype)
+        lines = [f"// KernelSwarm {self.name} shape={list(shape)}", "#define kernel_tuner 1"]
+        values: dict[str, Any] = {}
+        for i, axis in enumerate("xyz"):
+            values[f"block_size_{axis}"] = launch.block[i]
+            values[f"grid_size_{axis}"] = launch.grid[i]
+        values.update(self.spec.param_defines(shape))
+        values.update(config)
+        for k, v in values.items():
+            lines.append(f"#define {k} {int(v) if isinstance(v, bool) else v}")
+        body = source if source is not None else self.spec.source
+        if 'extern "C"' not in body and "template" not in body:
+            includes = [ln for ln in body.splitlines() if ln.lstrip().startswith("#include")]
+            rest = [ln for ln in body.splitlines() if not ln.lstrip().startswith("#include")]
+            body = "\n".join(includes) + '\nextern "C" {\n' + "\n".join(rest) + "\n}\n"
+        return "\n".join(lines) + "\n" + body
+
+    def kernel_args(self, config: dict[str, Any], inputs: dict[str, Any], outputs: dict[str, Any],
+                    shape: list[int]) -> tuple:
+        args: list[Any] = []
+        for a in self.spec.args:
+            if a.role == "scalar":
+                args.append(self.scalar(a, shape))
+            elif a.role == "input":
+                args.append(inputs[a.name])
+            else:
+                if a.role == "inout":
+                    outputs[a.name][...] = inputs[a.name]
+                args.append(outputs[a.name])
+        return tuple(args)
+
+    def template(self) -> str:
+        return self.spec.source
+
+
+def operator_from_spec(spec: KernelSpec) -> CustomOperator:
+    return CustomCudaOperator(spec) if spec.language == "cuda" else CustomOperator(spec)
+
+
+def custom_operator(goal: Goal, backend: str) -> CustomOperator:
+    """The operator of a goal with a [kernel] table (GoalError names a wrong field)."""
+    return operator_from_spec(load_spec(goal, backend))
