@@ -16,9 +16,11 @@ from __future__ import annotations
 import atexit
 import logging
 import multiprocessing as mp
+import multiprocessing.util  # its exit handler (it joins children) must predate ours
 import os
 import queue
 import threading
+import time
 import traceback
 import weakref
 from dataclasses import replace
@@ -170,7 +172,7 @@ _live_engines: weakref.WeakSet[EngineProcess] = weakref.WeakSet()
 @atexit.register
 def _end_engines_at_exit() -> None:
     """multiprocessing joins non-daemon children at exit: end ours first so exit never hangs.
-    (Registered after multiprocessing's own handler, so it runs before it.)"""
+    (Registered after multiprocessing.util's handler, imported above, so it runs before it.)"""
     for engine in list(_live_engines):
         engine.shutdown(timeout_s=5.0)
 
@@ -234,12 +236,19 @@ class EngineProcess:
 
     def shutdown(self, timeout_s: float = 10.0) -> bool:
         """Stop the run and wait for the process; kill it when it does not end in time.
-        Returns whether it ended by itself."""
+        Returns whether it ended by itself. Messages nobody reads any more are drained: an
+        engine cannot exit while its queue's pipe is full."""
         if self.process.pid is None:  # never started
             return True
         if self.process.is_alive():
             self.send(Stop())
-        ended = self.join(timeout_s)
+        deadline = time.monotonic() + timeout_s
+        while self.process.is_alive() and time.monotonic() < deadline:
+            try:
+                self._events.get(timeout=0.05)
+            except (queue.Empty, OSError, EOFError):
+                pass
+        ended = self.join(0.1)
         if not ended:
             self.kill()
         return ended

@@ -204,3 +204,36 @@ def _evaluations(db) -> int:
         return 0
     finally:
         conn.close()
+
+
+EXITING_PARENT = """
+import sys, time
+from app.engine_process import EngineProcess
+from app.goal import Goal, StopRules, SwarmSettings
+
+if __name__ == "__main__":
+    goal = Goal(name="exit", space="pnpoly_RTX_3090.json.gz", stop=StopRules(max_evals=100_000),
+                swarm=SwarmSettings(agents=["explorer", "local"], workers=1, seed=2))
+    engine = EngineProcess(goal, sys.argv[1], None)
+    engine.start()
+    next(engine.messages(lambda e: None))  # prepared: the run exists
+    time.sleep(1)
+    sys.exit(0)  # without stopping the engine nor reading its messages
+"""
+
+
+def test_the_window_process_exits_while_an_engine_runs(tmp_db, tmp_path):
+    """multiprocessing joins non-daemon children at exit: the engine is stopped first, so the
+    app's exit never hangs on a run, and the run is stored stopped."""
+    import subprocess
+    import sys
+
+    from project_paths import ROOT
+
+    script = tmp_path / "parent.py"
+    script.write_text(EXITING_PARENT)
+    done = subprocess.run([sys.executable, str(script), str(tmp_db)], cwd=ROOT, timeout=60,
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    with Store(tmp_db) as store:
+        assert store.get_run(1)["status"] == "stopped"
