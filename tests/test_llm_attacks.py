@@ -393,3 +393,31 @@ def test_failure_texts_reach_the_endpoint_scrubbed(monkeypatch):
     for leak in (home, user, "Traceback", "cpu.py", "/tmp/ks-build"):
         assert leak not in prompt, leak
     assert all(h.get("Authorization") == f"Bearer {KEY}" for h in srv.headers)
+
+
+def test_closing_the_client_at_run_end_cuts_requests_in_flight():
+    """The run is over: a request still trickling (timeout_s far away) ends now, and its
+    retries never start, so the agents' threads and the process do not wait on it."""
+    with ChatServer(default=TrickleHeaders(max_s=60), lifetime_s=90) as srv:
+        c = _client(srv, timeout_s=60, max_retries=3)
+        got: list[str] = []
+        t = threading.Thread(target=lambda: _status_of(c, got))
+        t.start()
+        time.sleep(0.5)
+        t0 = time.monotonic()
+        c.close()
+        t.join(5)
+        took = time.monotonic() - t0
+    assert not t.is_alive() and took < 1.0 and len(got) == 1 and got[0] != "ok"
+    assert len(srv.requests) == 1  # no retry after the close
+    with pytest.raises(LLMError) as info:
+        c.complete(MSG)
+    assert info.value.status == "closed"
+
+
+def _status_of(c: LLMClient, out: list[str]) -> None:
+    try:
+        c.complete(MSG)
+        out.append("ok")
+    except LLMError as exc:
+        out.append(exc.status)

@@ -145,6 +145,9 @@ class LLMAgent(Agent):
     def close(self) -> None:
         self.book.flush()
         self._pool.shutdown(wait=False, cancel_futures=True)
+        # The run is over: requests in flight are cut (the client is the run's, shared by its
+        # LLM agents, all closed together), so the process can exit at once.
+        self.client.close()
 
     # ---- proposals -------------------------------------------------------------------------
     def _queue_warm_start(self, board: Blackboard) -> None:

@@ -48,7 +48,8 @@ CONNECTION = "connection_error"
 REJECTED = "rejected"  # 4xx other than 429: bad key, unknown model, bad request, redirects
 EMPTY = "empty_reply"
 BUDGET = "budget_exhausted"
-TOO_LARGE = "reply_too_large"  # a non-streamed body over the byte cap: refused unread
+TOO_LARGE = "reply_too_large"  # a body over the byte cap: refused without reading it whole
+CLOSED = "closed"  # the run ended (client closed) while the request waited or ran
 
 CHARS_PER_TOKEN = 4  # estimate for servers that report no usage
 PROMPT_CHARS_PER_TOKEN = 3  # conservative (code tokenises densely): reservations over-, not under-
@@ -129,7 +130,7 @@ class _Watchdog:
         self.fired = threading.Event()
         self._lock = threading.Lock()
         self._sock: socket.socket | None = None
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self._fire)
+        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self.fire)
         self._timer.daemon = True
         self._timer.start()
 
@@ -139,7 +140,7 @@ class _Watchdog:
             if self.fired.is_set():
                 _shutdown(sock)
 
-    def _fire(self) -> None:
+    def fire(self) -> None:
         with self._lock:
             self.fired.set()
             _shutdown(self._sock)
@@ -182,6 +183,17 @@ class LLMClient:
         self._reserved_cost = 0.0
         self._use_max_completion_tokens = False
         self._stream_usage = True
+        self._closed = threading.Event()
+        self._in_flight: set[_Watchdog] = set()
+
+    def close(self) -> None:
+        """End of run: requests in flight are cut now and no new one or retry starts, so no
+        thread (and no process exit) waits on the endpoint."""
+        self._closed.set()
+        with self._lock:
+            watchdogs = list(self._in_flight)
+        for w in watchdogs:
+            w.fire()
 
     def __repr__(self) -> str:  # never show the key
         return f"LLMClient(base_url={self.settings.base_url!r}, model={self.settings.model!r})"
@@ -255,6 +267,8 @@ class LLMClient:
         slept = 0.0
         for attempt in range(1, s.max_retries + 2):
             retry_after: float | None = None
+            if self._closed.is_set():
+                raise LLMError(CLOSED, "the run ended; no more requests", records)
             with self._gate:
                 held = self._reserve(messages)
                 if held is None:
@@ -286,7 +300,7 @@ class LLMClient:
             records.append(rec)
             if status in (OK, TRUNCATED):
                 return Reply(text=text, finish_reason=finish, records=records)
-            if status not in RETRYABLE or attempt > s.max_retries:
+            if status not in RETRYABLE or attempt > s.max_retries or self._closed.is_set():
                 raise LLMError(status, rec.error or "the reply had no content", records)
             delay = self._backoff(attempt, retry_after)
             if slept + delay > MAX_TOTAL_BACKOFF_S:
@@ -294,7 +308,11 @@ class LLMClient:
                                f"{MAX_TOTAL_BACKOFF_S:g}s)", records)
             slept += delay
             log.info("LLM request %s (attempt %d), retrying in %.2fs", status, attempt, delay)
-            self._sleep(delay)
+            if self._sleep is time.sleep:
+                if self._closed.wait(delay):  # closing ends the wait too
+                    raise LLMError(CLOSED, "the run ended; no more requests", records)
+            else:
+                self._sleep(delay)
         raise AssertionError("unreachable")
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
@@ -338,6 +356,10 @@ class LLMClient:
         s = self.settings
         deadline = time.monotonic() + s.timeout_s
         watchdog = _Watchdog(deadline)
+        with self._lock:
+            self._in_flight.add(watchdog)
+        if self._closed.is_set():
+            watchdog.fire()
         conn: http.client.HTTPConnection | None = None
         try:
             conn = self._connection(s.timeout_s)
@@ -372,6 +394,8 @@ class LLMClient:
                            ) from None
         finally:
             watchdog.cancel()
+            with self._lock:
+                self._in_flight.discard(watchdog)
             if conn is not None:
                 conn.close()
 
