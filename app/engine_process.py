@@ -19,6 +19,7 @@ import multiprocessing as mp
 import multiprocessing.util  # its exit handler (it joins children) must predate ours
 import os
 import queue
+import signal
 import threading
 import time
 import traceback
@@ -53,6 +54,10 @@ def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | Non
     from app.goal import Goal
     from app.session import RunSession
 
+    # A Ctrl-C in the terminal that started the app goes to its whole process group: the window
+    # owns the engine's life (it stops it, or the engine stops when the window is gone), and
+    # worker processes started from here inherit the ignored signal.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     control = _Commands(commands)
     threading.Thread(target=control.serve, daemon=True, name="engine-commands").start()
     store = None

@@ -237,3 +237,20 @@ def test_the_window_process_exits_while_an_engine_runs(tmp_db, tmp_path):
     assert done.returncode == 0, done.stderr
     with Store(tmp_db) as store:
         assert store.get_run(1)["status"] == "stopped"
+
+
+def test_a_terminal_ctrl_c_does_not_kill_the_engine(tmp_db):
+    """Ctrl-C in the terminal that started the app reaches the engine too (same process
+    group): the window decides when the run stops, so the engine ignores it."""
+    engine = EngineProcess(replay_goal(100_000), str(tmp_db), None)
+    engine.start()
+
+    def on_event(e):
+        if isinstance(e, Evaluated) and e.index == 20:
+            os.kill(engine.process.pid, signal.SIGINT)
+        if isinstance(e, Evaluated) and e.index == 60:
+            engine.send(Stop())
+
+    messages = list(engine.messages(on_event))
+    assert isinstance(messages[-1], EngineDone), messages[-1]
+    assert messages[-1].result.reason == "stopped" and messages[-1].result.evaluations >= 60
