@@ -114,7 +114,7 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     _line_buffered_output()
-    clean = sandbox.cell_environment(plan.scratch, {"KERNELSWARM_CACHE": str(cache_dir())})
+    clean = sandbox.cell_environment(plan.scratch, sandbox.cache_environment(str(cache_dir())))
     os.environ.clear()
     os.environ.update(clean)
     applied = sandbox.enter_cell(plan)
@@ -215,9 +215,9 @@ class Worker:
         self._drop_scratch()  # a process that died on its own left its cell behind
         self.scratch = tempfile.mkdtemp(prefix=f"kernelswarm-{self.name}-cell-")
         _LIVE_SCRATCH.add(self.scratch)
-        cache = cache_dir()
-        cache.mkdir(parents=True, exist_ok=True)
-        plan = sandbox.plan_cell(self.kind, self.scratch, [str(cache)], self.memory_limit_bytes)
+        cache = str(cache_dir())
+        plan = sandbox.plan_cell(self.kind, self.scratch, sandbox.writable_caches(cache),
+                                 self.memory_limit_bytes)
         if getattr(sys, "frozen", False):
             proc, parent = self._spawn(plan)
         else:
@@ -239,13 +239,14 @@ class Worker:
             self.stop()
             raise RuntimeError(f"{self.name} could not start: {msg[1]}\n{msg[2]}")
         self.protections = msg[1]
+        sandbox.report_off(self.protections)  # the parent's log says it too, once
 
     def _start_cell(self, plan: Any, cache: Any) -> tuple[_CellProcess, Connection]:
         """A fresh interpreter with an allow-listed environment, talking over a socket pair."""
         ours, theirs = socket.socketpair()
         boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
                 "from app.gpu.worker import _cell_main; _cell_main(int(sys.argv[2]))")
-        env = sandbox.cell_environment(self.scratch, {"KERNELSWARM_CACHE": str(cache)})
+        env = sandbox.cell_environment(self.scratch, sandbox.cache_environment(cache))
         with open(self.log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(

@@ -43,7 +43,7 @@ cell_environment = _env.cell_environment
 _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache",
                 "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
                 "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/proc/cpuinfo",
-                "/proc/meminfo", "/proc/stat", "/sys/devices/system/cpu",
+                "/proc/meminfo", "/proc/stat", "/proc/self", "/sys/devices/system/cpu",
                 "/sys/devices/system/node", "/sys/fs/cgroup")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
 _GPU_READ = ("/sys", "/proc/driver/nvidia", "/proc/modules", "/proc/devices")
@@ -123,7 +123,8 @@ def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
     write = [scratch, *writable]
     if kind == "gpu":
         devices += sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri/*"))
-        write.append("/dev/shm")  # the CUDA driver's inter-process files
+        write += ["/dev/shm", "/proc/self"]  # the driver's shared files, thread names
+        read += [os.environ[k] for k in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(k)]
     programs = list(toolchain_programs()) if kind == "cpu" else []
     rules = landlock.FileRules(read=read, list_only=list_only, write=write,
                                exec_files=programs, devices=devices)
@@ -241,10 +242,34 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
         subprocess.run = run_tool
 
 
+_reported: set[tuple[str, str]] = set()
+
+
 def report_off(applied: dict[str, str]) -> None:
+    """Log (once per process and message) each protection that is not fully on."""
     for name, line in applied.items():
-        if not line.startswith("on"):
+        if not line.startswith("on") and (name, line) not in _reported:
+            _reported.add((name, line))
             log.warning("sandbox: %s protection is %s", name, line)
+
+
+def cache_environment(cache: str) -> dict[str, str]:
+    """Where the libraries inside a cell keep their caches (HOME is the throw-away scratch):
+    CuPy's kernels and the CUDA driver's JIT cache go under the application's cache."""
+    return {"KERNELSWARM_CACHE": cache,
+            "CUPY_CACHE_DIR": os.environ.get("CUPY_CACHE_DIR") or os.path.join(cache, "cupy"),
+            "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or os.path.join(cache, "nv")}
+
+
+def writable_caches(cache: str) -> list[str]:
+    """The cache directories a cell may write (created here: Landlock needs them to exist)."""
+    dirs = [cache, *(v for k, v in cache_environment(cache).items() if k != "KERNELSWARM_CACHE")]
+    for d in dirs:
+        try:
+            os.makedirs(d, exist_ok=True)
+        except OSError:
+            pass
+    return dirs
 
 
 def run_tool(cmd: Sequence[Any], *, check: bool = False, capture_output: bool = True,
