@@ -153,3 +153,35 @@ def test_llm_kernel_wins_cheat_is_rejected_and_the_next_run_warm_starts(tmp_path
         data = path.read_bytes()
         assert KEY.encode() not in data and KEY[-8:].encode() not in data, path
     assert KEY not in caplog.text and KEY[-8:] not in caplog.text
+
+
+def test_the_cli_exits_promptly_when_the_endpoint_trickles(tmp_path):
+    """The real CLI, a real CPU run, LLM agents talking to a server that trickles headers one
+    byte a second: the run ends at its evaluation budget and the process exits at once (the
+    request in flight is cut at the run's end, not waited for up to timeout_s)."""
+    import os
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from llm_server import TrickleHeaders
+
+    root = Path(__file__).resolve().parents[1]
+    goal = Goal(name="trickle", operator="softmax", backend="cpu", shapes=[[8, 100]],
+                stop=StopRules(max_evals=3))
+    goal.swarm.agents = ["explorer", "llm"]
+    path = tmp_path / "goal.toml"
+    path.write_text(goal.to_toml())
+    with ChatServer(default=TrickleHeaders(max_s=120), lifetime_s=150) as srv:
+        env = {**os.environ, "PYTHONPATH": str(root), "KERNELSWARM_LLM_BASE_URL": srv.base_url,
+               "KERNELSWARM_LLM_TIMEOUT_S": "90", "KERNELSWARM_LLM_ROLES": "memory",
+               "KERNELSWARM_LLM_API_KEY": KEY}
+        t0 = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "app", "run", str(path), "--db",
+                               str(tmp_path / "h.sqlite"), "--quiet"], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=120, check=False)
+        took = time.monotonic() - t0
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert srv.connections >= 1 and all(h == f"Bearer {KEY}" for h in srv.auth_headers)
+    assert took < 60, took  # far below the 90 s request timeout
