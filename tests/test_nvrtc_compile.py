@@ -4,6 +4,7 @@ read back from ptxas; the compile cache; arch selection; resource limits."""
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -135,5 +136,97 @@ def test_check_limits():
     assert "goal's limit" in nvrtc.check_limits(res, dynamic_shared=60000, max_shared=65536)
     assert "device allows" in nvrtc.check_limits(res, dynamic_shared=230000, device_shared_limit=232448)
     spilling = nvrtc.KernelResources(registers=255, spill_stores=64)
-    assert nvrtc.check_limits(spilling) is None
-    assert "spills" in nvrtc.check_limits(spilling, allow_spills=False)
+    assert "spills registers" in nvrtc.check_limits(spilling)  # refused by default
+    assert "64 bytes of spill stores" in nvrtc.check_limits(nvrtc.KernelResources(spill_loads=8,
+                                                                                   spill_stores=64))
+    assert nvrtc.check_limits(spilling, allow_spills=True) is None
+
+
+def test_a_spilling_configuration_is_rejected_after_compile(tmp_path):
+    """A real kernel that ptxas has to spill (255 registers cap, 1024 threads, a large array held
+    in registers) is refused with a reason naming the spill."""
+    src = ('extern "C" __global__ void __launch_bounds__(1024, 1) k(const float* x, float* y) {\n'
+           '  float a[96];\n#pragma unroll\n'
+           '  for (int j = 0; j < 96; ++j) a[j] = x[j * 1024 + threadIdx.x];\n#pragma unroll\n'
+           '  for (int r = 0; r < 8; ++r)\n#pragma unroll\n'
+           '    for (int j = 0; j < 96; ++j) a[j] = a[j] * a[(j + r + 1) % 96] + a[(j * 7) % 96];\n'
+           '  float s = 0.f;\n#pragma unroll\n  for (int j = 0; j < 96; ++j) s += a[j];\n'
+           '  y[threadIdx.x] = s;\n}\n')
+    built = nvrtc.compile_source(src, "k", "sm_90", ["-maxrregcount=32"], cache=tmp_path)
+    res = built.resource()
+    assert res.spills, built.log
+    why = nvrtc.check_limits(res)
+    assert why is not None and "spill" in why
+
+
+def test_gmem_bytes_from_the_ptxas_report(tmp_path):
+    src = ('__device__ float table[256];\n'
+           'extern "C" __global__ void k(float* x) { x[threadIdx.x] = table[threadIdx.x]; }\n')
+    built = nvrtc.compile_source(src, "k", "sm_90", cache=tmp_path)
+    assert built.resource().gmem_bytes == 1024, built.log
+    plain = nvrtc.compile_source('extern "C" __global__ void k(float* x) { x[0] = 1.f; }', "k", "sm_90",
+                                 cache=tmp_path)
+    assert plain.resource().gmem_bytes == 0
+    log = ("ptxas info    : 16 bytes gmem, 8 bytes cmem[4]\n"
+           "ptxas info    : Compiling entry function 'a' for 'sm_90'\n"
+           "ptxas info    : Used 8 registers, 380 bytes cmem[0]\n")
+    assert nvrtc.parse_ptxas_log(log)["a"].gmem_bytes == 16
+
+
+def test_the_cache_key_ignores_comments_so_shapes_share_one_compile(tmp_path):
+    op = OPERATORS["gemm"]
+    shapes = [[4096, 4096, 4096], [1024, 1024, 1024], [512, 512, 512]]
+    cfg = op.recommended("bfloat16", shapes[0])[0]
+    sources = [op.render(cfg, s, "bfloat16") for s in shapes]
+    assert len(set(sources)) == 3  # the shape is named in a comment
+    built = [nvrtc.compile_source(s, "gemm_tc", "sm_90", cache=tmp_path) for s in sources]
+    assert len({b.key for b in built}) == 1
+    assert not built[0].cached and built[1].cached and built[2].cached
+    # code that differs is a different key, also when it hides behind comment-like strings
+    a = 'extern "C" __global__ void k(float* x) { x[0] = 1.f; } // one\n'
+    assert nvrtc.artifact_key(a, "sm_90", []) == nvrtc.artifact_key(a.replace("one", "two"), "sm_90", [])
+    assert nvrtc.artifact_key(a, "sm_90", []) != nvrtc.artifact_key(a.replace("1.f", "2.f"), "sm_90", [])
+    s1, s2 = 'const char* s = "// a";\n', 'const char* s = "// b";\n'
+    assert nvrtc.artifact_key(s1, "sm_90", []) != nvrtc.artifact_key(s2, "sm_90", [])
+    assert nvrtc.code_only("#define X 1 /* a\n b */ + 2\n") == "#define X 1   + 2"
+
+
+def test_the_cached_cubin_is_the_whole_elf_file(tmp_path):
+    """CuPy's getCUBIN drops the cubin's last byte; the file in the cache is the whole ELF, its
+    size what the ELF headers give, readable by pyelftools down to the last section."""
+    elffile = pytest.importorskip("elftools.elf.elffile")
+    src = 'extern "C" __global__ void k(float* x) { x[threadIdx.x] *= 2.f; }\n'
+    built = nvrtc.compile_source(src, "k", "sm_90", cache=tmp_path)
+    data = Path(built.cubin_path).read_bytes()
+    assert len(data) == nvrtc.elf_size(data)
+    with open(built.cubin_path, "rb") as fh:
+        elf = elffile.ELFFile(fh)
+        assert elf["e_machine"] in ("EM_CUDA", 190)
+        ends = [elf["e_shoff"] + elf["e_shnum"] * elf["e_shentsize"],
+                elf["e_phoff"] + elf["e_phnum"] * elf["e_phentsize"]]
+        ends += [s["sh_offset"] + s["sh_size"] for s in elf.iter_sections() if s["sh_type"] != "SHT_NOBITS"]
+        assert len(data) == max(ends)
+        names = [s.name for s in elf.iter_sections()]
+        assert any(n.startswith(".text.k") for n in names), names
+        for seg in elf.iter_segments():  # every segment reads back in full
+            assert len(seg.data()) == seg["p_filesz"]
+
+
+def test_a_short_cubin_is_restored_from_its_elf_headers(monkeypatch):
+    """The fallback when NVRTC's own size call is not reachable: CuPy's one-byte-short copy gets
+    its trailing zero back."""
+    from cupy_backends.cuda.libs import nvrtc as lib
+
+    prog = lib.createProgram('extern "C" __global__ void k(float* x) { x[0] = 1.f; }', "k.cu", [], [])
+    try:
+        lib.compileProgram(prog, ["--gpu-architecture=sm_90"])
+        whole = nvrtc.full_cubin(lib, prog)
+        short = bytes(lib.getCUBIN(prog))[:len(whole) - 1]  # what CuPy 14.2 returns
+        monkeypatch.setattr(nvrtc, "_nvrtc_library", lambda: None)
+        restored = nvrtc.full_cubin(type("CupyNvrtc", (), {"getCUBIN": staticmethod(lambda p: short)}),
+                                    prog)
+    finally:
+        lib.destroyProgram(prog)
+    assert restored == whole and len(whole) == nvrtc.elf_size(whole)
+    with pytest.raises(ValueError):
+        nvrtc.elf_size(b"not an elf")

@@ -8,15 +8,19 @@ disk under app.paths.cache_dir()/cuda, keyed by a hash of everything that decide
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import functools
 import hashlib
 import json
 import os
 import re
+import struct
 import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 from app.paths import cache_dir
 
@@ -47,6 +51,7 @@ class KernelResources:
     shared_bytes: int = 0  # static shared memory
     const_bytes: int = 0
     barriers: int = 0
+    gmem_bytes: int = 0  # module-level __device__ globals ("N bytes gmem"), shared by its kernels
 
     @property
     def spills(self) -> bool:
@@ -91,7 +96,7 @@ def include_options() -> list[str]:
         from cupy._core.core import assemble_cupy_compiler_options
 
         return [o for o in assemble_cupy_compiler_options(()) if o.startswith("-I")]
-    except Exception:  # pragma: no cover - CuPy internals moved
+    except Exception:  # noqa: BLE001, S110 - CuPy internals moved: look for the headers ourselves
         pass
     candidates = []
     for root in (os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
@@ -100,8 +105,8 @@ def include_options() -> list[str]:
     try:
         import nvidia.cuda_runtime  # type: ignore
 
-        candidates.append(Path(list(nvidia.cuda_runtime.__path__)[0]) / "include")
-    except Exception:
+        candidates.append(Path(next(iter(nvidia.cuda_runtime.__path__))) / "include")
+    except Exception:  # noqa: BLE001, S110 - no NVIDIA runtime wheel: other places were tried
         pass
     return [f"-I{p}" for p in candidates if (p / "cuda_fp16.h").exists()]
 
@@ -127,13 +132,18 @@ _USED = re.compile(r"Used (\d+) registers")
 _BARRIERS = re.compile(r"used (\d+) barriers")
 _SMEM = re.compile(r"(\d+) bytes smem")
 _CMEM = re.compile(r"(\d+) bytes cmem\[0\]")
+_GMEM = re.compile(r"^\s*ptxas info\s*:\s*(\d+) bytes gmem")
 
 
 def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
     """Per-kernel resources from ptxas -v output (the format NVRTC 11-13 print)."""
     out: dict[str, KernelResources] = {}
     current: KernelResources | None = None
+    gmem = 0
     for line in log.splitlines():
+        if (g := _GMEM.search(line)):  # one line per module (and per arch), before the kernels
+            gmem = max(gmem, int(g.group(1)))
+            continue
         m = _ENTRY.search(line)
         if m:
             current = out.setdefault(m.group(1), KernelResources())
@@ -152,11 +162,32 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
                 current.shared_bytes = int(s.group(1))
             if (c := _CMEM.search(line)):
                 current.const_bytes = int(c.group(1))
+    for res in out.values():
+        res.gmem_bytes = gmem
     return out
 
 
+_COMMENT_OR_LITERAL = re.compile(
+    r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.DOTALL)
+
+
+def code_only(source: str) -> str:
+    """The source with comments removed and trailing blanks trimmed: what decides the binary.
+    String and character literals are kept as they are (a '//' inside one is not a comment)."""
+    def keep_literals(m: re.Match[str]) -> str:
+        text = m.group(0)
+        if text.startswith("/*"):
+            return " "  # as the C preprocessor does
+        return "" if text.startswith("//") else text
+
+    stripped = _COMMENT_OR_LITERAL.sub(keep_literals, source)
+    return "\n".join(line.rstrip() for line in stripped.splitlines() if line.strip())
+
+
 def artifact_key(source: str, arch: str, options: list[str] | tuple[str, ...]) -> str:
-    blob = json.dumps({"source": source, "arch": arch, "options": list(options),
+    """Cache key: the code without comments (templates name the shape in a comment, which must
+    not make the same code compile once per shape), the target, the options, NVRTC's version."""
+    blob = json.dumps({"source": code_only(source), "arch": arch, "options": list(options),
                        "nvrtc": nvrtc_version()}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
@@ -205,7 +236,7 @@ def compile_source(source: str, kernel_name: str, arch: str, options: list[str] 
             first = next((ln.strip() for ln in log.splitlines() if "error" in ln), log.strip()[:200])
             raise CompileError(f"NVRTC failed for {arch}: {first}", log) from None
         log = nvrtc.getProgramLog(prog)
-        cubin = nvrtc.getCUBIN(prog)
+        cubin = full_cubin(nvrtc, prog)
     finally:
         nvrtc.destroyProgram(prog)
     compile_s = time.perf_counter() - t0
@@ -221,6 +252,62 @@ def compile_source(source: str, kernel_name: str, arch: str, options: list[str] 
                           log=log, resources=resources, compile_s=compile_s)
 
 
+def elf_size(data: bytes) -> int:
+    """Where a 64-bit little-endian ELF file ends by its own headers: the furthest of the section
+    header table, the program header table and every section's contents."""
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ValueError("not a 64-bit little-endian ELF file")
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    end = max(64, phoff + phentsize * phnum, shoff + shentsize * shnum)
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if at + 64 > len(data):
+            break
+        sh_type, = struct.unpack_from("<I", data, at + 4)
+        offset, size = struct.unpack_from("<QQ", data, at + 24)
+        if sh_type != 8:  # SHT_NOBITS occupies no bytes in the file
+            end = max(end, offset + size)
+    return end
+
+
+@functools.cache
+def _nvrtc_library() -> Any:
+    """The libnvrtc CuPy loaded (found in this process's memory map), through ctypes: CuPy's
+    bindings lack nvrtcGetCUBINSize. None where it cannot be found."""
+    try:
+        with open("/proc/self/maps") as fh:
+            path = next((ln.split()[-1] for ln in fh if re.search(r"/libnvrtc\.so[.\d]*$", ln.strip())),
+                        None)
+        path = path or ctypes.util.find_library("nvrtc")
+        if not path:
+            return None
+        lib = ctypes.CDLL(path)
+        lib.nvrtcGetCUBINSize.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t)]
+        lib.nvrtcGetCUBIN.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        return lib
+    except (OSError, AttributeError):
+        return None
+
+
+def full_cubin(nvrtc: Any, prog: int) -> bytes:
+    """All of the cubin. CuPy's getCUBIN treats it as a C string and drops the last byte (loading
+    still works, cuobjdump rejects it): read size and bytes with NVRTC itself, or else restore the
+    missing zero bytes up to the end the ELF headers give."""
+    lib = _nvrtc_library()
+    if lib is not None:
+        size = ctypes.c_size_t()
+        if lib.nvrtcGetCUBINSize(ctypes.c_void_p(prog), ctypes.byref(size)) == 0 and size.value:
+            buf = ctypes.create_string_buffer(size.value)
+            if lib.nvrtcGetCUBIN(ctypes.c_void_p(prog), buf) == 0:
+                return buf.raw
+    cubin = bytes(nvrtc.getCUBIN(prog))
+    end = elf_size(cubin)
+    if 0 < end - len(cubin) <= 8:  # the headers' last bytes are zero (high bytes of a size)
+        cubin += b"\0" * (end - len(cubin))
+    return cubin
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     with os.fdopen(fd, "wb") as fh:
@@ -230,9 +317,10 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 def check_limits(res: KernelResources, *, dynamic_shared: int = 0, max_registers: int | None = None,
                  max_shared: int | None = None, device_shared_limit: int | None = None,
-                 allow_spills: bool = True) -> str | None:
+                 allow_spills: bool = False) -> str | None:
     """Why a compiled kernel must not be launched, or None. Shared memory counts static plus
-    the launch's dynamic bytes."""
+    the launch's dynamic bytes. Register spills are refused unless allowed: a spilling
+    configuration goes through local memory and is never the fastest (0.6-3 KB per thread seen)."""
     total_shared = res.shared_bytes + dynamic_shared
     if max_registers is not None and res.registers > max_registers:
         return f"uses {res.registers} registers per thread, over the goal's limit of {max_registers}"
@@ -241,5 +329,6 @@ def check_limits(res: KernelResources, *, dynamic_shared: int = 0, max_registers
     if device_shared_limit is not None and total_shared > device_shared_limit:
         return f"needs {total_shared} bytes of shared memory per block; the device allows {device_shared_limit}"
     if not allow_spills and res.spills:
-        return f"spills registers ({res.spill_stores} bytes stored, {res.spill_loads} loaded)"
+        return (f"spills registers to local memory ({res.spill_stores} bytes of spill stores, "
+                f"{res.spill_loads} bytes of spill loads per thread)")
     return None
