@@ -345,15 +345,21 @@ void ks_kernel(float *y, const float *x, long rows, long cols) {{
     assert outside.changed() == []
 
 
-def test_including_a_secret_file_at_compile_time_leaks_nothing(transpose, outside):
-    """Own attack: the compiler quotes a file it was told to include in its error messages; the
-    compile helper cannot open files outside the toolchain's and the cell's."""
-    source = f"""#define SECRET_FILE "{outside.secret_file}"
+@pytest.mark.parametrize("target, evidence", [("secret", SECRET), ("/etc/passwd", "root:"),
+                                              ("/etc/hostname", "\n")])
+def test_including_a_file_at_compile_time_leaks_nothing(transpose, outside, target, evidence):
+    """Own attack: the compiler quotes a file it was told to include in its error messages
+    (the include's name hidden behind a macro); the compile helper cannot open files outside
+    the toolchain's and the cell's."""
+    path = outside.secret_file if target == "secret" else target
+    source = f"""#define SECRET_FILE "{path}"
 #include SECRET_FILE
 {TRANSPOSE}"""
     result = attack(transpose, "include", source)
     assert not result.ok and result.reason == COMPILE_FAILED, (result.reason, result.detail)
     assert "Permission denied" in result.log or "Permission denied" in result.detail
+    if target != "/etc/hostname":
+        assert evidence not in result.log + result.detail
     assert_no_leak(result)
     assert outside.changed() == []
 

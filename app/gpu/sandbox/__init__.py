@@ -42,7 +42,7 @@ cell_environment = _env.cell_environment
 
 _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so.cache",
                 "/etc/ld.so.conf", "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime",
-                "/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/proc/cpuinfo",
+                "/proc/cpuinfo",
                 "/proc/meminfo", "/proc/stat", "/proc/self", "/sys/devices/system/cpu",
                 "/sys/devices/system/node", "/sys/fs/cgroup")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
