@@ -305,3 +305,21 @@ def test_a_cell_killed_from_outside_leaves_no_scratch_behind():
         assert worker.scratch != first and not os.path.exists(first)
     finally:
         pool.close()
+
+
+def test_frozen_builds_start_cells_through_multiprocessing(monkeypatch):
+    """A frozen bundle cannot run `python -c`: its workers are spawned by multiprocessing and
+    scrub their environment in place (reported as partial), with every other wall the same."""
+    monkeypatch.setenv("KS_CANARY_SECRET", "leak")
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-frozen-")
+    pool.workers[0].via_multiprocessing = True
+    try:
+        got = ask(pool, "env")
+        assert "KS_CANARY_SECRET" not in got["env"]
+        protections = pool.workers[0].protections
+        assert protections["environment"].startswith("partial")
+        if seccomp.available() == "":
+            assert protections["processes"].startswith("on")
+        assert ask(pool, "threads") == [0, 1, 2, 3]
+    finally:
+        pool.close()

@@ -203,6 +203,8 @@ class Worker:
         self.kind = kind if kind != "auto" else ("gpu" if "cuda" in factory else "cpu")
         self.protections: dict[str, str] = {}
         self.scratch: str | None = None
+        # A frozen bundle cannot start its interpreter with -c: multiprocessing spawns it
+        self.via_multiprocessing = bool(getattr(sys, "frozen", False))
         self.served = 0
         self.restarts = 0
         self._proc: Any = None
@@ -218,7 +220,7 @@ class Worker:
         cache = str(cache_dir())
         plan = sandbox.plan_cell(self.kind, self.scratch, sandbox.writable_caches(cache),
                                  self.memory_limit_bytes)
-        if getattr(sys, "frozen", False):
+        if self.via_multiprocessing:
             proc, parent = self._spawn(plan)
         else:
             proc, parent = self._start_cell(plan, cache)
