@@ -426,3 +426,16 @@ def _status_of(c: LLMClient, out: list[str]) -> None:
         out.append("ok")
     except LLMError as exc:
         out.append(exc.status)
+
+
+def test_comments_in_a_stored_kernel_do_not_ride_into_prompts():
+    commented = TEMPLATE.replace("void ks_kernel", f"/* {INJECTION} */\n// {INJECTION}\nvoid ks_kernel")
+    with ChatServer(default=Reply("no code")) as srv:
+        agent, board, _ = _agent(srv)
+        _record(board, agent, Evaluation(key="b1", config={"VEC": 8}, ok=True, value=1.0,
+                                         agent="llm-memory", source=commented))
+        _until(agent, board, seconds=1.5)
+        agent.close()
+    assert srv.requests
+    prompt = " ".join(m["content"] for m in srv.requests[0]["messages"])
+    assert "y[i] = 2.0f * x[i]" in prompt and "IMPORTANT NOTE" not in prompt

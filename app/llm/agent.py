@@ -39,6 +39,7 @@ from app.llm.extract import ExtractionError, extract
 from app.llm.facts import is_measured_lesson
 from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
+from app.llm.policy import strip_comments
 from app.llm.prompts import PromptContext, build_messages
 from app.llm.scrub import home_dirs, scrub
 from app.llm.spec import KernelSpec
@@ -181,15 +182,18 @@ class LLMAgent(Agent):
 
     def _prepare(self, board: Blackboard) -> tuple[list[dict[str, str]], _Job] | None:
         best = board.best
-        elites = [e for e in board.elites(4) if best is None or e.key != best.key]
-        base_source = best.source if best and best.source else self.spec.template
+        # Model-written sources are shown (and edited) without their comments: a comment is
+        # free text that would otherwise ride along into every later prompt.
+        elites = [replace(e, source=_code_only(e.source)) if e.source else e
+                  for e in board.elites(4) if best is None or e.key != best.key]
+        base_source = _code_only(best.source) if best and best.source else self.spec.template
         repair: Evaluation | None = None
         if self.role == "fixer":
             repair = self._pick_near_miss(board)
             if repair is None:
                 return None  # nothing to repair yet
             self._repaired.add(repair.key)
-            base_source = repair.source or base_source
+            base_source = _code_only(repair.source) if repair.source else base_source
         if best is not None:
             config = dict((repair or best).config)
         else:
@@ -313,3 +317,8 @@ def _without_home(messages: list[dict[str, str]]) -> list[dict[str, str]]:
             content = content.replace(home, "~")
         out.append({**m, "content": content})
     return out
+
+
+def _code_only(source: str) -> str:
+    """A kernel source without comments (strings and line structure kept)."""
+    return strip_comments(source)
