@@ -118,7 +118,8 @@ def entry_names(source: str, language: str) -> list[str]:
     """Function names defined in a source (what the GUI offers as the entry)."""
     code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", source, flags=re.DOTALL)
     if language == "cuda":
-        return re.findall(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+(\w+)\s*\(", code)
+        bounds = r"(?:__launch_bounds__\s*\([^)]*\)\s*)?"
+        return re.findall(rf"__global__\s+{bounds}void\s+{bounds}(\w+)\s*\(", code)
     found = re.findall(r"^[ \t]*(?:static\s+|inline\s+)*[A-Za-z_][\w \t\*]*?\b(\w+)\s*\([^;{]*\)\s*\{",
                        code, flags=re.MULTILINE)
     return [f for f in found if f not in ("if", "for", "while", "switch", "return")]
