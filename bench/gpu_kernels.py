@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.catalog.cuda import OPERATORS  # noqa: E402
-from app.goal import Goal, StopRules  # noqa: E402
-from app.core.evaluator import BackendUnavailable  # noqa: E402
-from app.gpu.cuda.evaluator import CudaEvaluator, make_pool, visible_devices  # noqa: E402
-from app.gpu.cuda.timing import Protocol  # noqa: E402
-from app.gpu.worker import Deadlines  # noqa: E402
-from app.core.types import Candidate, Evaluation  # noqa: E402
+from app.catalog.cuda import OPERATORS
+from app.core.evaluator import BackendUnavailable
+from app.core.types import Candidate, Evaluation
+from app.goal import Goal, StopRules
+from app.gpu.cuda.evaluator import CudaEvaluator, make_pool, visible_devices
+from app.gpu.cuda.timing import Protocol
+from app.gpu.worker import Deadlines
 
 KERNELS = [  # name, dtype, shape, share of the time budget
     ("softmax", "bfloat16", [8192, 8192], 1.0),
@@ -138,21 +139,25 @@ FAULTS = {
 extern "C" __global__ void softmax(const T* __restrict__ x, T* __restrict__ y, int rows) {
     y[(long)threadIdx.x * (1L << 36)] = x[0];
 }""",
-    "hang": r"""
-extern "C" __global__ void softmax(const T* __restrict__ x, T* __restrict__ y, int rows) {
-    volatile int spin = 1;
-    while (spin) { __nanosleep(1000); }
-}""",
     "skipped_work": r"""
 extern "C" __global__ void softmax(const T* __restrict__ x, T* __restrict__ y, int rows) {
     const long row = (long)blockIdx.x * (THREADS / TPR) + threadIdx.x / TPR;
     if (row >= rows / 2) return;
     for (int c = threadIdx.x % TPR; c < COLS; c += TPR) y[row * COLS + c] = from_f<T>(1.0f / COLS);
 }""",
+    "hang": r"""
+extern "C" __global__ void softmax(const T* __restrict__ x, T* __restrict__ y, int rows) {
+    volatile int spin = 1;
+    while (spin) { __nanosleep(1000); }
+}""",
 }
+HANG_LAST = ("hang",)  # a hang may wedge the GPU for whatever runs after it: it goes last
 
 
-def fault_injection(pool) -> list[dict]:
+def fault_injection(pool, rows: list[dict]) -> list[dict]:
+    """Planted faults, each followed by a correct candidate that must still pass; rows are
+    appended as they finish (an interrupted run keeps those). Out of memory before the hang, and
+    the hang last of all: it may leave the GPU wedged for what follows."""
     shape = [1024, 2048]
     op = OPERATORS["softmax"]
     goal = Goal(name="faults", operator="softmax", backend="cuda", dtype="float32", shapes=[shape],
@@ -160,14 +165,18 @@ def fault_injection(pool) -> list[dict]:
     ev = CudaEvaluator(goal, protocol=SEARCH, pool=pool, measure_baseline=False, devices=[0],
                        deadlines=Deadlines(compile_s=60, run_s=8))
     cfg = op.recommended("float32", shape)[0]
-    rows = []
+
+    def planted(fault: str, source: str) -> None:
+        t0 = time.monotonic()
+        bad = ev.evaluate(Candidate(config=cfg, key=fault, agent="fault", source=source))
+        good = ev.evaluate(Candidate(config=cfg, key=fault + "-after", agent="fault"))
+        rows.append({"fault": fault, "reason": bad.reason, "detail": bad.detail[:200],
+                     "next_candidate_ok": good.ok, "seconds": time.monotonic() - t0})
+
     try:
         for fault, source in FAULTS.items():
-            t0 = time.monotonic()
-            bad = ev.evaluate(Candidate(config=cfg, key=fault, agent="fault", source=source))
-            good = ev.evaluate(Candidate(config=cfg, key=fault + "-after", agent="fault"))
-            rows.append({"fault": fault, "reason": bad.reason, "detail": bad.detail[:200],
-                         "next_candidate_ok": good.ok, "seconds": time.monotonic() - t0})
+            if fault not in HANG_LAST:
+                planted(fault, source)
         oom_goal = Goal(name="oom", operator="softmax", backend="cuda", dtype="float32",
                         shapes=[[1 << 21, 1 << 16]], device=0).validate()
         oom = CudaEvaluator(oom_goal, protocol=SEARCH, pool=pool, measure_baseline=False, devices=[0])
@@ -180,6 +189,8 @@ def fault_injection(pool) -> list[dict]:
         good = ev.evaluate(Candidate(config=cfg, key="oom-after", agent="fault"))
         rows.append({"fault": "out_of_memory", "reason": bad.reason, "detail": bad.detail[:200],
                      "next_candidate_ok": good.ok, "seconds": time.monotonic() - t0})
+        for fault in HANG_LAST:
+            planted(fault, FAULTS[fault])
     finally:
         ev.close()
     return rows
@@ -190,12 +201,12 @@ def fmt(v, spec=".1f", none="-"):
 
 
 def markdown(device: dict, rows: list[dict], faults: list[dict], summary: str) -> str:
-    lines = [f"# GPU kernel benchmark: {device.get('name')} (cc {device.get('compute_capability')}, "
-             f"driver {device.get('driver')}, CuPy {device.get('cupy')})", "",
-             f"Measured device-to-device copy bandwidth: {fmt(device.get('copy_bw', 0) / 1e9, '.0f')} GB/s. "
-             "Times are medians of CUDA-event samples with L2 flushed before each sample.", "",
-             "| kernel | dtype | shape | best time ms (p10-p90, n) | GB/s | % copy BW | TFLOP/s | % peak "
-             "| baseline | baseline ms | speedup | evals | failures |",
+    lines = [(f"# GPU kernel benchmark: {device.get('name')} (cc {device.get('compute_capability')}, "
+             f"driver {device.get('driver')}, CuPy {device.get('cupy')})"), "",
+             (f"Measured device-to-device copy bandwidth: {fmt(device.get('copy_bw', 0) / 1e9, '.0f')} GB/s. "
+             "Times are medians of CUDA-event samples with L2 flushed before each sample."), "",
+             ("| kernel | dtype | shape | best time ms (p10-p90, n) | GB/s | % copy BW | TFLOP/s | % peak "
+             "| baseline | baseline ms | speedup | evals | failures |"),
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "time_ms" not in r:
@@ -220,13 +231,54 @@ def markdown(device: dict, rows: list[dict], faults: list[dict], summary: str) -
         for name, b in r.get("baselines", {}).items():
             lines.append(f"- {r['kernel']} {r['dtype']} {name}: "
                          f"{fmt(b['ms'], '.4f')} ms{'' if b['ok'] else ' (unusable: ' + b['error'][:120] + ')'}")
+    mem = [r for r in rows if r.get("memory_bound") and r.get("pct_copy_bw")]
+    if mem:
+        lines += ["", "Memory-bound operators, % of copy bandwidth: " + ", ".join(
+            f"{r['kernel']} {r['dtype']} {r['pct_copy_bw']:.1f}%" for r in mem)]
     lines += ["", "## Fault injection", "", "| fault | recorded reason | next candidate ok | seconds | detail |",
               "|---|---|---|---|---|"]
     for f in faults:
         lines.append(f"| {f['fault']} | {f['reason']} | {f['next_candidate_ok']} | {f['seconds']:.1f} "
                      f"| {f['detail'][:100].replace('|', '/')} |")
+    if faults:
+        survived = sum(1 for f in faults if f["next_candidate_ok"])
+        lines += ["", f"Planted faults survived (next candidate ok): {survived}/{len(faults)}"]
     lines += ["", summary, ""]
     return "\n".join(lines)
+
+
+def summary_line(rows: list[dict]) -> str:
+    mem = [r["pct_copy_bw"] for r in rows if r.get("memory_bound") and r.get("pct_copy_bw")]
+    gemm = next((r for r in rows if r["kernel"] == "gemm" and r["dtype"] == "bfloat16"
+                 and r.get("baseline_ms") and r.get("time_ms")), None)
+    mem_txt = f"{min(mem):.1f}%" if mem else "n/a"
+    gemm_txt = f"{100.0 * gemm['baseline_ms'] / gemm['time_ms']:.1f}%" if gemm else "n/a"
+    return f"memory-bound min {mem_txt} of copy bandwidth; GEMM bf16 {gemm_txt} of cuBLAS"
+
+
+def write_report(out: Path, device: dict, rows: list[dict], faults: list[dict], note: str = "") -> str:
+    """gpu_kernels.json and gpu_kernels.md from what was measured so far; `note` says why the
+    run stopped early. Returns the markdown."""
+    summary = summary_line(rows)
+    md = markdown(device, rows, faults, summary)
+    if note:
+        md = md.replace("\n\n", f"\n\n**Partial report: {note}.**\n\n", 1)
+    (out / "gpu_kernels.json").write_text(json.dumps({"device": device, "rows": rows, "faults": faults,
+                                                      "summary": summary, "partial": note},
+                                                     indent=1, default=str))
+    (out / "gpu_kernels.md").write_text(md)
+    return md
+
+
+def device_summary(pool) -> dict:
+    """Name, driver, CuPy, copy bandwidth (measured or cached) of device 0."""
+    goal = Goal(name="info", operator="softmax", backend="cuda", dtype="float32", shapes=[[8, 8]],
+                device=0).validate()
+    info_ev = CudaEvaluator(goal, pool=pool, devices=[0])
+    try:
+        return {k: v for k, v in info_ev.info().items() if k != "ok"}
+    finally:
+        info_ev.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -236,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="seconds for the whole benchmark (searches, final measurements, faults)")
     ap.add_argument("--only", default="", help="comma-separated kernel names or name:dtype")
     ap.add_argument("--no-faults", action="store_true")
+    ap.add_argument("--faults-only", action="store_true", help="only the planted faults (hang last)")
     ap.add_argument("--worker-factory", default="", help=argparse.SUPPRESS)  # tests: a stand-in GPU
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -250,51 +303,58 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         pool = make_pool([0])
     wanted = [w for w in args.only.split(",") if w]
-    kernels = [k for k in KERNELS if not wanted or k[0] in wanted or f"{k[0]}:{k[1]}" in wanted]
-    total_share = sum(k[3] for k in kernels)
+    kernels = [] if args.faults_only else [
+        k for k in KERNELS if not wanted or k[0] in wanted or f"{k[0]}:{k[1]}" in wanted]
+    with_faults = args.faults_only or not args.no_faults
+    total_share = sum(k[3] for k in kernels) or 1.0
     # Reserve time for each kernel's final measurement and for the fault injection.
-    search_budget = max(5.0 * len(kernels), args.budget_s - 6.0 * len(kernels) - (0 if args.no_faults else 45))
+    search_budget = max(5.0 * len(kernels), args.budget_s - 6.0 * len(kernels) - (45 if with_faults else 0))
     rows: list[dict] = []
     faults: list[dict] = []
     device: dict = {}
+    note = ""
+    doing = "device info"
     t_start = time.monotonic()
     try:
+        device = device_summary(pool)
         for name, dtype, shape, share in kernels:
             left = search_budget - (time.monotonic() - t_start)
             seconds = max(5.0, min(left, search_budget * share / total_share))
             print(f"{name} {dtype} {shape}: searching for {seconds:.0f} s", flush=True)
+            doing = f"{name} {dtype}"
             try:
                 row = bench_kernel(name, dtype, shape, seconds, pool)
-            except Exception as exc:  # one kernel's trouble must not hide the others' results
+            except Exception as exc:  # noqa: BLE001 - one kernel's trouble must not hide the others
                 row = {"kernel": name, "dtype": dtype, "shape": shape, "evaluations": 0, "failures": {},
                        "error": f"{type(exc).__name__}: {exc}"}
             rows.append(row)
             print("  " + json.dumps({k: row.get(k) for k in ("time_ms", "pct_copy_bw", "tflops",
                                                                 "best_baseline", "baseline_ms", "speedup",
                                                                 "evaluations", "error")}), flush=True)
-            (out / "gpu_kernels.json").write_text(json.dumps({"rows": rows}, indent=1, default=str))
-        if not args.no_faults:
-            faults = fault_injection(pool)
+            write_report(out, device, rows, faults, "still running")
+        if with_faults:
+            doing = "fault injection"
+            fault_injection(pool, faults)
             for f in faults:
                 print(f"fault {f['fault']}: {f['reason']} (next ok: {f['next_candidate_ok']})", flush=True)
-        goal = Goal(name="info", operator="softmax", backend="cuda", dtype="float32", shapes=[[8, 8]],
-                    device=0).validate()
-        info_ev = CudaEvaluator(goal, pool=pool, devices=[0])
-        device = {k: v for k, v in info_ev.info().items() if k != "ok"}
-        info_ev.close()
+    except KeyboardInterrupt:  # timeout -s INT: keep everything measured so far
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        note = f"interrupted (SIGINT) after {time.monotonic() - t_start:.0f} s, during {doing}"
+        if doing not in ("device info", "fault injection") and not any(
+                f"{r['kernel']} {r['dtype']}" == doing for r in rows):
+            kernel, dtype = doing.split()
+            rows.append({"kernel": kernel, "dtype": dtype, "shape": [], "evaluations": 0, "failures": {},
+                         "error": "interrupted"})
+        print(f"gpu_kernels: {note}; writing the partial report", flush=True)
     finally:
-        pool.close()
-    mem = [r["pct_copy_bw"] for r in rows if r.get("memory_bound") and r.get("pct_copy_bw")]
-    gemm = next((r for r in rows if r["kernel"] == "gemm" and r["dtype"] == "bfloat16" and r.get("baseline_ms")), None)
-    mem_txt = f"{min(mem):.1f}%" if mem else "n/a"
-    gemm_txt = f"{100.0 * gemm['baseline_ms'] / gemm['time_ms']:.1f}%" if gemm else "n/a"
-    summary = f"memory-bound min {mem_txt} of copy bandwidth; GEMM bf16 {gemm_txt} of cuBLAS"
-    (out / "gpu_kernels.json").write_text(json.dumps({"device": device, "rows": rows, "faults": faults,
-                                                      "summary": summary}, indent=1, default=str))
-    (out / "gpu_kernels.md").write_text(markdown(device, rows, faults, summary))
-    print(markdown(device, rows, faults, summary).split("## Fault injection")[0].split("Best configurations")[0])
-    print(summary)
-    return 0
+        md = write_report(out, device, rows, faults, note)
+        try:
+            pool.close()
+        except KeyboardInterrupt:
+            pass
+    print(md.split("## Fault injection")[0].split("Best configurations")[0])
+    print(summary_line(rows))
+    return 130 if note else 0
 
 
 if __name__ == "__main__":
