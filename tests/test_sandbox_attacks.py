@@ -387,3 +387,36 @@ def test_an_honest_kernel_still_passes_after_the_attacks(transpose):
     result = attack(transpose, "honest", f"#include <stddef.h>\n{TRANSPOSE}")
     assert result.ok, (result.reason, result.detail, result.log[-2000:])
     assert result.time_ms and result.time_ms > 0
+
+
+def pickle_bomb(canary: Path) -> str:
+    """A kernel that writes a pickle calling os.system to every socket it holds: the worker's
+    pipe to the engine, which unpickles what arrives on it."""
+    payload = f"cos\\nsystem\\n(S'id > {canary}'\\ntR."
+    return f"""#include <sys/stat.h>
+#include <unistd.h>
+#include <string.h>
+void ks_kernel(float *y, const float *x, long rows, long cols) {{
+    const char payload[] = "{payload}";
+    unsigned n = sizeof payload - 1;
+    unsigned char header[4] = {{n >> 24, n >> 16, n >> 8, n}};
+    for (int fd = 3; fd < 256; fd++) {{
+        struct stat st;
+        if (fstat(fd, &st) == 0 && (st.st_mode & 0170000) == 0140000) {{  /* a socket */
+            write(fd, header, 4);
+            write(fd, payload, n);
+        }}
+    }}
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++) y[j * rows + i] = x[i * cols + j];
+}}"""
+
+
+def test_a_pickle_sent_up_the_workers_pipe_does_not_run_in_the_engine(transpose, outside):
+    """Own attack: escape the cell through its one open door, the pipe to the engine process
+    (which has the user's rights and the API key): only plain data is unpickled there."""
+    canary = outside.path / "canary"
+    result = attack(transpose, "pickle", pickle_bomb(canary))
+    assert not result.ok and result.reason == CRASH, (result.reason, result.detail)
+    assert "not plain data" in result.detail and "os.system" in result.detail
+    assert not canary.exists() and outside.changed() == []

@@ -22,9 +22,11 @@ from __future__ import annotations
 
 import atexit
 import importlib
+import io
 import json
 import multiprocessing as mp
 import os
+import pickle
 import queue
 import shutil
 import signal
@@ -85,6 +87,33 @@ class WorkerReply:
     result: Any = None
     fault: WorkerFault | None = None
     log: str = ""  # captured stdout/stderr of the worker during this request
+
+
+class _PlainUnpickler(pickle.Unpickler):
+    """Unpickles what a worker sends back: plain data only. A candidate runs in the worker and
+    can write to its end of the pipe; a pickle naming any other class or function (the classic
+    way to run code in whoever unpickles it) is refused instead of running in this process."""
+
+    ALLOWED = frozenset({
+        ("builtins", n) for n in ("dict", "list", "tuple", "set", "frozenset", "str", "bytes",
+                                  "bytearray", "int", "float", "complex", "bool", "NoneType")} | {
+        ("collections", "OrderedDict"), ("numpy", "dtype"), ("numpy", "ndarray"),
+        ("numpy.core.multiarray", "scalar"), ("numpy._core.multiarray", "scalar"),
+        ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")})
+
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"a worker sent {module}.{name}: only plain data may cross")
+
+
+def _receive(conn: Any) -> Any:
+    """One message from a worker, unpickled with the plain-data unpickler."""
+    data = conn.recv_bytes()
+    try:
+        return _PlainUnpickler(io.BytesIO(data)).load()
+    except Exception as exc:  # noqa: BLE001 - whatever it sent, it is not a message
+        return ("error", CRASH, f"the worker sent a message that is not plain data ({exc})", "")
 
 
 def _load_factory(spec: str) -> Callable[..., Any]:
@@ -231,7 +260,7 @@ class Worker:
             self.stop()
             raise RuntimeError(f"{self.name} did not start within {_START_TIMEOUT_S:.0f} s")
         try:
-            msg = parent.recv()
+            msg = _receive(parent)
         except EOFError:
             self._proc.join(timeout=5.0)
             code = self._proc.exitcode
@@ -336,7 +365,7 @@ class Worker:
                 ready = False
             if ready:
                 try:
-                    msg = self._conn.recv()
+                    msg = _receive(self._conn)
                 except (EOFError, OSError):
                     break  # died; classified below
                 kind = msg[0]
