@@ -26,10 +26,10 @@ pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc
 
 KEY = "sk-e2e-SECRET-abcdef0123456789"
 
-# The template is held to one slow configuration (two expf per element, one accumulator); the
-# LLM's kernel does one expf per element.
-SLOW_TEMPLATE = ["ONLINE == 1", "ACC == 1", "VEC == 4", "CHUNK == 1", "THREADS == 1",
-                 "EXP_IMPL == 0"]
+# The template is held to slow configurations (two libm expf per element, one accumulator,
+# one thread; CHUNK is left free so the space is not used up at once); the LLM's kernel does
+# one expf per element.
+SLOW_TEMPLATE = ["ONLINE == 1", "ACC == 1", "VEC == 4", "THREADS == 1", "EXP_IMPL == 0"]
 
 GOOD = """Idea: one exp per element, three simple passes
 ```c
@@ -77,7 +77,7 @@ def _run(goal: Goal, store: Store, server: ChatServer):
     bus = EventBus()
     run_id = store.create_run(goal, {"kind": "cpu"})
     unsubscribe = bus.subscribe(store.subscriber(run_id), critical=True)
-    settings = LLMSettings(base_url=server.base_url, model="scripted", timeout_s=20,
+    settings = LLMSettings(base_url=server.base_url, model="scripted", timeout_s=8,
                            backoff_s=0.05, max_retries=1, roles=["memory"],
                            price_prompt_per_mtok=1.0, price_completion_per_mtok=2.0)
     team = make_llm_team(goal, evaluator, settings=settings, bus=bus, run_id=run_id,
