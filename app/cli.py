@@ -514,11 +514,29 @@ def build_parser() -> argparse.ArgumentParser:
     dev = sub.add_parser("devices", help="which backends can run here")
     dev.set_defaults(func=cmd_devices)
 
+    kt = sub.add_parser("import-kt", help="turn a Kernel Tuner script into a goal directory")
+    kt.add_argument("script", metavar="SCRIPT.py", help="a script that calls kernel_tuner.tune_kernel")
+    kt.add_argument("-o", "--output", metavar="DIR", help="goal directory (default: SCRIPT_goal)")
+    kt.set_defaults(func=cmd_import_kt)
+
     selftest = sub.add_parser("selftest", help="check this installation (storage, replay, CPU, NVRTC)",
                               add_help=False)
     selftest.add_argument("selftest_args", nargs=argparse.REMAINDER)
     selftest.set_defaults(func=cmd_selftest)
     return parser
+
+
+def cmd_import_kt(args: argparse.Namespace) -> int:
+    from app.kt_import import ImportRefused, import_script
+
+    try:
+        done = import_script(args.script, args.output)
+    except ImportRefused as exc:
+        raise CliError(f"import-kt {args.script}: {exc}") from None
+    for note in done.notes:
+        print(f"note: {note}", file=sys.stderr)
+    print(f"wrote {done.goal_path}; run it with: kernelswarm run {done.goal_path}")
+    return 0
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:

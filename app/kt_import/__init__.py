@@ -1,0 +1,150 @@
+"""`kernelswarm import-kt SCRIPT.py [-o DIR]`: a Kernel Tuner tuning script becomes a goal
+directory (goal.toml, the kernel source, inputs.npz, expected.npz).
+
+The script runs in a child process (app.kt_import.runner) with `tune_kernel` and `run_kernel`
+intercepted; the child writes JSON and plain arrays, which this side turns into a [kernel]
+table (app.goal.KernelTable). What cannot be carried over is refused in one line (ImportRefused).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tomli_w
+
+from app.goal import Goal, KernelTable, StopRules
+
+DIMS = {1: ["n"], 2: ["nx", "ny"], 3: ["nx", "ny", "nz"]}
+
+
+class ImportRefused(RuntimeError):
+    """The script cannot be imported; the message says what is not supported."""
+
+
+@dataclass
+class Imported:
+    goal_path: Path
+    notes: list[str] = field(default_factory=list)
+
+
+def run_script(script: Path, work: Path, timeout_s: float = 600.0) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-m", "app.kt_import.runner", str(script), str(work)],
+                          capture_output=True, text=True, timeout=timeout_s, check=False,
+                          cwd=str(Path(__file__).resolve().parents[2]))
+    result_file = work / "result.json"
+    if not result_file.exists():
+        tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
+        raise ImportRefused(f"the script's process ended without a result: {tail[0]}")
+    result = json.loads(result_file.read_text())
+    if "error" in result:
+        raise ImportRefused(result["error"])
+    return json.loads((work / "capture.json").read_text())
+
+
+def _c_source(text: str) -> str:
+    """Kernel Tuner builds C kernels with a C++ compiler behind extern "C"; KernelSwarm builds C11."""
+    if re.search(r'extern\s+"C"\s*\{', text):
+        raise ImportRefused('the C kernel uses an extern "C" { } block; KernelSwarm compiles C11: '
+                            'remove the block (keep the functions)')
+    return re.sub(r'extern\s+"C"\s*', "", text)
+
+
+def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path, out: Path) -> Imported:
+    out.mkdir(parents=True, exist_ok=True)
+    notes = list(cap["notes"])
+    language = cap["language"]
+    suffix = ".cu" if language == "cuda" else ".c"
+    source_name = Path(cap["source_name"] or f"{cap['kernel_name']}{suffix}").stem + suffix
+    source = cap["source"] if language == "cuda" else _c_source(cap["source"])
+    (out / source_name).write_text(source, encoding="utf-8")
+    sizes = cap["problem_size"]
+    dims = DIMS[len(sizes)]
+    outputs = [a for a in cap["args"] if a["kind"] == "array" and a.get("answer")]
+    if not cap["has_answer"]:
+        outputs = [a for a in cap["args"] if a["kind"] == "array" and not arrays[f"in_{a['name']}"].any()]
+        notes.append("no answer= in the script: outputs (the all-zero arrays) are not checked")
+        if not outputs:
+            raise ImportRefused("no answer= and no all-zero array: give answer=[...] so the "
+                                "outputs are known")
+    dtypes = {a["dtype"] for a in outputs}
+    if len(dtypes) != 1 or not dtypes <= {"float32", "float64"}:
+        raise ImportRefused(f"outputs of dtype {', '.join(sorted(dtypes))}: KernelSwarm verifies "
+                            "float32 or float64 outputs, one dtype per goal")
+    dtype = dtypes.pop()
+    out_names = {a["name"] for a in outputs}
+    args, inputs, expected = [], {}, {}
+    for a in cap["args"]:
+        name = a["name"]
+        if a["kind"] == "scalar":
+            args.append({"name": name, "role": "scalar", "dtype": a["dtype"], "value": repr(a["value"])})
+            continue
+        initial = arrays[f"in_{name}"]
+        entry: dict[str, Any] = {"name": name, "dtype": a["dtype"], "shape": a["shape"]}
+        if name in out_names:
+            entry["role"] = "inout" if initial.any() else "output"
+            if cap["has_answer"]:
+                expected[name] = arrays[f"out_{name}"].astype(np.float64)
+                entry["atol"] = cap["atol"]
+                entry["rtol"] = 1e-5  # Kernel Tuner compares like numpy.allclose
+            else:
+                entry["check"] = False
+        else:
+            entry["role"] = "input"
+        if entry["role"] != "output":
+            entry["fill"] = "file"
+            entry["file"] = "inputs.npz"
+            inputs[name] = initial
+        args.append(entry)
+    np.savez(out / "inputs.npz", **inputs)
+    if expected:
+        np.savez(out / "expected.npz", **expected)
+    defines = dict(cap["defines"])
+    options = []
+    for opt in cap["compiler_options"]:
+        if opt.startswith("-D"):
+            options.append(opt)
+        else:
+            notes.append(f"compiler option {opt} is not imported (the backend chooses its flags)")
+    table = KernelTable(source=source_name, entry=cap["kernel_name"], language=language,
+                        compiler_options=options, tune_params=cap["tune_params"],
+                        restrictions=cap["restrictions"], defines=defines, dims=dims, args=args,
+                        expected="expected.npz" if expected else "")
+    if language == "cuda":
+        table.problem_size = list(dims)
+        table.block_size_names = cap["block_size_names"]
+        grid = cap["grid"]
+        table.grid_div_x = grid.get("grid_div_x", [])
+        table.grid_div_y = grid.get("grid_div_y", [])
+        table.grid_div_z = grid.get("grid_div_z", [])
+    goal = Goal(name=f"{cap['kernel_name']} (imported from {script.name})",
+                backend="cuda" if language == "cuda" else "cpu", dtype=dtype, shapes=[sizes],
+                kernel=table, stop=StopRules(max_evals=100))
+    goal_path = out / "goal.toml"
+    header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
+              + "".join(f"# note: {n}\n" for n in notes))
+    data = goal.to_dict()  # only what differs from the defaults: a short file
+    short = {k: data[k] for k in ("name", "backend", "dtype", "shapes")}
+    short.update(stop={"max_evals": 100}, kernel=data["kernel"])
+    goal_path.write_text(header + tomli_w.dumps(short), encoding="utf-8")
+    return Imported(goal_path, notes)
+
+
+def import_script(script: str | Path, out: str | Path | None = None) -> Imported:
+    """Run the script with Kernel Tuner intercepted and write the goal directory."""
+    script = Path(script).resolve()
+    if not script.is_file():
+        raise ImportRefused(f"script {str(script)!r} does not exist")
+    out = Path(out) if out else script.parent / f"{script.stem}_goal"
+    with tempfile.TemporaryDirectory(prefix="kernelswarm-kt-") as tmp:
+        cap = run_script(script, Path(tmp))
+        with np.load(Path(tmp) / "arrays.npz", allow_pickle=False) as data:
+            arrays = {k: data[k] for k in data.files}
+    return write_goal(cap, arrays, script, out)
