@@ -11,8 +11,8 @@ import time
 
 import pytest
 
-from app.gpu.worker import Deadlines, WorkerPool
 from app.core.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
+from app.gpu.worker import Deadlines, WorkerPool
 
 
 class ProbeHandler:
@@ -45,6 +45,12 @@ class ProbeHandler:
             blocks = [bytearray(16 << 20) for _ in range(request[1])]  # touched: zero-filled
             time.sleep(2.0)
             return {"blocks": len(blocks)}
+        if action == "chatter":  # a candidate announcing stage after stage to stay alive
+            end = time.monotonic() + request[1]
+            while time.monotonic() < end:
+                progress("compile")
+                time.sleep(0.05)
+            return {"chattered": True}
         if action == "raise":
             raise ValueError("handler bug")
         if action == "taint":
@@ -162,3 +168,13 @@ def test_one_worker_per_device_serves_in_parallel():
     assert tags == {"gpu0", "gpu1"}
     assert all(r.fault is None for r in results)
     assert took < 1.1  # the two 0.6 s requests overlapped
+
+
+def test_announcing_new_stages_does_not_extend_a_request_past_its_total(pool):
+    short = Deadlines(compile_s=0.5, run_s=0.5)  # at most 3.5 s for one request
+    t0 = time.monotonic()
+    reply = pool.call(("chatter", 20.0), short)
+    assert reply.fault is not None and reply.fault.reason == TIMEOUT
+    assert "limit for one request" in reply.fault.detail
+    assert time.monotonic() - t0 < 10.0
+    assert pool.call(("echo", 1), FAST).result["value"] == 1

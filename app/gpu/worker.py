@@ -69,6 +69,11 @@ class Deadlines:
     def for_stage(self, stage: str) -> float:
         return self.compile_s if stage in self.compile_stages else self.run_s
 
+    def total(self) -> float:
+        """The most one request may take, whatever stages the worker reports: the worker runs
+        candidate code, which could keep announcing new stages to stay alive."""
+        return 3 * self.compile_s + 4 * self.run_s
+
 
 @dataclass
 class WorkerFault:
@@ -355,6 +360,7 @@ class Worker:
             self.start()
         log_start = os.path.getsize(self.log_path)
         stage, stage_t0 = "start", time.monotonic()
+        request_t0 = stage_t0
         completed: list[tuple[str, float]] = []
         self._conn.send(message)
         killed_for: str | None = None
@@ -391,6 +397,11 @@ class Worker:
             limit = deadlines.for_stage(stage)
             if elapsed > limit:
                 killed_for = f"exceeded the {limit:g} s limit for the {stage} stage"
+                reason = TIMEOUT
+                break
+            if time.monotonic() - request_t0 > deadlines.total():
+                killed_for = (f"exceeded the {deadlines.total():g} s limit for one request (in "
+                              f"the {stage} stage)")
                 reason = TIMEOUT
                 break
             if self.memory_limit_bytes and _rss_bytes(self._proc.pid) > self.memory_limit_bytes:
