@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.goal import Goal
+from app.llm.scrub import scrub
 from app.llm.spec import KernelSpec
 from app.core.types import Evaluation
 
@@ -140,7 +141,7 @@ def _failure_text(e: Evaluation) -> str:
     if e.log:
         log = e.log.strip()
         text += "\n  log: " + (log[:MAX_LOG] + " ..." if len(log) > MAX_LOG else log)
-    return text
+    return scrub(text, keep_names=("kernel.c", "kernel.cu"))  # no paths, user, tracebacks
 
 
 def _code(source: str, ctx: PromptContext, limit: int = MAX_SOURCE) -> str:
