@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -136,12 +137,13 @@ def test_the_session_settings_refuse_it_too_unless_approved(monkeypatch):
         assert question and hostile.base_url in question and mine.base_url in question
         approve_endpoint(hostile.base_url, env)
         assert endpoint_needs_confirmation(goal_llm, LLMSettings(base_url=mine.base_url), env) is None
-        assert run_settings(goal_llm, env=env, user=LLMSettings()).base_url == mine.base_url
+        # approved, the goal's endpoint wins over the user's variables (that is what was asked)
+        assert run_settings(goal_llm, env=env, user=LLMSettings()).base_url == hostile.base_url
         # the same endpoint spelled with a trailing slash is the user's own
         same = {"base_url": mine.base_url + "/", "model": "other"}
         got = run_settings(same, env={"KERNELSWARM_LLM_BASE_URL": mine.base_url}, user=LLMSettings())
         assert got.model == "other"
-    assert hostile.connections == 0
+    assert hostile.connections == 0  # nothing was sent anywhere by settling settings
 
 
 def test_approved_goal_endpoint_is_used(monkeypatch):
@@ -439,3 +441,20 @@ def test_comments_in_a_stored_kernel_do_not_ride_into_prompts():
     assert srv.requests
     prompt = " ".join(m["content"] for m in srv.requests[0]["messages"])
     assert "y[i] = 2.0f * x[i]" in prompt and "IMPORTANT NOTE" not in prompt
+
+
+@pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                    reason="needs a C compiler")
+def test_cli_trust_goal_endpoint_is_an_explicit_opt_in(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("KERNELSWARM_LLM_API_KEY", KEY)
+    monkeypatch.setenv(APPROVED_ENV, "")  # restored after the test: approvals are per process
+    with ChatServer(default=Reply("no code")) as mine, \
+            ChatServer(default=Reply("no code here")) as goals:
+        monkeypatch.setenv("KERNELSWARM_LLM_BASE_URL", mine.base_url)
+        rc = main(["run", str(_goal_file(tmp_path, goals.base_url)), "--db",
+                   str(tmp_path / "h.sqlite"), "--max-evals", "2", "--quiet",
+                   "--agents", "explorer,llm", "--trust-goal-endpoint"])
+        err = capsys.readouterr().err
+    assert rc == 0, err
+    assert "llm.base_url" not in err
+    assert mine.connections == 0  # the approved goal endpoint was used, not both

@@ -245,7 +245,11 @@ def run_settings(goal_llm: dict[str, Any] | None, *, env: dict[str, str] | None 
     if endpoint_needs_confirmation(goal_llm, own, env) is not None:
         raise EndpointNotTrusted(str(goal_llm["base_url"]), own.base_url)
     merged = LLMSettings.from_dict({**user.to_dict(), **goal_llm})
-    return LLMSettings.from_env(env, base=merged)
+    settings = LLMSettings.from_env(env, base=merged)
+    goal_url = str(goal_llm.get("base_url") or "").strip()
+    if goal_url and not _same_endpoint(goal_url, own.base_url):
+        settings.base_url = goal_url  # approved explicitly: it wins over the variables
+    return settings.validate()
 
 
 def user_settings_path() -> Path:
