@@ -22,8 +22,9 @@ from typing import Any
 PR_SET_PDEATHSIG = 1
 # Flags that make the compiler load or run something other than its own toolchain.
 REFUSED_FLAGS = ("-wrapper", "-fplugin", "-B", "-specs", "--specs", "-fdump-", "@",
-                 "-fprofile-generate", "-fauto-profile", "-Xlinker", "-Wl,", "-Wa,",
-                 "-fuse-ld", "--sysroot", "-iplugindir", "-imacros", "-include")
+                 "-fprofile-generate", "-fauto-profile", "-X", "-Wl,", "-Wa,", "-Wp,",
+                 "-fuse-ld", "--sysroot", "-iplugindir", "-imacros", "-include", "--plugin",
+                 "-plugin")
 
 
 def _die_with_parent() -> None:
