@@ -205,6 +205,7 @@ def _run_c_kernel(kernel_name: str, kernel_source: Any, arguments: list[Any], pa
     from app.gpu.cpu import compile_library, toolchain
 
     _, source, _ = _read_sources(kernel_source, kernel_name)
+    source = re.sub(r'extern\s+"C"\s*(?!\{)', "", source)  # C11 here; Kernel Tuner uses C++
     tc = toolchain()
     with tempfile.TemporaryDirectory() as tmp:
         lib = Path(tmp) / "kernel.so"
