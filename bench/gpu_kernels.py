@@ -235,8 +235,9 @@ def markdown(device: dict, rows: list[dict], faults: list[dict], summary: str) -
     if mem:
         lines += ["", "Memory-bound operators, % of copy bandwidth: " + ", ".join(
             f"{r['kernel']} {r['dtype']} {r['pct_copy_bw']:.1f}%" for r in mem)]
-    lines += ["", "## Fault injection", "", "| fault | recorded reason | next candidate ok | seconds | detail |",
-              "|---|---|---|---|---|"]
+    if faults:
+        lines += ["", "## Fault injection", "", "| fault | recorded reason | next candidate ok | seconds | detail |",
+                  "|---|---|---|---|---|"]
     for f in faults:
         lines.append(f"| {f['fault']} | {f['reason']} | {f['next_candidate_ok']} | {f['seconds']:.1f} "
                      f"| {f['detail'][:100].replace('|', '/')} |")

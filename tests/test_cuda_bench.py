@@ -92,6 +92,11 @@ class SlowBenchGpu(BenchGpu):
         return super().__call__(request, progress)
 
 
+def default_sigint() -> None:
+    """SIGINT ignored by a background parent stays ignored across exec: restore the default."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _bench_env(tmp_path) -> dict:
     return {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "KERNELSWARM_CACHE": str(tmp_path / "cache"),
             "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
@@ -105,7 +110,7 @@ def test_an_interrupted_benchmark_writes_its_partial_report(tmp_path):
         [sys.executable, str(ROOT / "bench" / "gpu_kernels.py"), "--out", str(tmp_path), "--budget-s", "300",
          "--only", "softmax:bfloat16,gemm:bfloat16", "--worker-factory", "test_cuda_bench:SlowBenchGpu"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_bench_env(tmp_path), cwd=ROOT,
-        start_new_session=True)
+        start_new_session=True, preexec_fn=default_sigint)  # noqa: PLW1509
     report = tmp_path / "gpu_kernels.json"
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and proc.poll() is None:

@@ -10,7 +10,7 @@ def gpu_count() -> int:
         from cupy.cuda import runtime
 
         return int(runtime.getDeviceCount())
-    except Exception:
+    except Exception:  # noqa: BLE001 - no CuPy, no driver or no device: no GPU
         return 0
 
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 
 from app.catalog.cuda import OPERATORS
+from app.core.types import OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT, VERIFY_FAILED, Candidate
 from app.goal import Goal
 from app.gpu.cuda.evaluator import CudaEvaluator, make_pool
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
-from app.core.types import OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT, VERIFY_FAILED, Candidate
 
 QUICK = Protocol(min_samples=5, max_samples=20, max_seconds=0.5, warmup=1, batch=5)
 
@@ -89,11 +89,7 @@ def test_planted_faults_are_recorded_and_the_run_continues():
         assert crash.reason == RUNTIME_FAILED and "illegal" in crash.detail.lower(), crash.detail
         good = ev.evaluate(candidate(op, "float32", shape))
         assert good.ok, good.detail  # a fresh worker after the poisoned context
-        hang = ev.evaluate(candidate(op, "float32", shape, source=HANG))
-        assert hang.reason == TIMEOUT, hang.detail
-        again = ev.evaluate(candidate(op, "float32", shape))
-        assert again.ok, again.detail
-        assert ev.pool.workers[0].restarts >= 2
+        assert ev.pool.workers[0].restarts >= 1
     finally:
         ev.close()
 
@@ -133,3 +129,19 @@ def test_timing_protocol_and_copy_bandwidth():
     assert achieved < 1.2 * bw  # cold L2: cannot beat the copy engine by much
     reading = telemetry.read(0)
     assert reading.get("sm_clock_mhz", 0) > 0 or telemetry.nvml()[0] is None
+
+
+def test_zz_a_hanging_kernel_times_out_and_the_run_continues():
+    """Last in the file (and run last by scripts/gpu-check): a hang may leave the GPU wedged."""
+    shape = [1024, 2048]
+    op = OPERATORS["softmax"]
+    ev = make("softmax", "float32", shape, deadlines=Deadlines(compile_s=60, run_s=10),
+              measure_baseline=False)
+    try:
+        hang = ev.evaluate(candidate(op, "float32", shape, source=HANG))
+        assert hang.reason == TIMEOUT, hang.detail
+        again = ev.evaluate(candidate(op, "float32", shape))
+        assert again.ok, again.detail
+        assert ev.pool.workers[0].restarts >= 1
+    finally:
+        ev.close()
