@@ -23,7 +23,8 @@ FAST = CpuSettings(
     deadlines=Deadlines(compile_s=60.0, run_s=2.0), flush_bytes=0, memory_limit_bytes=1 << 30)
 
 HONEST = {"transpose": {"TILE": 16, "WRITE_MAJOR": 0, "VEC": 8, "THREADS": 1},
-          "gemm": {"BM": 32, "BN": 64, "BK": 32, "UM": 4, "VEC": 8, "LOOP_ORDER": 0, "THREADS": 1}}
+          "gemm": {"ISA": 0, "MR": 6, "NV": 2, "KC": 128, "MC": 96, "NC": 256, "UK": 4,
+                   "ORDER": 0, "PAR": 0, "PF": 0, "THREADS": 1}}
 
 
 def evaluator(operator: str, shape: list[int]) -> CpuEvaluator:

@@ -66,6 +66,8 @@ class CpuOperator:
     tile_params: tuple[str, ...] = ()  # parameters whose values are tile sizes (edge shapes)
     near_limit_magnitude: Callable[[Shape], float] = lambda s: float(np.finfo(np.float32).max) / 4
     growth: Callable[[Shape], float] = lambda s: 1.0  # accumulation error grows with size
+    # parameters whose values depend on the machine (e.g. the instruction sets it reports)
+    machine_params: Callable[[], dict[str, list]] = dict
 
     # ---- app.catalog.protocol.Operator ----------------------------------------------------
     language = "c"
@@ -119,7 +121,7 @@ class CpuOperator:
 
     # ---- CPU specifics ----------------------------------------------------------------------
     def params(self, cpus: int | None = None) -> dict[str, list]:
-        return {**self.base_params, "THREADS": thread_counts(cpus)}
+        return {**self.base_params, **self.machine_params(), "THREADS": thread_counts(cpus)}
 
     def template(self) -> str:
         return kernel_source(self.kernel_file)

@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 
+from app.catalog.cpu.isa import machine_isa_levels
 from app.catalog.cpu.operator import CpuOperator
 
 F32_MAX = float(np.finfo(np.float32).max)
@@ -36,10 +37,20 @@ GEMM = CpuOperator(
     flops=lambda s: 2.0 * s[0] * s[1] * s[2],
     bytes_per_shape=lambda s: 4.0 * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
     throughput_unit="GFLOP/s",
-    base_params={"BM": [16, 32, 64, 128], "BN": [32, 64, 128, 256], "BK": [32, 64, 128, 256],
-                 "UM": [1, 2, 4, 8], "VEC": [4, 8, 16], "LOOP_ORDER": [0, 1]},
-    restrictions=["BM % UM == 0", "BN % VEC == 0"],
-    tile_params=("BM", "BN", "BK", "UM", "VEC"),
+    # ISA: 0 portable C, 1 AVX2+FMA, 2 AVX-512F (only those the machine reports, see isa.py);
+    # the micro-tile is MR x (NV * vector width) and must fit the vector registers.
+    base_params={"MR": [4, 6, 8, 12, 14, 16], "NV": [1, 2, 3, 4],
+                 "KC": [128, 192, 256, 384, 512], "MC": [48, 96, 144, 192, 288, 384],
+                 "NC": [256, 512, 1024, 2048, 4096], "UK": [1, 2, 4, 8],
+                 "ORDER": [0, 1], "PAR": [0, 1], "PF": [0, 1]},
+    machine_params=lambda: {"ISA": list(machine_isa_levels())},
+    # The packed blocks live on the stack (kernels may not allocate): B's KC x NC (shared) up
+    # to 2 MB, each thread's MC x KC block of A up to 768 KB.
+    restrictions=["ISA != 2 or MR * NV <= 28", "ISA != 1 or MR * NV <= 14",
+                  "ISA != 0 or MR * NV <= 24", "KC * NC <= 524288", "MC * KC <= 196608"],
+    # NC is left out: its edge shape (4096 + 3) would cost seconds per check; the large edge
+    # shape (past KC and MC) crosses NC = 256 and 512 blocks anyway.
+    tile_params=("MR", "NV", "KC", "MC"),
     # Products near the limit, but a K-long sum of them stays finite.
     near_limit_magnitude=lambda s: math.sqrt(F32_MAX / s[2]) / 16,
     growth=lambda s: max(1.0, math.sqrt(s[2]) / 8),
