@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import textwrap
 
 import pytest
@@ -323,3 +324,15 @@ def test_frozen_builds_start_cells_through_multiprocessing(monkeypatch):
         assert ask(pool, "threads") == [0, 1, 2, 3]
     finally:
         pool.close()
+
+
+def test_python_paths_readable_but_not_a_checkout_or_the_home():
+    site = sysconfig.get_paths()["purelib"]
+    installed_read, _ = sandbox._python_read_paths(
+        [site, "/home/me/project"], app_dir=os.path.join(site, "app"), home="/home/me")
+    assert site in installed_read and os.path.join(site, "app") in installed_read
+    checkout_read, checkout_list = sandbox._python_read_paths(
+        [site, "/srv/checkout", "/home", "/"], app_dir="/srv/checkout/app", home="/home/me")
+    assert "/srv/checkout" in checkout_list and "/srv/checkout/app" in checkout_read
+    assert "/home" in checkout_list and "/" in checkout_list and site in checkout_read
+    assert "/home/me/project" in installed_read  # below the home is fine, the home itself is not

@@ -94,24 +94,28 @@ def toolchain_programs() -> tuple[str, ...]:
     return tuple(sorted(found))
 
 
-def _python_read_paths(sys_path: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(read, list_only): the Python installation and importable packages. A sys.path entry
-    that holds the app package itself (a checkout, maybe the user's home) is only listable;
-    its `app` directory is readable."""
-    import app
+def _python_read_paths(sys_path: Sequence[str], app_dir: str | None = None,
+                       home: str | None = None) -> tuple[list[str], list[str]]:
+    """(read, list_only): the Python installation and importable packages. A directory that
+    holds the user's home (or is /) is only listable, and so is a checkout holding the app
+    package (its `app` directory is readable; the rest of the checkout may hold secrets)."""
+    if app_dir is None:
+        import app
 
-    app_dir = os.path.dirname(os.path.realpath(app.__file__))
+        app_dir = os.path.dirname(os.path.realpath(app.__file__))
     app_root = os.path.dirname(app_dir)
-    home = os.path.realpath(os.path.expanduser("~"))
-    read = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, app_dir}
-    read.update(v for k, v in sysconfig.get_paths().items() if k.endswith(("lib", "stdlib")))
-    list_only = set()
-    for entry in sys_path:
-        p = os.path.realpath(entry or os.getcwd())
-        if p == app_root or p == "/" or home == p or home.startswith(p + os.sep):
-            list_only.add(p)
-        else:
-            read.add(p)
+    home = os.path.realpath(home or os.path.expanduser("~"))
+    prefixes = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                              sys.base_exec_prefix)}
+    candidates = set(prefixes) | {app_dir}
+    candidates.update(v for k, v in sysconfig.get_paths().items() if k.endswith(("lib", "stdlib")))
+    candidates.update(os.path.realpath(entry or os.getcwd()) for entry in sys_path)
+    installed = any(app_root == q or app_root.startswith(q + os.sep) for q in prefixes)
+    read, list_only = set(), set()
+    for p in candidates:
+        holds_home = p == "/" or home == p or home.startswith(p + os.sep)
+        checkout = p == app_root and not installed
+        (list_only if holds_home or checkout else read).add(p)
     return sorted(read), sorted(list_only)
 
 
