@@ -48,10 +48,14 @@ from app.paths import cache_dir
 
 LOG_TAIL_CHARS = 20_000
 _LIVE_SCRATCH: set[str] = set()  # cells' scratch directories, removed at exit if still there
+_LIVE_CELLS: set[Any] = set()  # cell processes, killed at exit (as multiprocessing's daemons were)
 
 
 @atexit.register
-def _remove_scratch_left_behind() -> None:
+def _end_cells_left_behind() -> None:
+    for cell in list(_LIVE_CELLS):
+        cell.kill()
+        cell.join(2.0)
     for path in list(_LIVE_SCRATCH):
         shutil.rmtree(path, ignore_errors=True)
 _POLL_S = 0.02
@@ -192,6 +196,7 @@ class _CellProcess:
     def __init__(self, popen: subprocess.Popen) -> None:
         self.popen = popen
         self.pid = popen.pid
+        _LIVE_CELLS.add(self)
 
     def is_alive(self) -> bool:
         return self.popen.poll() is None
@@ -203,6 +208,7 @@ class _CellProcess:
     def join(self, timeout: float | None = None) -> None:
         try:
             self.popen.wait(timeout)
+            _LIVE_CELLS.discard(self)
         except subprocess.TimeoutExpired:
             pass
 
