@@ -190,6 +190,8 @@ class MainWindow(QMainWindow):
         file = bar.addMenu("&File")
         for a in (self.act_new, self.act_open, self.act_save, self.act_save_as):
             file.addAction(a)
+        from app.ui.custom_kernel import open_custom_kernel_page  # the "Your kernel" goal page
+        file.addAction(self._action("Your &kernel…", lambda: open_custom_kernel_page(self)))
         self.recent_menu = file.addMenu("Recent goals")
         file.addSeparator()
         export = file.addMenu("E&xport")

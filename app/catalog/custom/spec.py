@@ -237,8 +237,6 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
     table = goal.kernel
     if table is None:
         raise GoalError("kernel", "a custom-kernel goal needs a [kernel] table")
-    if goal.operator:
-        raise GoalError("operator", "a goal names a catalog operator or has a [kernel] table, not both")
     base = Path(goal.source_path).parent if goal.source_path else Path.cwd()
     language = table.language or {"cpu": "c", "cuda": "cuda"}.get(backend, "")
     expected_language = {"cpu": "c", "cuda": "cuda"}.get(backend)

@@ -1,0 +1,58 @@
+"""Compile one configuration of a custom-kernel goal and print what the compiler said (the GUI's
+"compile one configuration" preview runs this as a subprocess, never on its own thread).
+
+Usage: python -m app.catalog.custom.preview GOAL.toml
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import tempfile
+from pathlib import Path
+
+from app.catalog.custom.operator import custom_operator
+from app.goal import Goal, GoalError
+
+
+def preview(goal: Goal) -> tuple[bool, str]:
+    """(compiled, text): the configuration, then the compiler's output."""
+    backend = goal.backend
+    op = custom_operator(goal, backend)
+    config = op.space().sample(random.Random(0))
+    if config is None:
+        return False, "no configuration satisfies the restrictions"
+    head = "configuration: " + ", ".join(f"{k}={v}" for k, v in config.items()) + "\n"
+    if op.language == "cuda":
+        from app.gpu.cuda import nvrtc
+
+        try:
+            built = nvrtc.compile_source(op.render(config, list(goal.shapes[0])), op.entry(),
+                                         "sm_80", cache=False)
+        except (nvrtc.CompileError, nvrtc.NvrtcUnavailable) as exc:
+            return False, head + f"{exc}\n{getattr(exc, 'log', '')}"
+        res = built.resource()
+        return True, head + (f"compiled for sm_80 in {built.compile_s:.2f} s: {res.registers} registers, "
+                             f"{res.shared_bytes} bytes shared memory, {res.spill_stores} bytes spilled\n"
+                             + built.log)
+    from app.gpu.cpu import compile_library, toolchain
+
+    source = op.template()
+    tc = toolchain()
+    with tempfile.TemporaryDirectory() as tmp:
+        ok, log = compile_library(source, config, Path(tmp) / "kernel.so", tc, 120)
+    flags = " ".join(tc.flags)
+    return ok, head + (f"compiled with {tc.identity} ({flags})\n" if ok else "compile failed\n") + log
+
+
+def main(argv: list[str]) -> int:
+    try:
+        ok, text = preview(Goal.load(argv[0]))
+    except GoalError as exc:
+        ok, text = False, f"goal: {exc}"
+    print(text)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

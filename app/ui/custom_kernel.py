@@ -1,0 +1,409 @@
+"""The "Your kernel" goal page: your own C or CUDA kernel as a goal, the Kernel Tuner way.
+
+Pick the source (the entry is offered from the functions it defines), list the tunable
+parameters (a name and a Python list of values per row), restrictions (checked as you type by
+the safe parser), the kernel's arguments in call order, the CUDA launch geometry and a Python
+reference. "Compile one configuration" compiles a sampled configuration in a subprocess
+(app.catalog.custom.preview) and shows the compiler's output; "Save as TOML" writes the goal
+with paths relative to the file; "Use in the window" hands the goal to the main goal form.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QProcess, Signal
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTableWidget,
+    QTableWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.catalog.custom.spec import ARG_DTYPES, FILLS, ROLES, entry_names
+from app.core.restrictions import RestrictionError, compile_restriction
+from app.goal import Goal, GoalError, KernelTable, StopRules
+
+ARG_COLUMNS = ("name", "role", "dtype", "shape or value", "fill")
+
+
+def _split(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _python_list(text: str) -> list[Any]:
+    """A pasted Python list of values ("[16, 32, 64]", or "16, 32, 64")."""
+    text = text.strip()
+    try:
+        value = ast.literal_eval(text if text.startswith(("[", "(")) else f"[{text}]")
+    except (ValueError, SyntaxError):
+        raise ValueError(f"{text!r} is not a Python list of numbers or strings") from None
+    values = list(value) if isinstance(value, (list, tuple)) else [value]
+    if not values or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in values):
+        raise ValueError(f"{text!r} must hold numbers or strings")
+    return values
+
+
+class CustomKernelPage(QDialog):
+    """Builds a custom-kernel goal; `goal_ready` carries it to the main window."""
+
+    goal_ready = Signal(object)
+    preview_done = Signal(bool, str)
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setWindowTitle("Your kernel")
+        self.setObjectName("page:custom_kernel")
+        self._process: QProcess | None = None
+        self._preview_goal: str = ""
+        layout = QVBoxLayout(self)
+
+        form = QFormLayout()
+        self.name = QLineEdit("my kernel")
+        form.addRow("Name", self.name)
+        self.source = QLineEdit()
+        self.source.setPlaceholderText("kernel.c or kernel.cu")
+        self.source.editingFinished.connect(lambda: self.set_source(self.source.text()))
+        browse = QPushButton("Browse…")
+        browse.clicked.connect(self._browse_source)
+        row = QHBoxLayout()
+        row.addWidget(self.source, 1)
+        row.addWidget(browse)
+        form.addRow("Source", row)
+        self.language = QComboBox()
+        self.language.addItem("C (cpu backend)", "c")
+        self.language.addItem("CUDA (cuda backend)", "cuda")
+        self.language.currentIndexChanged.connect(self._language_changed)
+        form.addRow("Language", self.language)
+        self.entry = QComboBox()
+        self.entry.setEditable(True)
+        form.addRow("Entry function", self.entry)
+        self.dims = QLineEdit("n")
+        self.dims.setToolTip("names of a problem size's entries, used in shapes and values")
+        form.addRow("Dimension names", self.dims)
+        self.shapes = QLineEdit("1024")
+        self.shapes.setToolTip("problem sizes, e.g. 1024, 1024; 2048, 2048")
+        form.addRow("Problem sizes", self.shapes)
+        self.max_evals = QSpinBox()
+        self.max_evals.setRange(1, 100_000)
+        self.max_evals.setValue(50)
+        form.addRow("Evaluations", self.max_evals)
+        layout.addLayout(form)
+
+        params_box = QGroupBox("Tunable parameters (#defines): a name and a Python list of values")
+        pv = QVBoxLayout(params_box)
+        self.params = QTableWidget(0, 2)
+        self.params.setHorizontalHeaderLabels(["name", "values"])
+        self.params.horizontalHeader().setStretchLastSection(True)
+        self.params.itemChanged.connect(lambda _item: self._check_restrictions())
+        pv.addWidget(self.params)
+        pv.addLayout(self._row_buttons(self.params, lambda: self.add_param("", "")))
+        self.restrictions = QPlainTextEdit()
+        self.restrictions.setPlaceholderText("one restriction per line, e.g. TILE_X * TILE_Y <= 256")
+        self.restrictions.setMaximumHeight(70)
+        self.restrictions.textChanged.connect(self._check_restrictions)
+        pv.addWidget(QLabel("Restrictions (Kernel Tuner syntax)"))
+        pv.addWidget(self.restrictions)
+        self.restriction_status = QLabel("")
+        self.restriction_status.setWordWrap(True)
+        pv.addWidget(self.restriction_status)
+        layout.addWidget(params_box)
+
+        args_box = QGroupBox("Arguments, in call order")
+        av = QVBoxLayout(args_box)
+        self.args = QTableWidget(0, len(ARG_COLUMNS))
+        self.args.setHorizontalHeaderLabels(list(ARG_COLUMNS))
+        self.args.horizontalHeader().setStretchLastSection(True)
+        av.addWidget(self.args)
+        av.addLayout(self._row_buttons(self.args, lambda: self.add_arg("", "input", "float32", "n")))
+        layout.addWidget(args_box)
+
+        self.geometry = QGroupBox("Launch geometry (CUDA, as in Kernel Tuner)")
+        gf = QFormLayout(self.geometry)
+        self.problem_size = QLineEdit()
+        self.problem_size.setPlaceholderText("default: the dimension names")
+        self.grid_div = [QLineEdit("block_size_x"), QLineEdit("block_size_y"), QLineEdit("block_size_z")]
+        self.block_size_names = QLineEdit("block_size_x, block_size_y, block_size_z")
+        gf.addRow("problem_size", self.problem_size)
+        for axis, edit in zip("xyz", self.grid_div):
+            gf.addRow(f"grid_div_{axis}", edit)
+        gf.addRow("block_size_names", self.block_size_names)
+        layout.addWidget(self.geometry)
+
+        ref = QFormLayout()
+        self.reference_file = QLineEdit()
+        self.reference_file.setPlaceholderText("reference.py (numpy in, arrays out)")
+        self.reference_file.editingFinished.connect(lambda: self.set_reference(self.reference_file.text()))
+        pick = QPushButton("Browse…")
+        pick.clicked.connect(self._browse_reference)
+        rrow = QHBoxLayout()
+        rrow.addWidget(self.reference_file, 1)
+        rrow.addWidget(pick)
+        ref.addRow("Reference", rrow)
+        self.reference_function = QComboBox()
+        self.reference_function.setEditable(True)
+        ref.addRow("Reference function", self.reference_function)
+        layout.addLayout(ref)
+
+        self.problem = QLabel("")
+        self.problem.setWordWrap(True)
+        layout.addWidget(self.problem)
+        buttons = QHBoxLayout()
+        self.compile_button = QPushButton("Compile one configuration")
+        self.compile_button.clicked.connect(self.compile_preview)
+        self.save_button = QPushButton("Save as TOML…")
+        self.save_button.clicked.connect(self._save_dialog)
+        self.use_button = QPushButton("Use in the window")
+        self.use_button.clicked.connect(self.use_goal)
+        for b in (self.compile_button, self.save_button, self.use_button):
+            buttons.addWidget(b)
+        layout.addLayout(buttons)
+        self.preview_output = QPlainTextEdit()
+        self.preview_output.setReadOnly(True)
+        self.preview_output.setPlaceholderText("the compiler's output appears here")
+        layout.addWidget(self.preview_output)
+        self._language_changed()
+
+    # ---- rows -----------------------------------------------------------------------------
+    def _row_buttons(self, table: QTableWidget, add: Any) -> QHBoxLayout:
+        row = QHBoxLayout()
+        plus, minus = QPushButton("Add"), QPushButton("Remove")
+        plus.clicked.connect(add)
+        minus.clicked.connect(lambda: table.removeRow(max(0, table.currentRow()))
+                              if table.rowCount() else None)
+        row.addWidget(plus)
+        row.addWidget(minus)
+        row.addStretch(1)
+        return row
+
+    def add_param(self, name: str, values: str) -> None:
+        r = self.params.rowCount()
+        self.params.insertRow(r)
+        self.params.setItem(r, 0, QTableWidgetItem(name))
+        self.params.setItem(r, 1, QTableWidgetItem(values))
+
+    def add_arg(self, name: str, role: str, dtype: str, shape_or_value: str, fill: str = "normal") -> None:
+        r = self.args.rowCount()
+        self.args.insertRow(r)
+        self.args.setItem(r, 0, QTableWidgetItem(name))
+        for col, choices, value in ((1, ROLES, role), (2, ARG_DTYPES, dtype), (4, FILLS, fill)):
+            box = QComboBox()
+            box.addItems(list(choices))
+            box.setCurrentText(value)
+            self.args.setCellWidget(r, col, box)
+        self.args.setItem(r, 3, QTableWidgetItem(shape_or_value))
+
+    def _text(self, table: QTableWidget, r: int, c: int) -> str:
+        widget = table.cellWidget(r, c)
+        if isinstance(widget, QComboBox):
+            return widget.currentText()
+        item = table.item(r, c)
+        return item.text().strip() if item else ""
+
+    # ---- files ----------------------------------------------------------------------------
+    def _browse_source(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Kernel source", "", "Kernels (*.c *.cu *.cuh);;All (*)")
+        if path:
+            self.set_source(path)
+
+    def set_source(self, path: str) -> None:
+        """Read the source: the language from its suffix, the entry offered from its functions."""
+        self.source.setText(path)
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            self.problem.setText(f"kernel.source: cannot read {path}: {exc}")
+            return
+        language = "cuda" if Path(path).suffix in (".cu", ".cuh") else "c"
+        self.language.setCurrentIndex(self.language.findData(language))
+        keep = self.entry.currentText()
+        self.entry.clear()
+        names = entry_names(text, language)
+        self.entry.addItems(names)
+        if keep in names:
+            self.entry.setCurrentText(keep)
+        self.problem.setText("")
+
+    def _browse_reference(self) -> None:
+        path, _ = QFileDialog.getOpenFileName(self, "Reference", "", "Python (*.py)")
+        if path:
+            self.set_reference(path)
+
+    def set_reference(self, path: str) -> None:
+        """The functions the reference module defines (parsed, never run here)."""
+        self.reference_file.setText(path)
+        self.reference_function.clear()
+        try:
+            tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+            self.problem.setText(f"kernel.reference: {exc}")
+            return
+        self.reference_function.addItems([n.name for n in tree.body if isinstance(n, ast.FunctionDef)])
+
+    def _language_changed(self) -> None:
+        self.geometry.setVisible(self.language.currentData() == "cuda")
+
+    # ---- checks ---------------------------------------------------------------------------
+    def param_values(self) -> dict[str, list]:
+        out = {}
+        for r in range(self.params.rowCount()):
+            name, values = self._text(self.params, r, 0), self._text(self.params, r, 1)
+            if not name:
+                continue
+            try:
+                out[name] = _python_list(values)
+            except ValueError as exc:
+                raise GoalError(f"kernel.tune_params.{name}", str(exc)) from None
+        return out
+
+    def _check_restrictions(self) -> bool:
+        """Inline validation: each line through the safe parser, against the parameter names."""
+        try:
+            names = list(self.param_values()) + _split(self.dims.text())
+        except GoalError as exc:
+            self.restriction_status.setText(f"⚠ {exc}")
+            return False
+        for i, line in enumerate(self.restrictions.toPlainText().splitlines()):
+            if not line.strip():
+                continue
+            try:
+                compile_restriction(line, names)
+            except RestrictionError as exc:
+                self.restriction_status.setText(f"⚠ line {i + 1}: {exc}")
+                self.restriction_status.setProperty("invalid", True)
+                return False
+        self.restriction_status.setText("✓ restrictions are valid" if self.restrictions.toPlainText().strip() else "")
+        self.restriction_status.setProperty("invalid", False)
+        return True
+
+    # ---- the goal -------------------------------------------------------------------------
+    def _path(self, path: str, relative_to: Path | None) -> str:
+        p = Path(path).expanduser().resolve()
+        return os.path.relpath(p, relative_to) if relative_to else str(p)
+
+    def build_goal(self, relative_to: Path | None = None) -> Goal:
+        """The goal the page describes (paths absolute, or relative to `relative_to`)."""
+        args = []
+        for r in range(self.args.rowCount()):
+            name, role, dtype = (self._text(self.args, r, c) for c in range(3))
+            if not name:
+                continue
+            arg: dict[str, Any] = {"name": name, "role": role, "dtype": dtype}
+            value = self._text(self.args, r, 3)
+            if role == "scalar":
+                arg["value"] = value
+            else:
+                arg["shape"] = _split(value)
+                arg["fill"] = self._text(self.args, r, 4)
+            args.append(arg)
+        try:
+            shapes = [[int(d) for d in _split(s)] for s in self.shapes.text().split(";") if s.strip()]
+        except ValueError:
+            raise GoalError("shapes", f"{self.shapes.text()!r}: sizes are integers, e.g. 1024, 1024") from None
+        language = self.language.currentData()
+        reference = ""
+        if self.reference_file.text().strip():
+            reference = f"{self._path(self.reference_file.text(), relative_to)}:" \
+                        f"{self.reference_function.currentText().strip()}"
+        table = KernelTable(
+            source=self._path(self.source.text(), relative_to) if self.source.text().strip() else "",
+            entry=self.entry.currentText().strip(), language=language,
+            tune_params=self.param_values(),
+            restrictions=[r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()],
+            dims=_split(self.dims.text()), args=args, reference=reference)
+        if language == "cuda":
+            table.problem_size = _split(self.problem_size.text())
+            table.grid_div_x, table.grid_div_y, table.grid_div_z = (_split(e.text()) for e in self.grid_div)
+            table.block_size_names = _split(self.block_size_names.text())
+        return Goal(name=self.name.text().strip() or "my kernel", backend="cpu" if language == "c" else "cuda",
+                    shapes=shapes, kernel=table, stop=StopRules(max_evals=self.max_evals.value()))
+
+    def checked_goal(self, relative_to: Path | None = None, save_as: Path | None = None) -> Goal | None:
+        """The goal checked as a run checks it; None (and the problem shown) when it is wrong."""
+        from app.session import check_goal
+
+        try:
+            goal = self.build_goal(relative_to)
+            if save_as is not None:
+                goal.source_path = str(save_as.resolve())
+            check_goal(goal)
+        except GoalError as exc:
+            self.problem.setText(f"⚠ {exc}")
+            return None
+        self.problem.setText("")
+        return goal
+
+    def save(self, path: str | Path) -> bool:
+        path = Path(path)
+        goal = self.checked_goal(path.parent.resolve(), save_as=path)
+        if goal is None:
+            return False
+        goal.save(path)
+        return True
+
+    def _save_dialog(self) -> None:
+        path, _ = QFileDialog.getSaveFileName(self, "Save goal", "goal.toml", "Goals (*.toml)")
+        if path:
+            self.save(path)
+
+    def use_goal(self) -> Goal | None:
+        goal = self.checked_goal()
+        if goal is not None:
+            self.goal_ready.emit(goal)
+        return goal
+
+    # ---- compile preview ------------------------------------------------------------------
+    def compile_preview(self) -> bool:
+        """Compile one sampled configuration in a subprocess; preview_done(ok, output) after."""
+        goal = self.checked_goal()
+        if goal is None or (self._process is not None and self._process.state() != QProcess.NotRunning):
+            return False
+        fd, self._preview_goal = tempfile.mkstemp(prefix="kernelswarm-preview-", suffix=".toml")
+        os.close(fd)
+        goal.save(self._preview_goal)
+        self.preview_output.setPlainText("compiling…")
+        self.compile_button.setEnabled(False)
+        process = self._process = QProcess(self)
+        process.setProcessChannelMode(QProcess.MergedChannels)
+        process.setWorkingDirectory(str(Path(__file__).resolve().parents[2]))
+        process.finished.connect(self._preview_finished)
+        process.start(sys.executable, ["-m", "app.catalog.custom.preview", self._preview_goal])
+        return True
+
+    def _preview_finished(self, code: int, _status: Any) -> None:
+        assert self._process is not None
+        text = bytes(self._process.readAll().data()).decode("utf-8", errors="replace")
+        self.preview_output.setPlainText(text)
+        self.compile_button.setEnabled(True)
+        try:
+            os.unlink(self._preview_goal)
+        except OSError:
+            pass
+        self.preview_done.emit(code == 0, text)
+
+
+def open_custom_kernel_page(window: Any) -> CustomKernelPage:
+    """The page beside the main window; its goal goes into the window's goal form."""
+    page = getattr(window, "_custom_kernel_page", None)
+    if page is None:
+        page = window._custom_kernel_page = CustomKernelPage(window)
+        page.goal_ready.connect(window.form.set_goal)
+    page.show()
+    page.raise_()
+    return page
