@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+import types
 
 import pytest
 
@@ -66,7 +68,121 @@ def test_stop_rule_converges_caps_and_times_out():
 def test_throttle_reason_bits():
     assert throttle_reasons(0) == []
     assert throttle_reasons(0x1 | 0x2 | 0x10) == []  # idle, app clocks, sync boost: not throttling
-    assert throttle_reasons(0x4) == ["sw_power_cap"]
-    assert throttle_reasons(0x20 | 0x40 | 0x8 | 0x80) == ["hw_slowdown", "sw_thermal", "hw_thermal",
+    # the software power cap is a bf16 GEMM's normal state on an H100/H200, not a throttle
+    assert throttle_reasons(0x4) == []
+    assert throttle_reasons(0x20 | 0x40 | 0x8 | 0x80 | 0x4) == ["hw_slowdown", "sw_thermal", "hw_thermal",
                                                           "power_brake"]
     assert describe_reasons(0x1 | 0x4) == ["gpu_idle", "sw_power_cap"]
+
+
+# ---- the Timer's throttle handling, with fakes of NVML and CuPy ----------------------------
+# A real GPU cannot run here (no GPU on this machine): CuPy is tests/fake_cupy's NumPy stand-in
+# (host-side events) and NVML a scripted fake whose counters the test drives.
+
+
+class FakeNvml:
+    """pynvml's surface the throttle probe uses. `violation` is NVML's cumulative violation time
+    (ns) per policy; `tick` (policy -> ns) is added to it at every read, as time passes."""
+
+    NVML_CLOCK_SM = 1
+    NVML_PERF_POLICY_POWER = 0
+    NVML_PERF_POLICY_THERMAL = 1
+    NVML_PERF_POLICY_BOARD_LIMIT = 3
+    NVML_PERF_POLICY_RELIABILITY = 5
+
+    def __init__(self, mask=0, tick=None, unsupported=()):
+        self.mask, self.tick, self.unsupported = mask, dict(tick or {}), set(unsupported)
+        self.violation = {0: 0, 1: 0, 3: 0, 5: 0}
+        self.reads = 0
+        self.clock = 1980.0
+
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle):
+        return self.mask
+
+    def nvmlDeviceGetViolationStatus(self, handle, policy):
+        if policy in self.unsupported:
+            raise RuntimeError("NVML_ERROR_NOT_SUPPORTED")
+        self.violation[policy] += self.tick.get(policy, 0)
+        return types.SimpleNamespace(referenceTime=0, violationTime=self.violation[policy])
+
+    def nvmlDeviceGetClockInfo(self, handle, which):
+        self.reads += 1
+        return self.clock - self.reads  # a clock that drifts down, read once per snapshot
+
+
+@pytest.fixture
+def timer(monkeypatch):
+    import fake_cupy
+
+    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_fake_cupy())
+    from app.gpu.cuda import timing
+
+    monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
+
+    def make(probe):
+        return timing.Timer(1 << 20, probe)
+
+    return make
+
+
+PLAIN = Protocol(min_samples=10, max_samples=10, warmup=1, batch=5, max_seconds=30.0)
+
+
+def test_power_cap_is_kept_and_a_throttle_between_batch_edges_is_caught(timer):
+    from app.gpu.cuda.telemetry import ThrottleProbe
+
+    nvml = FakeNvml(mask=0x4)  # at the power cap throughout: every batch is kept
+    m = timer(ThrottleProbe(nvml, "h")).measure({"candidate": lambda: None}, PLAIN, graphable=())
+    assert m.discarded_throttled == 0 and m.throttle_seen == [] and m.stats["candidate"].n == 10
+    assert len(m.batch_sm_clock_mhz) == 2 and all(c > 1900 for c in m.batch_sm_clock_mhz)
+
+    # thermal throttling that comes and goes inside the first batch: the mask is clear at both
+    # edges, the cumulative counter is not
+    nvml = FakeNvml(mask=0x4)
+    probe = ThrottleProbe(nvml, "h")
+    real = probe.snapshot
+    calls = {"n": 0}
+
+    def snapshot():
+        calls["n"] += 1
+        if calls["n"] == 2:  # the end of the first batch
+            nvml.violation[1] += 40_000
+        return real()
+
+    probe.snapshot = snapshot
+    m = timer(probe).measure({"candidate": lambda: None, "baseline": lambda: None}, PLAIN, graphable=())
+    assert m.throttle_seen == ["thermal"] and m.discarded_throttled == 10  # one batch of 2 x 5
+    assert m.kept_throttled == 0 and m.stats["candidate"].n == m.stats["baseline"].n == 10
+
+
+def test_retakes_are_counted_per_batch(timer):
+    """Throttled all the time: each batch is retaken at most max_throttle_retakes times, then kept
+    (and counted as kept throttled); the next batch gets its retakes again."""
+    from app.gpu.cuda.telemetry import ThrottleProbe
+
+    nvml = FakeNvml(tick={3: 1000})  # board limit (hardware slowdown) counter always growing
+    p = Protocol(min_samples=15, max_samples=15, warmup=1, batch=5, max_seconds=30.0, max_throttle_retakes=2)
+    m = timer(ThrottleProbe(nvml, "h")).measure({"candidate": lambda: None}, p, graphable=())
+    assert m.stats["candidate"].n == 15
+    assert m.discarded_throttled == 3 * 2 * 5  # three kept batches, two retakes each
+    assert m.kept_throttled == 15 and m.throttle_seen == ["board_limit"]
+
+
+def test_without_nvml_or_with_a_plain_mask_function(timer):
+    from app.gpu.cuda.telemetry import ThrottleProbe
+    from app.gpu.cuda.timing import ThrottleSnapshot, snapshot_reader, throttled_between
+
+    assert ThrottleProbe()() == 0 and ThrottleProbe().snapshot() == ThrottleSnapshot()
+    masks = iter([0x40, 0, 0, 0])  # hw thermal at the first batch's start edge only
+    m = timer(lambda: next(masks, 0)).measure({"candidate": lambda: None}, PLAIN, graphable=())
+    assert m.throttle_seen == ["hw_thermal"] and m.discarded_throttled == 5 and m.batch_sm_clock_mhz == []
+    assert snapshot_reader(lambda: 0x4)() == ThrottleSnapshot(mask=0x4)
+    # a policy NVML does not support on this GPU is dropped after the first refusal
+    nvml = FakeNvml(unsupported={5})
+    probe = ThrottleProbe(nvml, "h")
+    assert set(probe.snapshot().violation_ns) == {"thermal", "board_limit"}
+    assert "reliability" not in probe.policies
+    a = ThrottleSnapshot(violation_ns={"thermal": 5})
+    assert throttled_between(a, ThrottleSnapshot(violation_ns={"thermal": 5})) == []
+    assert throttled_between(a, ThrottleSnapshot(mask=0x4 | 0x80, violation_ns={"thermal": 6})) == [
+        "power_brake", "thermal"]

@@ -68,3 +68,67 @@ def test_corrupt_cache_is_remeasured_and_bad_measurements_refused(tmp_path):
     assert cached_copy_bandwidth("k", lambda: 2e12, path) == (2e12, False)
     with pytest.raises(ValueError, match="not positive"):
         cached_copy_bandwidth("k2", lambda: 0.0, path)
+
+
+class FakeRoof:
+    """Stands in for CopyRoof (a real GPU cannot run here): full and quick measurements from
+    scripted values, the clocks it ran at, and the two parts of the last full measurement."""
+
+    def __init__(self, full, spots=()):
+        self.full, self.spots, self.calls = list(full), list(spots), 0
+        self.parts = {}
+
+    def __call__(self):
+        self.calls += 1
+        bw = self.full.pop(0)
+        self.parts = {"memcpy": bw * 0.95, "vector_kernel": bw}
+        return bw
+
+    def spot_check(self):
+        return self.spots.pop(0)
+
+    def clocks(self):
+        return {"sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0}
+
+
+def test_the_roof_is_stored_with_clocks_and_both_copies(tmp_path):
+    path = tmp_path / "roofline.json"
+    roof = FakeRoof([4.3e12], spots=[4.25e12])
+    assert cached_copy_bandwidth("k", roof, path, now=lambda: 1000.0) == (4.3e12, False)
+    entry = json.loads(path.read_text())["k"]
+    assert entry["clocks"] == {"sm_clock_mhz": 1980.0, "mem_clock_mhz": 3201.0}
+    assert entry["memcpy_bw"] == pytest.approx(4.085e12) and entry["vector_kernel_bw"] == 4.3e12
+    assert entry["measured_at"] == 1000.0 and entry["why"] == "none stored"
+    # a spot check within 5%: the stored roof stands
+    assert cached_copy_bandwidth("k", roof, path, now=lambda: 2000.0) == (4.3e12, True)
+    assert roof.calls == 1
+
+
+def test_the_roof_is_measured_again_when_a_spot_check_disagrees_or_it_is_stale(tmp_path):
+    path = tmp_path / "roofline.json"
+    # a bad first measurement (a neighbour was copying too) ...
+    roof = FakeRoof([2.0e12, 4.3e12, 4.4e12], spots=[4.3e12])
+    assert cached_copy_bandwidth("k", roof, path, now=lambda: 0.0) == (2.0e12, False)
+    # ... is caught by the next spot check, 115% off
+    assert cached_copy_bandwidth("k", roof, path, now=lambda: 10.0) == (4.3e12, False)
+    entry = json.loads(path.read_text())["k"]
+    assert entry["why"].startswith("spot check 4300 GB/s vs stored 2000 GB/s") and entry["spot_check"] == 4.3e12
+    # older than the limit: measured again without a spot check
+    assert cached_copy_bandwidth("k", roof, path, now=lambda: 10.0 + 8 * 86400) == (4.4e12, False)
+    assert "older than 7 days" in json.loads(path.read_text())["k"]["why"]
+    assert roof.calls == 3
+    # a plain function (no spot check, no clocks) still works, as before
+    assert cached_copy_bandwidth("p", lambda: 1e12, path) == (1e12, False)
+    assert cached_copy_bandwidth("p", lambda: 9e12, path) == (1e12, True)
+
+
+def test_copy_roof_is_the_better_of_memcpy_and_a_vectorised_kernel_that_compiles(tmp_path):
+    """The vectorised copy kernel compiles with NVRTC (the launch needs a GPU: tests/gpu)."""
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from app.gpu.cuda import nvrtc
+    from app.gpu.cuda.roofline import VECTOR_COPY, CopyRoof, measure_copy_bandwidth
+
+    built = nvrtc.compile_source(VECTOR_COPY, "ks_vector_copy", "sm_90", cache=tmp_path)
+    assert not built.resource().spills and built.resource().registers > 0
+    assert isinstance(measure_copy_bandwidth, CopyRoof)
+    assert callable(measure_copy_bandwidth.spot_check) and callable(measure_copy_bandwidth.clocks)

@@ -114,6 +114,10 @@ def test_timing_protocol_and_copy_bandwidth():
 
     bw = measure_copy_bandwidth(nbytes=256 << 20, repeats=5)
     assert 1e11 < bw < 2e13
+    parts = measure_copy_bandwidth.parts  # the roof is the better of memcpy and a vector kernel
+    assert not measure_copy_bandwidth.error, measure_copy_bandwidth.error
+    assert set(parts) == {"memcpy", "vector_kernel"} and bw == max(parts.values()), parts
+    assert abs(measure_copy_bandwidth.spot_check() - bw) / bw < 0.25
     l2 = cp.cuda.Device().attributes["L2CacheSize"]
     timer = Timer(l2, telemetry.throttle_mask_fn(0))
     assert timer.flush_bytes >= 2 * l2
@@ -126,7 +130,10 @@ def test_timing_protocol_and_copy_bandwidth():
     st = m.stats["copy"]
     assert st.n >= 5 and st.p10 <= st.median <= st.p90
     achieved = 2 * a.nbytes / (st.median / 1e3)
-    assert achieved < 1.2 * bw  # cold L2: cannot beat the copy engine by much
+    assert achieved < 1.2 * bw  # cold L2: cannot beat the copy roof by much
+    if telemetry.nvml()[0] is not None:  # the SM clock is recorded for every kept batch
+        assert m.batch_sm_clock_mhz and all(c > 0 for c in m.batch_sm_clock_mhz)
+        assert "sw_power_cap" not in m.throttle_seen
     reading = telemetry.read(0)
     assert reading.get("sm_clock_mhz", 0) > 0 or telemetry.nvml()[0] is None
 

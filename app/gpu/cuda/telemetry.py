@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.gpu.cuda.timing import describe_reasons, throttle_reasons
+from app.gpu.cuda.timing import ThrottleSnapshot, describe_reasons, throttle_reasons
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +31,7 @@ def nvml() -> tuple[Any, str | None]:
             return None, _state["error"]
         try:
             pynvml.nvmlInit()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
             _state["error"] = f"no NVIDIA GPU telemetry: NVML could not start ({exc})"
             return None, _state["error"]
         _state.update(initialised=True, module=pynvml)
@@ -44,7 +44,7 @@ def device_count() -> int:
         return 0
     try:
         return int(mod.nvmlDeviceGetCount())
-    except Exception:
+    except Exception:  # noqa: BLE001 - NVML without devices
         return 0
 
 
@@ -55,37 +55,69 @@ def _handle(index: int) -> Any:
     return mod.nvmlDeviceGetHandleByIndex(index)
 
 
-def throttle_mask_fn(index: int) -> Callable[[], int]:
-    """A cheap callable returning the device's current clock-event reasons (0 without NVML)."""
+# NVML's cumulative violation counters (nvmlDeviceGetViolationStatus) that mean throttling: heat,
+# board limits (hardware slowdown, power brake) and the reliability limit. Not POWER: that is the
+# software power cap, the normal state of a bf16 GEMM on an H100/H200.
+THROTTLE_POLICIES = {"thermal": "NVML_PERF_POLICY_THERMAL", "board_limit": "NVML_PERF_POLICY_BOARD_LIMIT",
+                     "reliability": "NVML_PERF_POLICY_RELIABILITY"}
+
+
+class ThrottleProbe:
+    """Reads one device's throttle state. Calling it gives the clock-event mask (cheap);
+    `snapshot()` adds the cumulative violation counters and the SM clock, for the timer to
+    compare before and after each batch of samples. Without NVML: mask 0, empty snapshots."""
+
+    def __init__(self, mod: Any = None, handle: Any = None) -> None:
+        self.mod, self.handle = mod, handle
+        self.policies = {name: getattr(mod, const) for name, const in THROTTLE_POLICIES.items()
+                         if mod is not None and hasattr(mod, const)}
+
+    def __call__(self) -> int:
+        if self.mod is None:
+            return 0
+        for getter in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
+            try:
+                return int(getattr(self.mod, getter)(self.handle))
+            except Exception:  # noqa: BLE001, S112 - older NVML or driver: try the older name
+                continue
+        return 0
+
+    def snapshot(self) -> ThrottleSnapshot:
+        if self.mod is None:
+            return ThrottleSnapshot()
+        violations: dict[str, int] = {}
+        for name, policy in list(self.policies.items()):
+            try:
+                violations[name] = int(self.mod.nvmlDeviceGetViolationStatus(self.handle, policy).violationTime)
+            except Exception:  # noqa: BLE001 - not supported on this GPU: stop asking
+                del self.policies[name]
+        try:
+            clock: float | None = float(self.mod.nvmlDeviceGetClockInfo(self.handle, self.mod.NVML_CLOCK_SM))
+        except Exception:  # noqa: BLE001 - the clock is a record, not a must
+            clock = None
+        return ThrottleSnapshot(mask=self(), violation_ns=violations, sm_clock_mhz=clock)
+
+
+def throttle_mask_fn(index: int) -> ThrottleProbe:
+    """The device's throttle probe (a callable returning the clock-event mask, 0 without NVML)."""
     mod, _ = nvml()
     if mod is None:
-        return lambda: 0
+        return ThrottleProbe()
     try:
-        h = _handle(index)
-    except Exception:
-        return lambda: 0
-
-    def read() -> int:
-        try:
-            return int(mod.nvmlDeviceGetCurrentClocksEventReasons(h))
-        except Exception:
-            try:
-                return int(mod.nvmlDeviceGetCurrentClocksThrottleReasons(h))
-            except Exception:
-                return 0
-
-    return read
+        return ThrottleProbe(mod, _handle(index))
+    except Exception:  # noqa: BLE001 - a device NVML cannot see: no throttle information
+        return ThrottleProbe()
 
 
 def read(index: int) -> dict[str, float]:
     """One reading of the device's state; keys missing when NVML cannot give them."""
-    mod, why = nvml()
+    mod, _ = nvml()
     if mod is None:
         return {}
     out: dict[str, float] = {}
     try:
         h = _handle(index)
-    except Exception:
+    except Exception:  # noqa: BLE001 - a device NVML cannot see
         return out
     probes: list[tuple[str, Callable[[], float]]] = [
         ("sm_clock_mhz", lambda: mod.nvmlDeviceGetClockInfo(h, mod.NVML_CLOCK_SM)),
@@ -102,7 +134,7 @@ def read(index: int) -> dict[str, float]:
     for key, probe in probes:
         try:
             out[key] = float(probe())
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - not every GPU answers every probe
             pass
     mask = throttle_mask_fn(index)()
     out["clock_event_mask"] = float(mask)
@@ -129,9 +161,9 @@ def device_identity(index: int) -> dict[str, str]:
             try:
                 v = probe()
                 out[key] = v.decode() if isinstance(v, bytes) else str(v)
-            except Exception:
+            except Exception:  # noqa: BLE001, S110 - not every GPU answers every probe
                 pass
-    except Exception:
+    except Exception:  # noqa: BLE001, S110 - a device NVML cannot see
         pass
     return out
 

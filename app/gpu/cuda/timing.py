@@ -1,6 +1,7 @@
 """The timing protocol: CUDA events per sample, L2 flushed before each sample, warm-up, adaptive
 sample count, CUDA graphs for kernels too short for event timing, baselines interleaved with the
-candidate, throttled samples discarded and retaken.
+candidate, batches throttled by heat, hardware slowdown or power brake discarded and retaken (not
+the software power cap), the SM clock recorded per batch.
 
 The statistics and the stopping rule are plain Python (unit-tested without a GPU); `measure`
 drives CuPy on the device inside a GPU worker process.
@@ -14,16 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# NVML clock-event reasons that mean the clocks were pulled down by power or heat (the idle,
-# application-clock and sync-boost bits are not throttling).
+# NVML clock-event reasons that discard a batch of samples: heat, hardware slowdown, power brake.
+# Not the software power cap: a bf16 GEMM on an H100/H200 runs at the power cap as its normal
+# state (and so do cuBLAS's numbers); nor idle, application clocks or sync boost.
 THROTTLE_BITS = {
-    0x4: "sw_power_cap",
     0x8: "hw_slowdown",
     0x20: "sw_thermal",
     0x40: "hw_thermal",
     0x80: "power_brake",
 }
-ALL_REASON_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x10: "sync_boost", **THROTTLE_BITS}
+ALL_REASON_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x10: "sync_boost",
+                   **THROTTLE_BITS}
 
 
 def throttle_reasons(mask: int) -> list[str]:
@@ -33,6 +35,36 @@ def throttle_reasons(mask: int) -> list[str]:
 
 def describe_reasons(mask: int) -> list[str]:
     return [name for bit, name in sorted(ALL_REASON_BITS.items()) if mask & bit]
+
+
+@dataclass
+class ThrottleSnapshot:
+    """The device's throttle state at one moment: the clock-event mask, NVML's cumulative
+    violation time per throttling policy (ns; grows while a throttle is on, so it sees a throttle
+    that started and ended between two snapshots) and the SM clock."""
+
+    mask: int = 0
+    violation_ns: dict[str, int] = field(default_factory=dict)
+    sm_clock_mhz: float | None = None
+
+
+def throttled_between(before: ThrottleSnapshot, after: ThrottleSnapshot) -> list[str]:
+    """Throttling reasons in force at either edge or at any time in between."""
+    reasons = set(throttle_reasons(before.mask | after.mask))
+    for policy, ns in after.violation_ns.items():
+        if ns > before.violation_ns.get(policy, ns):
+            reasons.add(policy)
+    return sorted(reasons)
+
+
+def snapshot_reader(probe: Callable[[], Any] | None) -> Callable[[], ThrottleSnapshot]:
+    """A probe with `snapshot()` (app.gpu.cuda.telemetry's) or a plain mask callable."""
+    if probe is None:
+        return ThrottleSnapshot
+    snap = getattr(probe, "snapshot", None)
+    if callable(snap):
+        return snap
+    return lambda: ThrottleSnapshot(mask=int(probe()))
 
 
 @dataclass
@@ -128,6 +160,8 @@ class Measurement:
     cache: str  # "cold" or "warm"
     discarded_throttled: int = 0
     throttle_seen: list[str] = field(default_factory=list)
+    batch_sm_clock_mhz: list[float] = field(default_factory=list)  # SM clock after each kept batch
+    kept_throttled: int = 0  # samples kept although throttled (retakes for that batch used up)
 
 
 # ---- on the device ------------------------------------------------------------------------
@@ -143,6 +177,7 @@ class Timer:
         self.flush_bytes = max(2 * int(l2_bytes), 64 << 20)
         self.flush_buf = cp.empty(self.flush_bytes, dtype=cp.uint8)
         self.throttle_mask = throttle_mask or (lambda: 0)
+        self.throttle_snapshot = snapshot_reader(throttle_mask)
         self._spin = None
 
     def flush(self) -> None:
@@ -216,9 +251,11 @@ class Timer:
         rule = StopRule(p)
         discarded = 0
         seen: set[str] = set()
-        retakes = 0
+        retakes = 0  # of the current batch: reset once a batch is kept
+        clocks: list[float] = []
+        kept_throttled = 0
         while True:
-            before = self.throttle_mask()
+            before = self.throttle_snapshot()
             batch: list[tuple[str, Any, Any]] = []
             for _ in range(p.batch):
                 for name, run in runners.items():
@@ -240,14 +277,19 @@ class Timer:
                         end.record()
                     batch.append((name, start, end))
             cp.cuda.Device().synchronize()
-            after = self.throttle_mask()
-            reasons = throttle_reasons(before | after)
+            after = self.throttle_snapshot()
+            reasons = throttled_between(before, after)
+            seen.update(reasons)
             if reasons and retakes < p.max_throttle_retakes:
-                seen.update(reasons)
                 discarded += len(batch)
                 retakes += 1
                 time.sleep(0.05)
                 continue
+            if reasons:
+                kept_throttled += len(batch)
+            retakes = 0
+            if after.sm_clock_mhz is not None:
+                clocks.append(after.sm_clock_mhz)
             for name, start, end in batch:
                 samples[name].append(cp.cuda.get_elapsed_time(start, end) / reps_of[name])
             done, why = rule.done(samples)
@@ -256,4 +298,5 @@ class Timer:
         return Measurement(stats={n: summarize(v) for n, v in samples.items()}, samples=samples,
                            stop_reason=why, mode=modes,
                            cache="cold" if p.cold_l2 else "warm",
-                           discarded_throttled=discarded, throttle_seen=sorted(seen))
+                           discarded_throttled=discarded, throttle_seen=sorted(seen),
+                           batch_sm_clock_mhz=clocks, kept_throttled=kept_throttled)
