@@ -124,29 +124,44 @@ class _Attempt(Exception):
 
 class _Watchdog:
     """Shuts the request's socket down at the deadline: a blocked read, connect or TLS
-    handshake then fails at once (shutdown wakes a blocked recv; close alone does not)."""
+    handshake then fails at once (shutdown wakes a blocked recv; close alone does not).
+    The raw TCP socket is watched through a duplicate from the moment it connects, so the
+    TLS handshake is covered too (wrapping detaches the original socket object)."""
 
     def __init__(self, deadline: float) -> None:
         self.fired = threading.Event()
         self._lock = threading.Lock()
-        self._sock: socket.socket | None = None
+        self._socks: list[socket.socket] = []
+        self._dups: list[socket.socket] = []
         self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self.fire)
         self._timer.daemon = True
         self._timer.start()
 
-    def watch(self, sock: socket.socket | None) -> None:
+    def watch(self, sock: socket.socket | None, *, dup: bool = False) -> None:
+        if sock is None:
+            return
+        if dup:
+            sock = sock.dup()
         with self._lock:
-            self._sock = sock
+            self._socks.append(sock)
+            if dup:
+                self._dups.append(sock)
             if self.fired.is_set():
                 _shutdown(sock)
 
     def fire(self) -> None:
         with self._lock:
             self.fired.set()
-            _shutdown(self._sock)
+            for sock in self._socks:
+                _shutdown(sock)
 
     def cancel(self) -> None:
         self._timer.cancel()
+        with self._lock:
+            for sock in self._dups:
+                sock.close()
+            self._dups.clear()
+            self._socks.clear()
 
 
 def _shutdown(sock: socket.socket | None) -> None:
@@ -363,6 +378,13 @@ class LLMClient:
         conn: http.client.HTTPConnection | None = None
         try:
             conn = self._connection(s.timeout_s)
+
+            def connect(*args: Any, **kwargs: Any) -> socket.socket:
+                sock = socket.create_connection(*args, **kwargs)
+                watchdog.watch(sock, dup=True)
+                return sock
+
+            conn._create_connection = connect  # type: ignore[attr-defined]
             body = json.dumps(self._params(messages)).encode()
             conn.connect()
             watchdog.watch(conn.sock)
