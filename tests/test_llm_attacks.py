@@ -458,3 +458,36 @@ def test_cli_trust_goal_endpoint_is_an_explicit_opt_in(tmp_path, monkeypatch, ca
     assert rc == 0, err
     assert "llm.base_url" not in err
     assert mine.connections == 0  # the approved goal endpoint was used, not both
+
+
+def test_a_tls_handshake_that_trickles_is_cut_at_the_deadline():
+    """https to a server that answers the ClientHello with a record header announcing 16 KiB
+    and then one byte a second: the handshake itself must not outlive timeout_s."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def serve() -> None:
+        conn, _ = listener.accept()
+        with conn:
+            conn.recv(4096)  # the ClientHello
+            conn.sendall(b"\x16\x03\x03\x40\x00")
+            while not stop.wait(1.0):
+                try:
+                    conn.sendall(b"\x00")
+                except OSError:
+                    return
+
+    threading.Thread(target=serve, daemon=True).start()
+    c = LLMClient(LLMSettings(base_url=f"https://127.0.0.1:{port}/v1", model="scripted",
+                              timeout_s=1.5, max_retries=0), api_key=KEY)
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(LLMError) as info:
+            c.complete(MSG)
+    finally:
+        stop.set()
+        listener.close()
+    assert info.value.status == "timeout" and time.monotonic() - t0 < 2.5
