@@ -98,6 +98,7 @@ class Task:
     strategy: str
     budget: int
     seed: int
+    sibling: str = ""  # transfer: the recorded space of the same kernel on another device
 
     @property
     def cache_key(self) -> str:
@@ -111,12 +112,43 @@ def run_swarm(task: Task) -> float | None:
     from app.swarm.coordinator import Coordinator
 
     agents = list(AGENT_NAMES) if task.strategy == "swarm" else [task.strategy.split("-", 1)[1]]
+    sibling = sibling_source(task.sibling) if task.sibling else None
     evaluator = ReplayEvaluator(load_cache_file(task.space), simulate_time=False)
+    transfer = None
+    if sibling is not None:
+        from app.swarm.transfer import rank_transfer
+
+        transfer = rank_transfer(evaluator.space, [sibling])
     coordinator = Coordinator(evaluator.space, evaluator, agents=agents, minimize=True,
-                              stop=StopRules(max_evals=task.budget), workers=1, seed=task.seed)
+                              stop=StopRules(max_evals=task.budget), workers=1, seed=task.seed,
+                              transfer=transfer)
     result = coordinator.run()
     trace = [(evaluator.space.as_tuple(e.config), e.value if e.ok else None) for e in result.history]
     return best_of_first(trace, task.budget)
+
+
+_SIBLINGS: dict[str, object] = {}
+
+
+def sibling_source(path: str):
+    """A recorded space as the history of one run on its device (kept per process: the replay
+    loader holds one file at a time)."""
+    from app.core.types import Evaluation
+    from app.gpu.replay import _is_number, load_cache_file
+    from app.swarm.transfer import SourceRun
+
+    if path not in _SIBLINGS:
+        rec = load_cache_file(path)
+        names = list(rec.params)
+        evaluations = []
+        for values, r in rec.records.items():
+            ok = _is_number(r.get("time"))
+            evaluations.append(Evaluation(key=",".join(map(str, values)),
+                                          config=dict(zip(names, values)), ok=ok,
+                                          value=float(r["time"]) if ok else None))
+        _SIBLINGS.clear()
+        _SIBLINGS[path] = SourceRun(run_id=None, device=rec.device_name, evaluations=evaluations)
+    return _SIBLINGS[path]
 
 
 def run_kernel_tuner(task: Task) -> float | None:
@@ -167,6 +199,9 @@ class SpaceStats:
     f_opt: float
     penalty: float
     times: list[float | None]
+    kernel: str = ""
+    device: str = ""
+    params: tuple[str, ...] = ()
 
 
 def space_stats(path: Path) -> SpaceStats:
@@ -181,7 +216,8 @@ def space_stats(path: Path) -> SpaceStats:
     if not valid:
         raise SystemExit(f"error: {path} holds no valid measurement to score against")
     return SpaceStats(name=path.name.split(".json")[0], n_configs=len(times), f_opt=min(valid),
-                      penalty=max(valid), times=times)
+                      penalty=max(valid), times=times, kernel=rec.kernel_name,
+                      device=rec.device_name, params=tuple(rec.params))
 
 
 def find_spaces(directory: Path) -> list[Path]:
@@ -224,6 +260,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--json", type=Path, help="write every f(M), f_rand(M) and P(M) here")
     ap.add_argument("--jobs", type=int, default=2, help="worker processes")
     ap.add_argument("--kt-cache", type=Path, help="JSON-lines file keeping Kernel Tuner results")
+    ap.add_argument("--ablation", action="store_true",
+                    help="also run every agent alone and compare the swarm with the virtual best")
+    ap.add_argument("--quiet", action="store_true", help="no per-space tables")
+    ap.add_argument("--transfer", action="store_true",
+                    help="also: the swarm cold vs warm-started from a sibling space's results")
+    ap.add_argument("--transfer-budgets", default="20,50,100", help="budgets of --transfer")
     args = ap.parse_args(argv)
     try:
         args.budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip()})
@@ -231,12 +273,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error(f"--budgets must be comma-separated integers, got {args.budgets!r}")
     if not args.budgets or min(args.budgets) < 1:
         ap.error("--budgets needs at least one positive integer")
+    try:
+        args.transfer_budgets = sorted({int(b) for b in args.transfer_budgets.split(",") if b.strip()})
+    except ValueError:
+        ap.error("--transfer-budgets must be comma-separated integers")
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     from app.swarm.agents import AGENT_NAMES
 
     known = {"swarm", *(f"swarm-{a}" for a in AGENT_NAMES), *KT_STRATEGIES}
+    if args.ablation:
+        args.strategies += [s for s in ("swarm", *(f"swarm-{a}" for a in AGENT_NAMES))
+                            if s not in args.strategies]
     unknown = [s for s in args.strategies if s not in known]
     if unknown:
         ap.error(f"unknown strategies {unknown}; choose from {sorted(known)}")
@@ -285,15 +334,93 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if done % 50 == 0 or done == len(todo):
                     print(f"  {done}/{len(todo)} runs, {time.perf_counter() - started:.0f} s",
                           file=sys.stderr, flush=True)
-    report = score(stats, best, args)
+    report = score(stats, best, args) if args.strategies else {}
     for strategy, error in errors.items():
         print(f"warning: {strategy} failed (left out where it failed): {error}")
+    if args.transfer:
+        report["transfer"] = run_transfer(stats, args)
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     print(f"time: {report['elapsed_s']:.0f} s with {args.jobs} processes")
-    print_final(report)
+    if args.strategies:
+        print_final(report)
+    if args.ablation:
+        print_ablation(report)
+    if args.transfer:
+        print_transfer(report["transfer"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0
+
+
+# ---- transfer across devices ------------------------------------------------------------------
+def sibling_pairs(stats: dict[str, SpaceStats]) -> list[tuple[str, str]]:
+    """(space, sibling): the same kernel (kernel name and parameter names) on another device."""
+    return [(a, b) for a, sa in stats.items() for b, sb in stats.items()
+            if a != b and sa.kernel == sb.kernel and sa.params == sb.params
+            and sa.device != sb.device]
+
+
+def run_transfer(stats: dict[str, SpaceStats], args: argparse.Namespace) -> dict:
+    """The swarm cold and warm-started from one sibling's recorded results, per pair."""
+    pairs = sibling_pairs(stats)
+    if not pairs:
+        print("transfer: no space has a sibling (same kernel on another device) here")
+        return {}
+    budgets = args.transfer_budgets
+    tasks = []
+    for space in sorted({a for a, _ in pairs}):
+        for sibling in ["", *sorted(b for a, b in pairs if a == space)]:
+            for m in budgets:
+                if m > stats[space].n_configs:
+                    continue
+                for seed in range(args.seeds):
+                    tasks.append(Task(space, space, "swarm", m, seed, sibling=sibling))
+    found: dict[tuple[str, str, int], list[float | None]] = {}
+    with mp.get_context("fork").Pool(max(1, args.jobs)) as pool:
+        for task, value, _, error in pool.imap(run_task, tasks, chunksize=4):
+            if error:
+                raise SystemExit(f"transfer run failed on {Path(task.space).name}: {error}")
+            found.setdefault((task.space, task.sibling, task.budget), []).append(value)
+    rows = []
+    for space, sibling in pairs:
+        st = stats[space]
+        for m in budgets:
+            if (space, sibling, m) not in found:
+                continue
+            fr = expected_random_best(st.times, m, st.penalty)
+            cell = {"space": st.name, "sibling": stats[sibling].name, "budget": m}
+            for kind, key in (("cold", ""), ("warm", sibling)):
+                runs = [st.penalty if v is None else v for v in found[(space, key, m)]]
+                cell[kind] = standardised(sum(runs) / len(runs), fr, st.f_opt)
+                # how close to the optimum a run gets, on average (1: the optimum itself)
+                cell[kind + "_of_opt"] = sum(st.f_opt / v for v in runs) / len(runs)
+            rows.append(cell)
+    if not args.quiet:
+        print("\ntransfer (P cold -> warm, fraction of the optimum reached):")
+        for c in rows:
+            print(f"  {c['space']:<22} from {c['sibling']:<22} M={c['budget']:<4} "
+                  f"P {c['cold']:6.3f} -> {c['warm']:6.3f}   "
+                  f"of optimum {c['cold_of_opt']:.3f} -> {c['warm_of_opt']:.3f}")
+    summary = {}
+    for m in budgets:
+        cells = [c for c in rows if c["budget"] == m]
+        if cells:
+            summary[str(m)] = {k: sum(c[k] for c in cells) / len(cells)
+                               for k in ("cold", "warm", "cold_of_opt", "warm_of_opt")}
+    return {"pairs": rows, "by_budget": summary}
+
+
+def print_transfer(result: dict) -> None:
+    summary = result.get("by_budget") if result else None
+    if not summary:
+        return
+    print("\ntransfer (mean over space/sibling pairs):")
+    for m, r in summary.items():
+        print(f"  M={m:<5} P cold {r['cold']:6.3f} warm {r['warm']:6.3f}   fraction of optimum "
+              f"cold {r['cold_of_opt']:.3f} warm {r['warm_of_opt']:.3f}")
+    first = summary[min(summary, key=int)]
+    print(f"transfer: P at {min(summary, key=int)} evals cold {first['cold']:.3f} "
+          f"warm {first['warm']:.3f}")
 
 
 def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) -> dict:
@@ -319,6 +446,10 @@ def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) ->
                                      "f_rand": {str(m): v for m, v in f_rand.items()},
                                      "strategies": {s: {str(m): v for m, v in r.items()}
                                                     for s, r in rows.items()}}
+        if args.quiet:
+            means = {s: sum(v["P"] for v in r.values()) / len(r) for s, r in rows.items() if r}
+            print(f"{st.name}: " + ", ".join(f"{s} {v:.3f}" for s, v in means.items()))
+            continue
         print(f"\n{st.name}: {st.n_configs} configurations, optimum {st.f_opt:.4g}, "
               + ", ".join(f"f_rand({m}) {v:.4g}" for m, v in f_rand.items()))
         print(f"  {'strategy':<22}" + "".join(f"{'P(' + str(m) + ')':>9}" for m in f_rand) + f"{'mean':>9}")
@@ -333,6 +464,40 @@ def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) ->
     for strategy, s in sorted(report["scores"].items(), key=lambda kv: -kv[1]):
         print(f"  {strategy:<22}{s:9.3f}")
     return report
+
+
+def virtual_best(report: dict) -> dict[str, dict[str, float]]:
+    """Per budget, the mean over spaces of the swarm's P and of the best single agent's P on
+    each space (the agent chosen with hindsight, per space and budget)."""
+    out: dict[str, dict[str, float]] = {}
+    for m in report["budgets"]:
+        swarm, best = [], []
+        for space in report["spaces"].values():
+            rows = space["strategies"]
+            alone = [r[str(m)]["P"] for s, r in rows.items()
+                     if s.startswith("swarm-") and str(m) in r]
+            if alone and str(m) in rows.get("swarm", {}):
+                swarm.append(rows["swarm"][str(m)]["P"])
+                best.append(max(alone))
+        if swarm:
+            out[str(m)] = {"swarm": sum(swarm) / len(swarm), "virtual_best": sum(best) / len(best),
+                           "spaces": len(swarm)}
+    return out
+
+
+def print_ablation(report: dict) -> None:
+    vb = virtual_best(report)
+    report["virtual_best"] = vb
+    if not vb:
+        return
+    print("\nablation (mean P over spaces; virtual best: the best single agent per space and "
+          "budget, chosen with hindsight):")
+    for m, row in vb.items():
+        print(f"  M={m:<6} swarm {row['swarm']:7.3f}   virtual best agent {row['virtual_best']:7.3f}"
+              f"   margin {row['swarm'] - row['virtual_best']:+.3f}")
+    swarm = sum(r["swarm"] for r in vb.values()) / len(vb)
+    best = sum(r["virtual_best"] for r in vb.values()) / len(vb)
+    print(f"swarm vs virtual best agent {swarm:.3f} vs {best:.3f}")
 
 
 def print_final(report: dict) -> None:

@@ -37,6 +37,7 @@ from app.core.events import (
     RunStarted,
 )
 from app.swarm.lessons import FailureTally, LessonBook, good_regions
+from app.swarm.transfer import TransferEvidence
 from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
 
@@ -44,6 +45,9 @@ log = logging.getLogger(__name__)
 
 LESSON_EVERY = 10  # evaluations between lesson distillations
 PROPOSAL_ATTEMPTS = 8  # fresh proposals asked of one agent before trying another
+# Transfer: the head of the ranking from other devices is evaluated first (a quarter of the
+# budget at most, so the rest of the swarm always gets most of it).
+TRANSFER_SEEDS = 8
 
 
 @dataclass
@@ -69,7 +73,8 @@ class Coordinator:
                  prior: Sequence[Evaluation] = (), prior_elapsed_s: float = 0.0,
                  simulated_clock: bool = False, target_value: float | None = None,
                  baseline_value: float | None = None, limit_value: float | None = None,
-                 goal_name: str = "", backend: str = "", unit: str = "") -> None:
+                 goal_name: str = "", backend: str = "", unit: str = "",
+                 transfer: TransferEvidence | None = None) -> None:
         self.space = space
         self.evaluator = evaluator
         self.minimize = minimize
@@ -92,6 +97,15 @@ class Coordinator:
             self.agents[agent.name] = agent
         if not self.agents:
             raise ValueError("the swarm needs at least one agent")
+        self.learned_from: list[dict] = []
+        self._seeds_left = 0
+        if transfer:
+            from app.swarm.agents.transfer import TransferAgent
+
+            self.agents["transfer"] = TransferAgent(
+                space, random.Random(_derive_seed(seed, "transfer")), minimize, transfer.ranked)
+            self.learned_from = list(transfer.sources)
+            self._seeds_left = min(TRANSFER_SEEDS, max(1, self.stop_rules.max_evals // 4))
         self.allocator = BudgetAllocator(list(self.agents))
         cap = getattr(evaluator, "max_parallel", 1) or 1
         self.slots = max(1, min(int(workers), int(cap)))
@@ -153,7 +167,7 @@ class Coordinator:
             max_evals=self.stop_rules.max_evals, time_budget_s=self.stop_rules.time_budget_s or None,
             baseline_value=self.baseline_value, limit_value=self.limit_value,
             target_value=self.target_value, resumed_evals=len(self._prior), unit=self.unit,
-            run_id=self.run_id))
+            learned_from=self.learned_from, run_id=self.run_id))
         reason = "error"
         message = ""
         try:
@@ -257,7 +271,26 @@ class Coordinator:
                               source=cand.source, parent_key=cand.parent_key,
                               log=traceback.format_exc())
 
+    def _seed_candidate(self) -> Candidate | None:
+        """While seeds are left, the next configuration of the transferred ranking."""
+        agent = self.agents["transfer"]
+        for proposal in agent.propose(self.board, 1):
+            cand = self._as_candidate(proposal, agent.name)
+            if cand is not None and self.board.claim(cand.key):
+                self._seeds_left -= 1
+                with self._lock:
+                    self._credits[agent.name]["proposed"] += 1
+                self.bus.publish(Proposed(agent=agent.name, key=cand.key, config=cand.config,
+                                          run_id=self.run_id))
+                return cand
+        self._seeds_left = 0  # the ranking is used up
+        return None
+
     def _next_candidate(self) -> Candidate | None:
+        if self._seeds_left > 0:
+            cand = self._seed_candidate()
+            if cand is not None:
+                return cand
         tried: set[str] = set()
         while True:
             name = self.allocator.pick(self.rng, exclude=tried)
