@@ -1,4 +1,4 @@
-"""The CPU operators: GEMM fp32, row softmax, RMSNorm, transpose."""
+"""The CPU operators: GEMM fp32, row softmax, RMSNorm, LayerNorm, fused bias + GELU, transpose."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from app.catalog.cpu.operator import CpuOperator
 
 F32_MAX = float(np.finfo(np.float32).max)
 RMS_EPS = 1e-6  # matches EPS in cpu_rmsnorm.c and ref_rmsnorm
+LN_EPS = 1e-5  # matches EPS in cpu_layernorm.c and ref_layernorm (and the CUDA LayerNorm)
 
 
 # ---- GEMM: C[M, N] = A[M, K] @ B[K, N] ------------------------------------------------------
@@ -143,6 +144,105 @@ RMSNORM = CpuOperator(
 )
 
 
+# ---- LayerNorm over the last axis, with a weight and a bias per column ----------------------
+def _layernorm64(x):
+    v = x["x"]
+    mean = v.mean(axis=1, keepdims=True)
+    var = ((v - mean) ** 2).mean(axis=1, keepdims=True)
+    return (v - mean) / np.sqrt(var + LN_EPS) * x["w"] + x["b"]
+
+
+def _layernorm_numpy(x, out):
+    v = x["x"]
+    mean = v.mean(axis=1, keepdims=True)
+    np.subtract(v, mean, out=out)
+    var = np.mean(out * out, axis=1, keepdims=True)
+    out *= 1.0 / np.sqrt(var + np.float32(LN_EPS))
+    out *= x["w"]
+    out += x["b"]
+
+
+LAYERNORM = CpuOperator(
+    name="layernorm",
+    description="fp32 LayerNorm of each row of [rows, cols] with per-column weight and bias, eps 1e-5",
+    shape_help="[rows, cols]",
+    ndim=2,
+    kernel_file="cpu_layernorm.c",
+    default_shape=[4096, 1024],
+    reference_symbol="ref_layernorm",
+    input_shapes=lambda s: {"x": (s[0], s[1]), "w": (s[1],), "b": (s[1],)},
+    output_shape=lambda s: (s[0], s[1]),
+    call_dims=lambda s: (s[0], s[1]),
+    shape_of=lambda x: x["x"].shape,
+    reference64=_layernorm64,
+    # (x - mean) * rstd is O(1) per element; its fp32 error scales with |w|, not with |y|
+    # (y can be near zero where the bias cancels it).
+    scale64=lambda x, ref: np.abs(ref) + np.abs(x["w"]) + np.abs(x["b"]),
+    numpy_baseline=_layernorm_numpy,
+    flops=lambda s: 7.0 * s[0] * s[1],
+    bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 8.0 * s[1],
+    throughput_unit="GB/s",
+    base_params={"VEC": [4, 8, 16], "STATS": [0, 1], "CHUNK": [1, 4, 16, 64]},
+    tile_params=("VEC", "CHUNK"),
+    # The sum of squares of a row stays below the fp32 limit.
+    near_limit_magnitude=lambda s: math.sqrt(F32_MAX / s[1]) / 4,
+    growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
+)
+
+
+# ---- fused bias + exact GELU: y = gelu(x + b[col]) over [rows, cols] --------------------------
+def _erf(values, out=None):
+    try:
+        from scipy.special import erf
+    except ImportError:  # scipy is optional: the slow exact fallback
+        result = np.vectorize(math.erf, otypes=[values.dtype])(values)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+    return erf(values, out=out)
+
+
+def _bias_gelu64(x):
+    z = x["x"] + x["b"]
+    return 0.5 * z * (1.0 + _erf(z / math.sqrt(2.0)))
+
+
+def _bias_gelu_numpy(x, out):
+    z = x["x"] + x["b"]
+    np.multiply(z, np.float32(1.0 / math.sqrt(2.0)), out=out)
+    _erf(out, out=out)
+    out += 1.0
+    out *= z
+    out *= 0.5
+
+
+BIAS_GELU = CpuOperator(
+    name="bias_gelu",
+    description="fp32 fused bias add + exact (erf) GELU over [rows, cols], bias per column",
+    shape_help="[rows, cols]",
+    ndim=2,
+    kernel_file="cpu_bias_gelu.c",
+    default_shape=[4096, 1024],
+    reference_symbol="ref_bias_gelu",
+    input_shapes=lambda s: {"x": (s[0], s[1]), "b": (s[1],)},
+    output_shape=lambda s: (s[0], s[1]),
+    call_dims=lambda s: (s[0], s[1]),
+    shape_of=lambda x: x["x"].shape,
+    reference64=_bias_gelu64,
+    # 1 + erf(z) in fp32 carries an absolute error of a few ulp(1) whatever erf's accuracy, so
+    # y = 0.5 z (1 + erf) is off by up to about 0.5 |z| * 1e-7 where it is tiny (z << 0).
+    scale64=lambda x, ref: np.abs(ref) + 0.05 * np.abs(x["x"] + x["b"]),
+    numpy_baseline=_bias_gelu_numpy,
+    flops=lambda s: 10.0 * s[0] * s[1],
+    bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
+    throughput_unit="GB/s",
+    base_params={"VEC": [4, 8, 16], "ERF_IMPL": [0, 1], "CHUNK": [1, 4, 16, 64]},
+    tile_params=("VEC", "CHUNK"),
+    near_limit_magnitude=lambda s: F32_MAX / 4,
+)
+
+
 # ---- transpose [rows, cols] -> [cols, rows] --------------------------------------------------
 def _transpose_numpy(x, out):
     np.copyto(out, x["x"].T)
@@ -171,4 +271,4 @@ TRANSPOSE = CpuOperator(
     near_limit_magnitude=lambda s: F32_MAX / 2,
 )
 
-OPERATORS = {op.name: op for op in (GEMM, SOFTMAX, RMSNORM, TRANSPOSE)}
+OPERATORS = {op.name: op for op in (GEMM, SOFTMAX, RMSNORM, LAYERNORM, BIAS_GELU, TRANSPOSE)}

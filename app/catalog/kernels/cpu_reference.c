@@ -37,3 +37,24 @@ void ref_transpose(float *y, const float *x, long rows, long cols) {
     for (long r = 0; r < rows; ++r)
         for (long c = 0; c < cols; ++c) y[c * rows + r] = x[r * cols + c];
 }
+
+void ref_layernorm(float *y, const float *x, const float *w, const float *b, long rows, long cols) {
+    for (long r = 0; r < rows; ++r) {
+        const float *xr = x + r * cols;
+        double s = 0.0, ss = 0.0;
+        for (long j = 0; j < cols; ++j) s += xr[j];
+        const double mean = s / (double)cols;
+        for (long j = 0; j < cols; ++j) ss += ((double)xr[j] - mean) * ((double)xr[j] - mean);
+        const float rstd = (float)(1.0 / sqrt(ss / (double)cols + 1e-5));
+        for (long j = 0; j < cols; ++j)
+            y[r * cols + j] = (xr[j] - (float)mean) * rstd * w[j] + b[j];
+    }
+}
+
+void ref_bias_gelu(float *y, const float *x, const float *b, long rows, long cols) {
+    for (long r = 0; r < rows; ++r)
+        for (long c = 0; c < cols; ++c) {
+            const float z = x[r * cols + c] + b[c];
+            y[r * cols + c] = 0.5f * z * (1.0f + erff(z * 0.70710678118654752f));
+        }
+}
