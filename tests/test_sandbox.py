@@ -101,6 +101,8 @@ def test_environment_allow_list_keeps_runtime_knobs_and_drops_secrets():
     assert got["HOME"] == got["TMPDIR"] == "/scratch" and got["KERNELSWARM_CACHE"] == "/c"
     assert "s" not in got.values() and "/home/me" not in got.values()
     assert not {"SSH_AUTH_SOCK", "PYTHONPATH", "LD_PRELOAD"} & set(got)
+    assert env.cell_environment("/s", source={"LD_LIBRARY_PATH": "/opt/cuda/lib64"}) \
+        ["LD_LIBRARY_PATH"] == "/opt/cuda/lib64"  # CUDA installs need it
 
 
 def test_a_cell_sees_only_the_allow_list(cell, monkeypatch):

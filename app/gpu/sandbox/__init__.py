@@ -123,6 +123,9 @@ def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
               memory_limit_bytes: int | None = None) -> CellPlan:
     read, list_only = _python_read_paths(sys.path)
     read += list(_SYSTEM_READ) + (list(_GPU_READ) if kind == "gpu" else [])
+    # the libraries the cell is told to load from (passed on in its environment)
+    read += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+             if os.path.isabs(d) and os.path.realpath(d) not in ("/", os.path.expanduser("~"))]
     devices = list(_DEVICES)
     write = [scratch, *writable]
     if kind == "gpu":

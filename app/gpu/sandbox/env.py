@@ -12,7 +12,8 @@ import re
 from collections.abc import Mapping
 
 # Names passed through as they are (locale, search path, time zone).
-ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "CC", "SOURCE_DATE_EPOCH"})
+ALLOWED_NAMES = frozenset({"PATH", "LANG", "LANGUAGE", "TZ", "CC", "SOURCE_DATE_EPOCH",
+                           "LD_LIBRARY_PATH"})  # where many CUDA installs keep libcuda/libnvrtc
 # Prefixes of the runtime knobs the kernels' libraries read (threads, BLAS, CUDA, CuPy).
 ALLOWED_PREFIXES = ("LC_", "OMP_", "GOMP_", "OPENBLAS_", "MKL_", "CUDA_", "CUPY_", "NVIDIA_",
                     "NV_", "__GL_")
