@@ -8,17 +8,13 @@ import dataclasses
 import os
 import random
 import signal
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
-from app.goal import Goal, GoalError
-from app.gpu import cpu as cpu_backend
 from app.core.evaluator import BackendUnavailable
-from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler
-from app.gpu.timing import TimingSettings
-from app.gpu.worker import Deadlines
 from app.core.types import (
     COMPILE_FAILED,
     CRASH,
@@ -29,15 +25,23 @@ from app.core.types import (
     VERIFY_FAILED,
     Candidate,
 )
+from app.goal import Goal, GoalError
+from app.gpu import cpu as cpu_backend
+from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler
+from app.gpu.timing import TimingSettings
+from app.gpu.worker import Deadlines
 
 KERNELS = Path(__file__).parent / "kernels"
 GOALS = Path(__file__).resolve().parent.parent / "resources" / "goals"
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
 
+# the machine's cache roofs, measured once (~10 s) and shared by every test that needs them
+ROOF_FILE = Path(tempfile.gettempdir()) / "kernelswarm-test-cpu-roofs.json"
 FAST = CpuSettings(
     timing=TimingSettings(warmup=1, min_samples=3, max_samples=5, max_seconds=0.2),
     baseline_timing=TimingSettings(warmup=1, min_samples=3, max_samples=3, max_seconds=0.2),
-    deadlines=Deadlines(compile_s=60.0, run_s=2.0), flush_bytes=0, memory_limit_bytes=1 << 30)
+    deadlines=Deadlines(compile_s=60.0, run_s=2.0), flush_bytes=0, memory_limit_bytes=1 << 30,
+    roof_file=ROOF_FILE)
 TINY = {"gemm": [24, 40, 56], "softmax": [16, 80], "rmsnorm": [16, 80], "transpose": [40, 24]}
 TRANSPOSE_CFG = {"TILE": 16, "WRITE_MAJOR": 1, "VEC": 8, "THREADS": 1}
 
@@ -113,10 +117,11 @@ def test_static_check_refuses_forbidden_calls(transpose):
 
 
 def test_library_importing_foreign_symbols_hits_the_resource_stage(transpose):
-    text = ("char *getenv(const char *);\n"
-            "void ks_kernel(float *y, const float *x, long r, long c) { y[0] = getenv(\"X\") ? 1.f : x[0]; }\n")
+    # a function no text check names, resolved by the dynamic linker: refused by the ELF's imports
+    text = ("double strtod(const char *, char **);\n"
+            "void ks_kernel(float *y, const float *x, long r, long c) { y[0] = (float)strtod(\"1\", 0) * x[0]; }\n")
     r = source(transpose, text, "symbols")
-    assert r.reason == RESOURCE_LIMIT and "getenv" in r.detail
+    assert r.reason == RESOURCE_LIMIT and "strtod" in r.detail, (r.reason, r.detail)
 
 
 def test_invalid_configuration_is_refused_without_running(transpose):

@@ -15,6 +15,7 @@ CRASH = "crash"
 RESOURCE_LIMIT = "resource_limit"
 STATIC_CHECK = "static_check"
 OUT_OF_MEMORY = "out_of_memory"
+SUSPECT = "suspect_measurement"  # measured beyond the hardware's roof, twice: never accepted
 
 
 @dataclass

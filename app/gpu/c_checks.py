@@ -120,13 +120,15 @@ def preprocess(source: str, compiler: str, flags: tuple[str, ...], defines: dict
     with tempfile.TemporaryDirectory(prefix="kernelswarm-cpp-") as tmp:
         src = Path(tmp) / SOURCE_NAME
         src.write_text(source, encoding="utf-8")
+        # absolute paths: in a sealed worker the compile helper runs this, in its own cwd
         cmd = [compiler, "-E", "-H", *language, *(f"-D{k}={v}" for k, v in defines.items()),
-               SOURCE_NAME, "-o", "kernel.i"]
+               str(src), "-o", str(Path(tmp) / "kernel.i")]
         try:
-            proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=timeout_s,
+            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                                   check=False)
         except subprocess.TimeoutExpired:
             return None, [f"the preprocessor ran longer than {timeout_s:g} s"]
+        proc.stderr = proc.stderr.replace(f"{tmp}/", "")
         headers = _opened_headers(proc.stderr)
         problems = include_problems(headers, system_include_dirs(compiler))
         if problems:

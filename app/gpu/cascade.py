@@ -2,8 +2,9 @@
 backend's worker process.
 
 static checks -> compile (cached by candidate key) -> resource limits -> load -> verify ->
-time (the backend's timer) -> re-verify on fresh inputs written into the very buffers that
-were timed. A backend supplies the hooks (CascadeBackend); the verification is app.gpu.verify
+time (the backend's timer, on rotating input slots with outputs poisoned before every call and
+checked after: app.gpu.timed_slots; a figure beyond the hardware roof is re-timed once, then
+refused) -> re-verify on fresh inputs written into the very buffers that were timed. A backend supplies the hooks (CascadeBackend); the verification is app.gpu.verify
 on the backend's array module. Each stage's outcome
 and duration lands in `Evaluation.stages`; the first failing stage ends the cascade with its
 reason. Before each stage the cascade reports the stage's name (`progress`), so the parent's
@@ -12,9 +13,11 @@ watchdog applies the compile or the run deadline and can name the stage a crash 
 
 from __future__ import annotations
 
+import os
+import re
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -25,17 +28,17 @@ from app.core.types import (
     OUT_OF_MEMORY,
     RUNTIME_FAILED,
     STATIC_CHECK,
+    SUSPECT,
     VERIFY_FAILED,
     Evaluation,
     Stage,
 )
+from app.gpu.timed_slots import TimedSlots
 from app.gpu.timing import TimingStats
 from app.gpu.verify import (
     CheckCase,
     GuardedOutput,
     Runner,
-    make_inputs,
-    make_outputs,
     plan_checks,
     refill_inputs,
     run_check,
@@ -47,6 +50,8 @@ from app.gpu.verify import (
 if TYPE_CHECKING:
     from app.gpu.worker import WorkerFault, WorkerReply
 
+ROOF_MARGIN = 1.10  # a figure more than 10% beyond the roof cannot be right
+NOISY_SPREAD = 0.15  # (p90 - p10) / median above this: the measurement is noisy
 STAGES = ("static_check", "compile", "resources", "verify", "time", "reverify")
 COMPILE_STAGES = frozenset({"static_check", "compile", "resources"})
 
@@ -81,6 +86,7 @@ class TimerResult:
     stats: dict[str, TimingStats]
     metrics: dict[str, float] = field(default_factory=dict)
     resources: dict[str, Any] = field(default_factory=dict)
+    comparable_to_roof: bool = True  # False: warm-cache or graph figures, not held to the roof
 
 
 class CascadeBackend(Protocol):
@@ -98,8 +104,10 @@ class CascadeBackend(Protocol):
                      shape: tuple[int, ...]) -> dict[str, Callable[[], None]]:
         """Zero-argument calls to time, interleaved: "candidate" plus baselines by name."""
         ...
-    def timer(self, calls: dict[str, Callable[[], None]], settings: Any) -> TimerResult:
-        """The backend's timing protocol (request.timing is its settings)."""
+    def timer(self, calls: dict[str, Callable[[], None]], settings: Any,
+              before: Callable[[str], None] | None = None) -> TimerResult:
+        """The backend's timing protocol (request.timing is its settings); `before(name)` runs
+        before each call of `name`, outside the timed window."""
         ...
     def fault(self, exc: BaseException) -> StageFailed | None:
         """A device error as a stage failure (None: not the backend's kind of error)."""
@@ -127,6 +135,10 @@ class CascadeRequest:
     agent: str = ""
     parent_key: str | None = None
     options: dict[str, Any] = field(default_factory=dict)  # backend specifics (limits, baseline)
+    # the fastest time the hardware allows for the goal's shapes (ms; None: no roof known) and
+    # how it was found ("L2 roof 210 GB/s at 4 threads"): a faster figure is re-timed, then refused
+    roof_ms: float | None = None
+    roof_detail: str = ""
 
 
 def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
@@ -164,7 +176,7 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
         runner = backend.load(built)
         stage("verify", lambda: _verify(op, backend, runner, cases, request))
         backend.release()
-        timed = stage("time", lambda: (_time(op, backend, runner, request), ""))
+        timed = stage("time", lambda: _time(op, backend, runner, request))
         stage("reverify", lambda: _reverify(op, backend, runner, timed, request))
         _fill_result(ev, timed, request, throughput)
         ev.ok = True
@@ -180,8 +192,9 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
             _failed(ev, known)
             restart = known.restart
         else:
-            ev.reason, ev.detail = RUNTIME_FAILED, f"{type(exc).__name__}: {exc}"
-            ev.log = "\n".join(x for x in (ev.log, traceback.format_exc()) if x)
+            # a loader's or the harness's message: nothing of this machine goes into the log
+            ev.reason, ev.detail = RUNTIME_FAILED, scrub(f"{type(exc).__name__}: {exc}")
+            ev.log = "\n".join(x for x in (ev.log, scrub(traceback.format_exc())) if x)
             stages.append(Stage(_next_stage(stages), False, 0.0, ev.detail))
             restart = True
     ev.stages = stages
@@ -204,7 +217,7 @@ def evaluation_from_fault(fault: WorkerFault, **base: Any) -> Evaluation:
     """The worker died or was killed: stages done before, then the one it died in."""
     stages = [Stage(name, True, secs) for name, secs in fault.completed]
     stages.append(Stage(fault.stage, False, fault.stage_seconds, fault.detail))
-    return Evaluation(ok=False, reason=fault.reason, detail=fault.detail, log=fault.log,
+    return Evaluation(ok=False, reason=fault.reason, detail=fault.detail, log=scrub(fault.log),
                       stages=stages, **base)
 
 
@@ -215,7 +228,32 @@ def evaluation_from_reply(reply: WorkerReply, **base: Any) -> Evaluation:
     ev = Evaluation.from_dict(reply.result["evaluation"])
     if reply.log.strip():
         ev.log = "\n".join(x for x in (ev.log, "--- worker output ---\n" + reply.log) if x)
+    ev.log = scrub(ev.log)  # again here: the parent knows the user's name, a sealed worker may not
     return ev
+
+
+def scrub(text: str, keep: Sequence[str] = ()) -> str:
+    """Compiler and loader output with nothing of this machine in it: paths outside the
+    candidate's own file, the user's name and home directory."""
+    for path in sorted(keep, key=len, reverse=True):
+        text = text.replace(path, "kernel.c")
+    text = re.sub(r"(?<![\w.])/(?:[\w.+@~-]+/)+([\w.+@~-]+)", r"<path>/\1", text)
+    home = os.path.expanduser("~")
+    if home and home != "/":
+        text = text.replace(home, "~")
+    for user in _user_names():
+        text = re.sub(rf"\b{re.escape(user)}\b", "<user>", text)
+    return text
+
+
+def _user_names() -> set[str]:
+    """The user's name as this process knows it (never a passwd lookup: NSS may open a socket,
+    which a sealed worker may not)."""
+    names = {os.environ.get("USER"), os.environ.get("LOGNAME")}
+    home = os.path.expanduser("~")
+    if home.startswith(("/home/", "/Users/")):
+        names.add(os.path.basename(home.rstrip("/")))
+    return {n for n in names if n and len(n) > 2}
 
 
 def _next_stage(done: list[Stage]) -> str:
@@ -251,22 +289,74 @@ def _verify(op: Operator, backend: CascadeBackend, runner: Runner, cases: list[C
 @dataclass
 class _Timed:
     shape: tuple[int, ...]
-    inputs: dict[str, Any]
-    outputs: dict[str, GuardedOutput]
+    slots: TimedSlots
     result: TimerResult
+
+    @property
+    def inputs(self) -> dict[str, Any]:
+        return self.slots.first.inputs
+
+    @property
+    def outputs(self) -> dict[str, GuardedOutput]:
+        return self.slots.first.outputs
+
+
+def _load() -> float | None:
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return None
+
+
+def _measure(op: Operator, backend: CascadeBackend, runner: Runner, request: CascadeRequest,
+             seed: int) -> list[_Timed]:
+    """Time every goal shape on rotating slots, then check what the timed calls wrote."""
+    rng = np.random.default_rng(seed)
+    timed = []
+    for shape in request.goal_shapes:
+        shape_t = tuple(int(d) for d in shape)
+        slots = TimedSlots(backend.xp, op, shape_t, request.dtype, int(rng.integers(2**31)),
+                           lambda i, o, s=shape_t: backend.timing_calls(runner, i, o, s))
+        result = backend.timer(slots.calls(), request.timing, slots.before)
+        tol = tolerance_for(op, shape_t, request.dtype, request.rtol, request.atol)
+        problem = slots.check(tol)
+        if problem:
+            raise StageFailed(VERIFY_FAILED, f"outputs of a timed call were wrong: {problem} "
+                              f"(shape {list(shape_t)})")
+        timed.append(_Timed(shape_t, slots, result))
+    return timed
+
+
+def _above_roof(timed: list[_Timed], request: CascadeRequest) -> float | None:
+    """The candidate's figure as a multiple of the roof, when it is beyond it."""
+    if not request.roof_ms or not all(t.result.comparable_to_roof for t in timed):
+        return None
+    ms = sum(t.result.stats["candidate"].median_ms for t in timed)
+    if ms <= 0 or request.roof_ms / ms <= ROOF_MARGIN:
+        return None
+    return request.roof_ms / ms
 
 
 def _time(op: Operator, backend: CascadeBackend, runner: Runner,
-          request: CascadeRequest) -> list[_Timed]:
-    rng = np.random.default_rng(request.seed + 7)
-    timed = []
-    for shape in request.goal_shapes:
-        case = CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing")
-        inputs = make_inputs(backend.xp, op, case, request.dtype)
-        outputs = make_outputs(backend.xp, op, shape, request.dtype)
-        calls = backend.timing_calls(runner, inputs, outputs, tuple(shape))
-        timed.append(_Timed(tuple(shape), inputs, outputs, backend.timer(calls, request.timing)))
-    return timed
+          request: CascadeRequest) -> tuple[list[_Timed], str]:
+    load_before = _load()
+    timed = _measure(op, backend, runner, request, request.seed + 7)
+    detail = ""
+    if _above_roof(timed, request) is not None:  # once more: a disturbed measurement, or a cheat
+        backend.release()
+        timed = _measure(op, backend, runner, request, request.seed + 13)
+        factor = _above_roof(timed, request)
+        if factor is not None:
+            ms = sum(t.result.stats["candidate"].median_ms for t in timed)
+            raise StageFailed(SUSPECT, f"measured {ms:.4g} ms, {factor:.2f}x faster than the "
+                              f"hardware allows ({request.roof_detail or 'roof'}: at least "
+                              f"{request.roof_ms:.4g} ms), twice: the kernel skips work or the "
+                              "timing is wrong")
+        detail = "re-timed once (the first figure was beyond the roof)"
+    load_after = _load()
+    if timed and load_before is not None and load_after is not None:
+        timed[0].result.metrics.update(load_before=load_before, load_after=load_after)
+    return timed, detail
 
 
 def _reverify(op: Operator, backend: CascadeBackend, runner: Runner, timed: list[_Timed],
@@ -304,11 +394,18 @@ def _fill_result(ev: Evaluation, timed: list[_Timed], request: CascadeRequest,
             ev.metrics[f"speedup_vs_{name}"] = base_ms / ev.time_ms
     ev.metrics["spread"] = max(s.spread for s in cand)
     ev.metrics["samples"] = float(min(len(s.samples_ms) for s in cand))
+    ev.metrics["cpu_count"] = float(os.cpu_count() or 1)
     for t in reversed(timed):  # the first goal shape's labels win; numbers: the worst shape
         ev.resources.update(t.result.resources)
     for t in timed:
         for k, v in t.result.metrics.items():
             ev.metrics[k] = max(v, ev.metrics.get(k, v))
+    load = max(ev.metrics.get("load_before", 0.0), ev.metrics.get("load_after", 0.0))
+    noisy = (load > ev.metrics["cpu_count"] * 0.5 or ev.metrics["spread"] > NOISY_SPREAD
+             or ev.metrics.get("throttled_discarded", 0.0) > 0)
+    ev.metrics["noisy"] = 1.0 if noisy else 0.0
+    if request.roof_ms and ev.time_ms > 0:
+        ev.metrics["fraction_of_roof"] = request.roof_ms / ev.time_ms
     rate = None
     if throughput is not None and ev.time_ms > 0:
         rate = sum(throughput(t.shape, 1.0) for t in timed) / (ev.time_ms / 1000.0)

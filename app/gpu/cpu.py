@@ -16,7 +16,6 @@ import hashlib
 import os
 import platform
 import random
-import re
 import shutil
 import subprocess
 import tempfile
@@ -44,6 +43,7 @@ from app.core.types import (
     Stage,
 )
 from app.goal import Goal, GoalError
+from app.gpu import c_checks, cpu_roof
 from app.gpu.cascade import (
     Built,
     CascadeRequest,
@@ -51,36 +51,16 @@ from app.gpu.cascade import (
     TimerResult,
     evaluation_from_reply,
     run_cascade,
+    scrub,
 )
+from app.gpu.timed_slots import TimedSlots
 from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
-from app.gpu.verify import CheckCase, GuardedOutput, ValidationSet, make_inputs, make_outputs
+from app.gpu.verify import CheckCase, GuardedOutput, ValidationSet, make_inputs, tolerance_for
 from app.gpu.worker import Deadlines, WorkerPool
 from app.paths import cache_dir
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
 MAX_SOURCE_BYTES = 200_000
-ALLOWED_HEADERS = {"math.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "float.h", "omp.h",
-                   "stdio.h", "stdbool.h", "limits.h", "immintrin.h", "x86intrin.h", "arm_neon.h"}
-# What a kernel's source may not do, and why (checked on the source without comments).
-FORBIDDEN = [
-    (r"\b(__asm__|asm)\b", "inline assembly is not allowed"),
-    (r"#\s*pragma\s+GCC\s+optimize|__attribute__\s*\(\(\s*optimize|fast-math|fp-contract",
-     "changing floating-point semantics from the source is not allowed"),
-    (r"__attribute__\s*\(\(\s*(constructor|destructor)", "code that runs at load time is not allowed"),
-    ((r"\b(system|fork|vfork|exec[lv]p?e?|popen|dlopen|dlsym|syscall|pthread_create|signal|"
-      r"sigaction|setitimer|alarm|clock_gettime|gettimeofday|clock|time|rdtsc|__rdtsc|mmap|"
-      r"mprotect|kill|raise|exit|_exit|abort)\s*\("),
-     "calls a function a kernel may not call (processes, signals, timers, memory mapping)"),
-]
-# Symbols a kernel library may import: libc memory and output, libm, OpenMP, libmvec.
-ALLOWED_IMPORTS = re.compile(
-    r"^(mem(cpy|set|move|cmp)|__mem(cpy|set|move)_chk|(posix_memalign|aligned_alloc|malloc|calloc|"
-    r"realloc|free)|(f?printf|puts|putchar|fputs|fputc|fwrite|fflush|__printf_chk|__fprintf_chk|"
-    r"stdout|stderr)|__stack_chk_fail|__cxa_finalize|_ITM_\w+|__gmon_start__|GOMP_\w+|omp_\w+|"
-    r"_ZGV\w+|__\w+_finite|(exp|log|sqrt|pow|sin|cos|tanh|fabs|fmax|fmin|floor|ceil|erf|exp2|"
-    r"log2|expm1|log1p|rsqrt|fma|round|trunc)[fl]?)(@.*)?$")
-
-
 # ---- the compiler -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Toolchain:
@@ -132,22 +112,12 @@ def build_key(op: CpuOperator, config: dict[str, Any], source: str, tc: Toolchai
                                      "flags": " ".join(tc.flags), "compiler": tc.identity})
 
 
-def static_problems(source: str, entry: str = ENTRY_SYMBOL) -> list[str]:
-    if len(source.encode()) > MAX_SOURCE_BYTES:
-        return [f"source is larger than {MAX_SOURCE_BYTES // 1000} KB"]
-    code = re.sub(r"/\*.*?\*/", " ", source, flags=re.DOTALL)
-    code = re.sub(r"//[^\n]*", " ", code)
-    problems = []
-    for header in re.findall(r'#\s*include\s*[<"]([^>"]+)[>"]', code):
-        if header not in ALLOWED_HEADERS:
-            problems.append(f"includes <{header}>; allowed headers: {', '.join(sorted(ALLOWED_HEADERS))}")
-    for pattern, why in FORBIDDEN:
-        match = re.search(pattern, code)
-        if match:
-            problems.append(f"{why} (found {match.group(0).strip()!r})")
-    if not re.search(rf"\b{entry}\s*\(", code):
-        problems.append(f"does not define the entry function {entry}(...)")
-    return problems
+def static_problems(source: str, tc: Toolchain, defines: dict[str, Any] | None = None,
+                    entry: str = ENTRY_SYMBOL) -> list[str]:
+    """What the compiler's preprocessor makes of `source`: vetted includes only, no forbidden
+    construct in the candidate's own expanded code (app.gpu.c_checks)."""
+    return c_checks.check_source(source, tc.compiler, tc.flags, defines or {}, entry,
+                                 max_bytes=MAX_SOURCE_BYTES)
 
 
 def compile_library(source: str, defines: dict[str, Any], out: Path, tc: Toolchain,
@@ -161,27 +131,17 @@ def compile_library(source: str, defines: dict[str, Any], out: Path, tc: Toolcha
     cmd = [tc.compiler, *tc.flags, *(f"-D{k}={v}" for k, v in defines.items()), tmp_src, "-o", tmp_out]
     try:
         proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=timeout_s)
+        log = scrub(proc.stderr, keep=(tmp_src,))
         if proc.returncode != 0:
-            return False, proc.stderr.replace(tmp_src, "kernel.c")
+            return False, log
         os.replace(tmp_out, out)
-        return True, proc.stderr.replace(tmp_src, "kernel.c")
+        return True, log
     except subprocess.TimeoutExpired:
         return False, f"the compiler ran longer than {timeout_s:g} s"
     finally:
         for p in (tmp_src, tmp_out):
             if os.path.exists(p):
                 os.unlink(p)
-
-
-def imported_symbols(library: Path) -> list[str] | None:
-    nm = shutil.which("nm")
-    if not nm:
-        return None
-    proc = subprocess.run([nm, "-D", "--undefined-only", str(library)], check=False, capture_output=True, text=True,
-                          timeout=30)
-    if proc.returncode != 0:
-        return None
-    return [line.split()[-1] for line in proc.stdout.splitlines() if line.strip()]
 
 
 def kernels_dir() -> Path:
@@ -201,7 +161,7 @@ class CpuKernelBackend:
 
     def static_check(self, source: str, config: dict[str, Any] | None = None,
                      shapes: Sequence[Sequence[int]] = ()) -> list[str]:
-        return static_problems(source, self.op.entry())
+        return static_problems(source, self.tc, dict(config or {}), self.op.entry())
 
     def build(self, source: str, config: dict[str, Any], shapes: Sequence[Sequence[int]] = ()) -> Built:
         """One library serves every shape (dimensions are call arguments)."""
@@ -222,15 +182,9 @@ class CpuKernelBackend:
         if threads > (os.cpu_count() or 1):
             raise StageFailed(RESOURCE_LIMIT, f"asks for {threads} threads; this machine has "
                               f"{os.cpu_count()} cores")
-        symbols = imported_symbols(built.artifact)
-        if symbols is None:
-            info["symbol_check"] = "skipped (no nm)"
-            return info
-        bad = sorted({s for s in symbols if not ALLOWED_IMPORTS.match(s)})
-        if bad:
-            raise StageFailed(RESOURCE_LIMIT, f"the kernel library imports {', '.join(bad[:8])}; "
-                              "kernels may only use memory, math, output and OpenMP functions")
-        info["imports"] = len(symbols)
+        problems = c_checks.library_problems(built.artifact, self.tc.compiler, self.tc.flags)
+        if problems:
+            raise StageFailed(RESOURCE_LIMIT, "the kernel library " + "; ".join(problems))
         return info
 
     def load(self, built: Built) -> KernelRunner:
@@ -246,11 +200,17 @@ class CpuKernelBackend:
         out = outputs[self.op.output_name]
         args = _args(self.op, inputs, out.view)  # pointers resolved once, outside the timed call
         numpy_out = np.empty(out.shape, dtype=np.float32)
-        return {"candidate": lambda: fn(*args),
-                "numpy": lambda: self.op.numpy_baseline(inputs, numpy_out)}
 
-    def timer(self, calls: dict[str, Callable[[], None]], settings: TimingSettings | None) -> TimerResult:
-        return TimerResult(time_interleaved(calls, settings or TimingSettings(), self.flusher))
+        def numpy_call() -> None:
+            self.op.numpy_baseline(inputs, numpy_out)
+
+        numpy_call.poison = lambda: numpy_out.fill(np.nan)  # same terms as the candidate's outputs
+        return {"candidate": lambda: fn(*args), "numpy": numpy_call}
+
+    def timer(self, calls: dict[str, Callable[[], None]], settings: TimingSettings | None,
+              before: Callable[[str], None] | None = None) -> TimerResult:
+        return TimerResult(time_interleaved(calls, settings or TimingSettings(), self.flusher,
+                                            before))
 
     def fault(self, exc: BaseException) -> StageFailed | None:
         return None  # a CPU kernel's failures are signals (the watchdog) or plain exceptions
@@ -324,23 +284,40 @@ class CpuWorker:
                 raise RuntimeError(f"the C reference does not compile: {log[:500]}")
         return _load_entry(lib, self.op.reference_symbol, self.op)
 
-    def compare(self, request: CascadeRequest) -> dict[str, float]:
-        """A verified candidate, numpy and the C reference timed interleaved (medians in ms,
-        summed over the goal's shapes)."""
+    def compare(self, request: CascadeRequest) -> dict[str, Any]:
+        """A verified candidate, numpy and the C reference timed interleaved on rotating input
+        slots, outputs poisoned before each call and checked after (app.gpu.timed_slots):
+        medians in ms summed over the goal's shapes, or {"error": ...} when a timed output
+        was wrong."""
         source = request.source if request.source is not None else request.template
         runner = self.backend.load(self.backend.build(source, request.config, request.goal_shapes))
         ref = self._reference()
         totals = {"candidate": 0.0, "numpy": 0.0, "c_reference": 0.0}
         for shape in request.goal_shapes:
-            inputs = make_inputs(np, self.op, CheckCase(list(shape), "normal", request.seed), "float32")
-            outputs = make_outputs(np, self.op, shape, "float32")
-            calls = self.backend.timing_calls(runner, inputs, outputs, tuple(shape))
-            ref_out = np.empty(self.op.output_shape(tuple(shape)), np.float32)  # kept alive: the call holds its address
-            ref_args = _args(self.op, inputs, ref_out)
-            calls["c_reference"] = lambda args=ref_args: ref(*args)
-            for name, stats in time_interleaved(calls, request.timing or TimingSettings(),
-                                                self.flusher).items():
-                totals[name] += stats.median_ms
+            shape_t = tuple(int(d) for d in shape)
+
+            def make_calls(inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
+                           s: tuple[int, ...] = shape_t) -> dict[str, Callable[[], None]]:
+                calls = self.backend.timing_calls(runner, inputs, outputs, s)
+                ref_out = np.empty(self.op.output_shape(s), np.float32)  # the call holds its address
+                ref_args = _args(self.op, inputs, ref_out)
+
+                def c_reference() -> None:
+                    ref(*ref_args)
+
+                c_reference.poison = lambda: ref_out.fill(np.nan)
+                calls["c_reference"] = c_reference
+                return calls
+
+            slots = TimedSlots(np, self.op, shape_t, "float32", request.seed, make_calls)
+            stats = time_interleaved(slots.calls(), request.timing or TimingSettings(),
+                                     self.flusher, slots.before)
+            problem = slots.check(tolerance_for(self.op, shape_t, "float32", request.rtol,
+                                                request.atol))
+            if problem:
+                return {"error": f"outputs of a timed call were wrong: {problem}"}
+            for name, st in stats.items():
+                totals[name] += st.median_ms
         return totals
 
     def baselines(self, shapes: list[list[int]], timing: TimingSettings) -> dict[str, Any]:
@@ -378,6 +355,8 @@ class CpuSettings:
     recycle_after: int = 50
     memory_limit_bytes: int | None = None  # None: half the machine's memory
     flush_bytes: int = 64 * 2**20  # written between timing samples to evict caches
+    measure_roofs: bool = True  # memory-bound operators: hold figures to the cache-level roofs
+    roof_file: Path | None = None  # None: the cache directory's cpu-roofs.json
 
 
 def _half_memory() -> int | None:
@@ -438,6 +417,9 @@ class CpuEvaluator(Evaluator):
                                recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
                                name=f"cpu-{self.op.name}-")
         self._baselines: dict[str, Any] | None = None
+        self._roofs: cpu_roof.Roofs | bool | None = None
+        self._roof_lock = threading.Lock()
+        self.roof_error = ""
         self._rng = random.SystemRandom()
 
     # ---- candidates -----------------------------------------------------------------------
@@ -452,8 +434,45 @@ class CpuEvaluator(Evaluator):
     def validation_cases(self) -> list[dict]:
         return self._validation.cases()
 
+    def roofs(self) -> cpu_roof.Roofs | None:
+        """The machine's L1/L2/L3/DRAM copy roofs (memory-bound operators only), measured by
+        our own probe in this process once per machine and compiler (app.gpu.cpu_roof)."""
+        if self.op.throughput_unit != "GB/s" or not self.settings.measure_roofs:
+            return None
+        with self._roof_lock:
+            if self._roofs is None:
+                path = self.settings.roof_file or cache_dir() / "cpu-roofs.json"
+                try:
+                    self._roofs, _ = cpu_roof.cached(self.tc.compiler, self.tc.identity, path)
+                except (OSError, RuntimeError, ValueError) as exc:
+                    self._roofs, self.roof_error = False, str(exc)[:300]
+            return self._roofs or None
+
+    def roof(self, config: dict[str, Any]) -> tuple[float, str, str, float] | None:
+        """(fastest possible ms over the goal's shapes, level, how it was found, GB/s) for a
+        memory-bound candidate: each shape's working set at the roof of the cache level it fits
+        in, at the candidate's THREADS."""
+        roofs = self.roofs()
+        if roofs is None or self.op.throughput_unit != "GB/s":
+            return None
+        threads = int(config.get("THREADS", 1))
+        total_ms, first = 0.0, None
+        for shape in self.goal.shapes:
+            nbytes = float(self.op.bytes_moved(tuple(shape)))
+            level, gbs = roofs.roof_for(nbytes, threads)
+            # more threads never lower the hardware's roof (a loaded machine can measure so)
+            gbs = max(gbs or 0.0, roofs.bandwidth(level, 1) or 0.0)
+            if not gbs:
+                return None
+            total_ms += nbytes / (gbs * 1e9) * 1e3
+            first = first or (level, gbs)
+        level, gbs = first
+        return total_ms, level, f"{level} roof {gbs:.1f} GB/s at {threads} threads", gbs
+
     def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
+        roof = self.roof(candidate.config)
         return CascadeRequest(
+            roof_ms=roof[0] if roof else None, roof_detail=roof[2] if roof else "",
             key=candidate.key, config=dict(candidate.config), source=candidate.source,
             template=self.template, goal_shapes=[list(s) for s in self.goal.shapes],
             params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
@@ -471,6 +490,10 @@ class CpuEvaluator(Evaluator):
         baselines = self._ensure_baselines()
         reply = self.pool.call(("evaluate", self._request(candidate)), self.settings.deadlines)
         ev = evaluation_from_reply(reply, **base)
+        roof = self.roof(candidate.config)
+        if roof is not None:
+            ev.resources["roof_level"] = roof[1]
+            ev.metrics["roof_gbs"] = roof[3]
         if ev.ok:
             self._relative_metrics(ev, baselines or {})
         if ev.failing_case:
@@ -504,6 +527,8 @@ class CpuEvaluator(Evaluator):
         if reply.fault is not None:
             return None
         t = reply.result
+        if "error" in t:
+            return None
         return {**{f"{k}_ms": v for k, v in t.items()},
                 "speedup_vs_numpy": t["numpy"] / t["candidate"],
                 "speedup_vs_c_reference": t["c_reference"] / t["candidate"]}
@@ -534,10 +559,16 @@ class CpuEvaluator(Evaluator):
         return self._objective(b["numpy_ms"]) if b and b.get("numpy_ms") else None
 
     def limit(self) -> float | None:
-        """Memory-bound operators: the time (or GB/s) at the measured copy bandwidth."""
+        """Memory-bound operators: the time (or GB/s) at the roof of the cache level the goal's
+        working set fits in, at every thread (the measured copy bandwidth without roofs)."""
         b = self._ensure_baselines()
         if not b or not b.get("copy_gbs") or self.op.throughput_unit != "GB/s":
             return None
+        roof = self.roof({"THREADS": os.cpu_count() or 1})
+        if roof is not None:
+            if self.goal.objective.metric == "throughput":
+                return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / roof[0] / 1e6
+            return roof[0]
         if self.goal.objective.metric == "throughput":
             return b["copy_gbs"]
         return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / (b["copy_gbs"] * 1e9) * 1000.0

@@ -64,11 +64,16 @@ def time_call(fn: Callable[[], None]) -> float:
 
 
 def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSettings,
-                     flusher: CacheFlusher | None = None) -> dict[str, TimingStats]:
-    """Sample every function round by round (order rotated each round); adaptive count."""
+                     flusher: CacheFlusher | None = None,
+                     before: Callable[[str], None] | None = None) -> dict[str, TimingStats]:
+    """Sample every function round by round (order rotated each round); adaptive count.
+    `before(name)` runs before every call of `name` (warm-up included), outside the timed
+    window: the cascade picks an input slot there, perturbs it and poisons its outputs."""
     names = list(fns)
     for _ in range(settings.warmup):
         for name in names:
+            if before is not None:
+                before(name)
             fns[name]()
     samples: dict[str, list[float]] = {n: [] for n in names}
     start = time.perf_counter()
@@ -77,6 +82,8 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
     while rounds < settings.max_samples:
         order = names[rounds % len(names):] + names[:rounds % len(names)]
         for name in order:
+            if before is not None:
+                before(name)
             if flusher is not None:
                 flusher()
             samples[name].append(time_call(fns[name]))

@@ -217,15 +217,23 @@ class Timer:
         return graph, stream
 
     def measure(self, fns: dict[str, Callable[[], Any]], protocol: Protocol | None = None,
-                graphable: tuple[str, ...] = ("candidate",)) -> Measurement:
+                graphable: tuple[str, ...] = ("candidate",),
+                before: Callable[[str], Any] | None = None) -> Measurement:
         """Time each function by the protocol, interleaving them sample by sample so that a
         candidate and its baseline see the same clocks, temperature and neighbours. Only the
         functions named in `graphable` (raw kernel launches, which allocate nothing) may be
-        captured into CUDA graphs; library calls are always timed with plain events."""
+        captured into CUDA graphs; library calls are always timed with plain events.
+
+        `before(name)` (the cascade's input rotation and output poisoning) is queued before
+        every warm-up call and every event-timed sample, ahead of the L2 flush and the start
+        event, so it is outside the timed window. A graph replays the launches it captured:
+        the hook runs once, before the capture, and never between replays."""
         cp = self.cp
         p = protocol or Protocol()
-        for fn in fns.values():
+        hook = before or (lambda name: None)
+        for name, fn in fns.items():
             for _ in range(p.warmup):
+                hook(name)
                 fn()
         cp.cuda.Device().synchronize()
         runners: dict[str, Callable[[], Any]] = {}
@@ -236,6 +244,7 @@ class Timer:
             t = min(self.one_launch_ms(fn) for _ in range(3))
             if t < p.graph_below_ms and name in graphable:
                 reps = max(2, min(1000, int(p.graph_target_ms / max(t, 1e-4))))
+                hook(name)
                 try:
                     graph, stream = self.make_graph(fn, reps)
                 except Exception:  # some library calls cannot be captured: time them plainly
@@ -260,6 +269,8 @@ class Timer:
             for _ in range(p.batch):
                 for name, run in runners.items():
                     stream = streams.get(name)
+                    if stream is None:
+                        hook(name)
                     if p.cold_l2:
                         self.flush()
                     else:

@@ -1,0 +1,129 @@
+"""Input slots for timed calls: what a timed kernel sees changes from call to call, and what
+it writes is checked.
+
+A shape is timed on K slots, each with its own inputs and guarded outputs. Before every timed
+call (outside the timed window, through the timer's `before` hook) a slot is picked at random,
+a few of its input elements are replaced by other values of the same array (so a result cache
+keyed on pointers or on input content misses) and its outputs are poisoned (NaN between guard
+canaries), so a kernel that returns early, or writes only part of its output, leaves NaN or
+stale values behind. After timing, every slot a call wrote must hold the reference result of
+its inputs as they are now: the last call that used a slot saw exactly those inputs.
+
+Baselines are timed on the same terms: a random slot's inputs and poisoned outputs (their
+inputs are not perturbed: the candidate's slot would no longer match its last call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from app.catalog.protocol import Operator
+from app.gpu.verify import CheckCase, GuardedOutput, Tolerance, compare, make_inputs, make_outputs
+
+SLOTS = 3
+PERTURBED = 4  # input elements replaced before each timed call, per input array
+POOL = 64  # pre-drawn index sets (device-resident: no host transfer inside the timing loop)
+
+MakeCalls = Callable[[dict[str, Any], dict[str, GuardedOutput]], dict[str, Callable[[], None]]]
+
+
+@dataclass
+class Slot:
+    inputs: dict[str, Any]
+    outputs: dict[str, GuardedOutput]
+    calls: dict[str, Callable[[], None]]
+    written: bool = False  # a candidate call wrote its outputs
+
+
+class TimedSlots:
+    """K input/output slots for one shape, their dispatching calls and the `before` hook."""
+
+    def __init__(self, xp: Any, op: Operator, shape: tuple[int, ...], dtype: str, seed: int,
+                 make_calls: MakeCalls, slots: int = SLOTS) -> None:
+        self.xp, self.op, self.shape, self.dtype = xp, op, tuple(shape), dtype
+        rng = np.random.default_rng(seed)
+        self.slots: list[Slot] = []
+        for _ in range(slots):
+            case = CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing")
+            inputs = make_inputs(xp, op, case, dtype)
+            outputs = make_outputs(xp, op, shape, dtype)
+            self.slots.append(Slot(inputs, outputs, make_calls(inputs, outputs)))
+        self.names = list(self.slots[0].calls)
+        self.current = dict.fromkeys(self.names, 0)
+        self._rng = rng
+        self._draws = 0
+        self._picks = rng.integers(slots, size=4096)
+        self._pools = [self._index_pool(s, rng) for s in self.slots]
+
+    def _index_pool(self, slot: Slot, rng: np.random.Generator) -> dict[str, tuple[Any, Any]]:
+        """Per input: POOL sets of (positions to change, positions to copy from)."""
+        pools = {}
+        for name, arr in slot.inputs.items():
+            n = int(arr.size)
+            if n < 2:
+                continue
+            k = min(PERTURBED, n)
+            dst = rng.integers(n, size=(POOL, k))
+            src = (dst + rng.integers(1, n, size=(POOL, k))) % n  # never the same position
+            pools[name] = (self.xp.asarray(dst), self.xp.asarray(src))
+        return pools
+
+    # ---- what the timer calls ----------------------------------------------------------
+    def calls(self) -> dict[str, Callable[[], None]]:
+        """One zero-argument call per name, running on the slot the last `before` picked."""
+        slots = self.slots
+        current = self.current
+
+        def candidate() -> None:
+            k = current["candidate"]
+            slots[k].written = True
+            slots[k].calls["candidate"]()
+
+        def other(name: str) -> Callable[[], None]:
+            return lambda: slots[current[name]].calls[name]()
+
+        return {name: candidate if name == "candidate" else other(name) for name in self.names}
+
+    def before(self, name: str) -> None:
+        """Pick a slot for the next call of `name`; perturb and poison it (not timed)."""
+        k = int(self._picks[self._draws % len(self._picks)])
+        self._draws += 1
+        self.current[name] = k
+        slot = self.slots[k]
+        if name == "candidate":
+            self._perturb(k)
+            for out in slot.outputs.values():
+                out.reset()
+        else:
+            poison = getattr(slot.calls[name], "poison", None)
+            if poison is not None:
+                poison()
+
+    def _perturb(self, k: int) -> None:
+        row = self._draws % POOL
+        for name, (dst, src) in self._pools[k].items():
+            flat = self.slots[k].inputs[name].reshape(-1)
+            flat[dst[row]] = flat[src[row]]
+
+    # ---- after timing ------------------------------------------------------------------
+    def check(self, tol: Tolerance) -> str | None:
+        """None when every slot a candidate call wrote holds the right result."""
+        for i, slot in enumerate(self.slots):
+            if not slot.written:
+                continue
+            for name, out in slot.outputs.items():
+                if not out.guards_intact():
+                    return f"slot {i}: wrote outside output {name!r} (guard canaries overwritten)"
+            problem = compare(self.xp, self.op, slot.inputs, {n: o.view for n, o in slot.outputs.items()},
+                              self.shape, self.dtype, tol)
+            if problem:
+                return f"slot {i} of {len(self.slots)}: {problem}"
+        return None
+
+    @property
+    def first(self) -> Slot:
+        return self.slots[0]
