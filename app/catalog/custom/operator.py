@@ -126,7 +126,11 @@ class CustomOperator:
         """Float64 outputs; NaN for outputs that are not checked."""
         outs = self.output_shapes(shape)
         if self.spec.expected:
-            got = {k: np.asarray(v, dtype=np.float64) for k, v in self.spec.expected.items()}
+            # stored answers hold for the stored inputs only; other inputs (the timer perturbs
+            # a few elements between timed calls) get no answer: NaN is not compared
+            stored = all(np.array_equal(_numpy(inputs[a.name]), a.data.reshape(_numpy(inputs[a.name]).shape))
+                         for a in self.spec.args if a.is_input and a.data is not None)
+            got = {k: np.asarray(v, dtype=np.float64) for k, v in self.spec.expected.items()} if stored else {}
         else:
             args = {a.name: _numpy(inputs[a.name]).astype(a.dtype) for a in self.spec.args if a.is_input}
             args.update({a.name: self.scalar(a, shape).item() for a in self.spec.args
@@ -212,9 +216,11 @@ class CustomOperator:
 
     def prepare_call(self, fn: Any, inputs: dict[str, Any], outputs: dict[str, Any],
                      shape: Sequence[int]) -> Callable[[], None]:
-        """A zero-argument call with the pointers resolved now (in/out arrays start from their
-        input values here, not inside the timed call)."""
+        """A zero-argument call with the pointers resolved now. An in/out array starts from its
+        input values at every call (the copy is part of the timed call: the timer poisons
+        outputs between calls)."""
         args: list[Any] = []
+        copies = []
         for a in self.spec.args:
             if a.role == "scalar":
                 args.append(self.scalar(a, shape).item())
@@ -222,9 +228,17 @@ class CustomOperator:
                 args.append(inputs[a.name].ctypes.data)
             else:
                 if a.role == "inout":
-                    np.copyto(outputs[a.name], inputs[a.name])
+                    copies.append((outputs[a.name], inputs[a.name]))
                 args.append(outputs[a.name].ctypes.data)
-        return lambda: fn(*args)
+        if not copies:
+            return lambda: fn(*args)
+
+        def call() -> None:
+            for dst, src in copies:
+                np.copyto(dst, src)
+            fn(*args)
+
+        return call
 
 
 class CustomCudaOperator(CustomOperator):

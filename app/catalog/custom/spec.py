@@ -304,6 +304,10 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         if a.name in seen:
             raise _err(f"args[{i}].name", f"argument {a.name!r} is declared twice")
         seen.add(a.name)
+    if language == "cuda" and any(a.role == "inout" for a in args):
+        i = next(i for i, a in enumerate(args) if a.role == "inout")
+        raise _err(f"args[{i}].role", "in/out arrays run on the cpu backend only for now; on CUDA "
+                   "declare the initial values as an input and the result as an output")
     if not any(a.is_output for a in args):
         raise _err("args", "at least one argument must be an output (role = \"output\" or \"inout\")")
     spec = KernelSpec(entry=table.entry, language=language, source=source, source_name=sources[0],
