@@ -267,3 +267,14 @@ def test_goal_with_kernel_table_round_trips_through_toml(tmp_path):
     with pytest.raises(GoalError) as exc:
         Goal.from_toml('name = "x"\n[kernel]\nsauce = "k.c"\n')
     assert exc.value.field == "kernel.sauce"
+
+
+def test_llm_agents_get_the_users_kernel_as_the_current_source():
+    from app.llm.spec import kernel_spec
+
+    for name, language in (("pnpoly_c", "c"), ("convolution_cuda", "cuda")):
+        goal = Goal.load(EXAMPLES / name / "goal.toml")
+        spec = kernel_spec(goal)
+        source = load_spec(goal, goal.backend).source
+        assert spec.language == language and source in spec.template
+        assert spec.entry == goal.kernel.entry and "block_size_x" in spec.contract or language == "c"

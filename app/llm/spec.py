@@ -32,7 +32,12 @@ def kernel_spec(goal: Goal, params: list[str] | None = None) -> KernelSpec:
     if goal.backend not in ("cpu", "cuda"):
         raise ValueError(f"LLM agents rewrite kernel source; the {goal.backend} backend has none "
                          "(use the cpu or cuda backend)")
-    op: Operator = get_operator(goal.backend, goal.operator)
+    if goal.kernel is not None:  # your own kernel: the LLM rewrites the user's source
+        from app.catalog.custom import custom_operator
+
+        op: Operator = custom_operator(goal, goal.backend)
+    else:
+        op = get_operator(goal.backend, goal.operator)
     names = params if params is not None else list(op.space(goal.dtype).params)
     spec = KernelSpec(op.language, op.entry(goal.dtype), op.template_source(goal.dtype), names)
     spec.contract = CONTRACTS[op.language].format(signature=spec.signature(), params=", ".join(names))
