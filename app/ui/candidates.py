@@ -416,10 +416,11 @@ class CandidateTable(QWidget):
         self.view.verticalHeader().setDefaultSectionSize(22)
         self.view.setWordWrap(False)
         header = self.view.horizontalHeader()
-        header.setStretchLastSection(False)
         header.setSectionResizeMode(QHeaderView.Interactive)
         for col, width in enumerate((60, 80, 130, 110, 80, 90, 420, 80, 90)):
             self.view.setColumnWidth(col, width)
+        header.moveSection(6, len(COLUMNS) - 1)  # parameters last: it takes the spare width
+        header.setStretchLastSection(True)
         self.view.selectionModel().currentRowChanged.connect(self._current_changed)
 
         bar = QHBoxLayout()
@@ -582,12 +583,17 @@ class CandidateDetail(QWidget):
         self.timing = TimingHistogram()
         for w in (self.source, self.diff, self.log):
             w.setLineWrapMode(QTextBrowser.NoWrap)
-        self.tabs.addTab(self.summary, "Summary")
-        self.tabs.addTab(self.source, "Source")
-        self.tabs.addTab(self.diff, "Diff")
-        self.tabs.addTab(self.log, "Compile log")
-        self.tabs.addTab(self.verification, "Verification")
-        self.tabs.addTab(self.timing, "Timing")
+        # Short tab names: all six fit a dock of ~320 px (the tooltips say more).
+        for widget, name, tip in (
+                (self.summary, "Summary", "Key, status, measurements, resources and parameters"),
+                (self.source, "Source", ("The code that ran: the parameters as #defines, then "
+                                         "the candidate's own source or the operator's template")),
+                (self.diff, "Diff", "Against the best candidate and the parent"),
+                (self.log, "Log", "Compiler command, compiler output and the time of each stage"),
+                (self.verification, "Checks", "Verification against the reference"),
+                (self.timing, "Timing", "Timing samples: median and p10-p90 spread")):
+            self.tabs.setTabToolTip(self.tabs.addTab(widget, name), tip)
+        self.tabs.setDocumentMode(True)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addWidget(self.header)

@@ -103,7 +103,7 @@ class ConvergencePlot(pg.PlotWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumHeight(220)
+        self.setMinimumHeight(160)  # a 768-pixel screen keeps room for the candidate table
         item = self.getPlotItem()
         item.setLabel("left", "objective")
         item.setLabel("bottom", "evaluations")
@@ -263,19 +263,22 @@ class FailureStrip(pg.PlotWidget):
 
 
 class AgentChart(pg.PlotWidget):
-    """Each agent's share of the evaluations and of the improvements (%)."""
+    """Each agent's share of the evaluations and of the improvements (%), as horizontal bars:
+    agent names on the left axis stay legible however narrow the chart gets."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setMinimumWidth(180)  # the central area shrinks before the docks do
         item = self.getPlotItem()
-        item.setLabel("left", "share", units="%")
+        item.setLabel("bottom", "share (%)")
         item.setMouseEnabled(x=False, y=False)
         item.hideButtons()
-        item.setTitle("Agent share", size="9pt")
-        item.setLabel("bottom", "light: evaluations · solid: improvements")
-        self._evals = pg.BarGraphItem(x=[], height=[], width=0.38)
-        self._wins = pg.BarGraphItem(x=[], height=[], width=0.38)
+        item.setTitle("Agent share<br><span style='font-size:7.5pt'>pale: evaluations<br>"
+                      "solid: improvements</span>", size="9pt")
+        item.getAxis("left").setWidth(AXIS_WIDTH)
+        item.invertY(True)  # the first agent on top
+        self._evals = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
+        self._wins = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
         self.addItem(self._evals)
         self.addItem(self._wins)
         self.shares: dict[str, tuple[float, float]] = {}
@@ -284,19 +287,21 @@ class AgentChart(pg.PlotWidget):
         agents = list(data.agents)
         total_e = max(sum(data.evaluated_by_agent.values()), 1)
         total_w = max(sum(data.improved_by_agent.values()), 1)
-        x = np.arange(len(agents), dtype=float)
+        y = np.arange(len(agents), dtype=float)
         e = [100.0 * data.evaluated_by_agent[a] / total_e for a in agents]
         w = [100.0 * data.improved_by_agent[a] / total_w for a in agents]
         self.shares = {a: (e[i], w[i]) for i, a in enumerate(agents)}
         colors = [agent_color(a, i) for i, a in enumerate(agents)]
-        self._evals.setOpts(x=x - 0.2, height=e, width=0.38,
+        zeros = np.zeros(len(agents))
+        self._evals.setOpts(x0=zeros, y=y - 0.2, width=e, height=0.38,
                             brushes=[pg.mkBrush(pg.mkColor(c).lighter(150)) for c in colors],
                             pen=pg.mkPen(theme.foreground, width=0.5))
-        self._wins.setOpts(x=x + 0.2, height=w, width=0.38, brushes=[pg.mkBrush(c) for c in colors],
+        self._wins.setOpts(x0=zeros, y=y + 0.2, width=w, height=0.38,
+                           brushes=[pg.mkBrush(c) for c in colors],
                            pen=pg.mkPen(theme.foreground, width=0.5))
-        self.getPlotItem().getAxis("bottom").setTicks([list(enumerate(agents))])
-        self.getPlotItem().setYRange(0, 100, padding=0.02)
-        self.getPlotItem().setXRange(-0.6, max(len(agents), 1) - 0.4, padding=0)
+        self.getPlotItem().getAxis("left").setTicks([list(enumerate(agents))])
+        self.getPlotItem().setXRange(0, 100, padding=0.02)
+        self.getPlotItem().setYRange(-0.6, max(len(agents), 1) - 0.4, padding=0)
 
 
 class TelemetryStrip(QWidget):
@@ -562,7 +567,7 @@ class LiveView(QWidget):
         for w in (self.convergence, self.failures, self.agents, *self.telemetry.plots.values()):
             style_plot(w, theme)
         self.failures.getPlotItem().showGrid(x=True, y=False, alpha=theme.grid_alpha)
-        self.agents.getPlotItem().showGrid(x=False, y=True, alpha=theme.grid_alpha)
+        self.agents.getPlotItem().showGrid(x=True, y=False, alpha=theme.grid_alpha)
         self.convergence.clear_run()
         self.failures.clear_run()
         self._drawn_version = -1

@@ -80,6 +80,8 @@ class MainWindow(QMainWindow):
         self.current_run_id: int | None = None
         self.current_goal: Goal | None = None
         self._prepared_device = False  # the current run's backend came up (its device shown)
+        self._shown_once = False  # the first show fits the docks to the window's size
+        self._state_restored = False
         self.interactive = True  # tests switch modal questions off
 
         self.bridge = EventBridge(self)
@@ -112,7 +114,7 @@ class MainWindow(QMainWindow):
         self.lessons_dock = self._dock("Lessons", self.lessons, Qt.RightDockWidgetArea)
         self.splitDockWidget(self.detail_dock, self.lessons_dock, Qt.Vertical)
         # Side docks of a readable width; the central plots take what is left and shrink first.
-        self.resizeDocks([self.goal_dock, self.detail_dock], [380, 360], Qt.Horizontal)
+        self.resizeDocks([self.goal_dock, self.detail_dock], [370, 390], Qt.Horizontal)
         self.resizeDocks([self.table_dock], [260], Qt.Vertical)
         self.resizeDocks([self.detail_dock, self.lessons_dock], [520, 160], Qt.Vertical)
 
@@ -239,7 +241,8 @@ class MainWindow(QMainWindow):
     def _make_status_bar(self) -> None:
         self.device_label = QLabel("No device in use")
         self.state_label = QLabel("Idle")
-        self.db_label = QLabel(f"History: {self.db_path}")
+        self.db_label = QLabel(f"History: {self.db_path.name}")  # the whole path in the tooltip
+        self.db_label.setToolTip(str(self.db_path))
         self.db_label.setStyleSheet("color: palette(placeholder-text);")
         sb = self.statusBar()
         sb.addPermanentWidget(self.state_label)
@@ -294,11 +297,28 @@ class MainWindow(QMainWindow):
             self.resize(min(1500, screen.width()) if screen else 1500,
                         min(950, screen.height()) if screen else 950)
         state = s.value("windowState")
-        if isinstance(state, QByteArray) and not state.isEmpty():
+        self._state_restored = isinstance(state, QByteArray) and not state.isEmpty()
+        if self._state_restored:
             self.restoreState(state)
         self.set_theme(str(s.value("theme", "system")))
         self.live.set_use_time(str(s.value("plotAgainstTime", "false")).lower() == "true")
         self._rebuild_recent()
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if not self._shown_once and not self._state_restored:  # the user's layout wins
+            QTimer.singleShot(0, self.fit_docks)
+        self._shown_once = True
+
+    def fit_docks(self) -> None:
+        """Default dock sizes for the window's size: side docks wide enough to read (the
+        candidate tabs all show), the candidate table a third of the height; the plots in
+        the middle take the rest and shrink first."""
+        w, h = self.width(), self.height()
+        self.resizeDocks([self.goal_dock, self.detail_dock],
+                         [max(340, min(440, int(w * 0.2))), max(390, min(480, int(w * 0.24)))],
+                         Qt.Horizontal)
+        self.resizeDocks([self.table_dock], [max(200, int(h * 0.3))], Qt.Vertical)
 
     def save_settings(self) -> None:
         s = self.settings

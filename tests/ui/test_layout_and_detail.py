@@ -68,6 +68,13 @@ def test_form_buttons_are_in_view_without_scrolling_sideways(qtbot, window, size
         assert rect.left() >= 0
 
 
+@pytest.mark.parametrize("size", [(1600, 1000), (1366, 768)])
+def test_candidate_tabs_fit_the_dock_without_scroll_arrows(qtbot, window, size):
+    _at_size(window, qtbot, *size)
+    tabs = window.detail.tabs
+    assert tabs.tabBar().sizeHint().width() <= tabs.width()
+
+
 def test_candidate_detail_fills_its_dock(qtbot, window):
     _at_size(window, qtbot, 1600, 1000)
     window.detail.tabs.setCurrentWidget(window.detail.timing)
