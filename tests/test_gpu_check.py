@@ -70,7 +70,11 @@ def test_a_failed_must_have_stops_with_one_line_and_a_report(tmp_path):
     assert [ln.split("\t")[0] for ln in (out / "stages.tsv").read_text().splitlines()] == ["preflight"]
 
 
-def test_sigint_during_the_benchmark_still_writes_the_report(tmp_path):
+@pytest.mark.parametrize("sig,target", [(signal.SIGINT, "group"), (signal.SIGTERM, "script")])
+def test_a_signal_during_the_benchmark_still_writes_the_report(tmp_path, sig, target):
+    """SIGINT to the whole group (a Ctrl-C) or SIGTERM to the script alone (a supervisor's time
+    limit): the running stage is stopped with SIGINT, keeps its partial report, and REPORT.md
+    is written."""
     out = tmp_path / "out"
     proc = subprocess.Popen([str(SCRIPT), "--dry-run", "--out", str(out)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True,
@@ -80,10 +84,16 @@ def test_sigint_during_the_benchmark_still_writes_the_report(tmp_path):
     bench = out / "gpu_kernels.json"
     while time.monotonic() < deadline and proc.poll() is None and not bench.exists():
         time.sleep(0.2)
-    os.killpg(proc.pid, signal.SIGINT)  # the whole group, as a Ctrl-C or `timeout -s INT` would
+    if target == "group":
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 130, stdout[-3000:] + stderr[-3000:]
+    name = signal.Signals(sig).name
+    assert proc.returncode == 128 + sig, stdout[-3000:] + stderr[-3000:]
     report = (out / "REPORT.md").read_text()
-    assert "**Ended early: interrupted by SIGINT during bench" in report, report[:2000]
+    assert f"**Ended early: interrupted by {name} during bench" in report, report[:2000]
     assert "Partial report: interrupted (SIGINT)" in report  # the benchmark's own partial report
     assert "## Preflight: ok" in report and (out / "RERUN.txt").exists()
+    stages = (out / "stages.tsv").read_text()
+    assert f"stopped early: gpu-check got {name}" in stages
