@@ -22,9 +22,9 @@ from app.catalog.cuda.base import CudaOperator
 from app.catalog.custom import custom_operator
 from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace
-from app.core.types import INVALID, VERIFY_FAILED, Candidate, Evaluation, Stage
+from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal
-from app.gpu.cascade import CascadeRequest, evaluation_from_reply
+from app.gpu.cascade import ROOF_MARGIN, CascadeRequest, evaluation_from_reply
 from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
@@ -34,7 +34,7 @@ from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
 WORKER_FACTORY = "app.gpu.cuda.worker:make_handler"
-IMPOSSIBLE_FRACTION = 1.10  # faster than 110% of the roofline: the measurement cannot be right
+IMPOSSIBLE_FRACTION = ROOF_MARGIN  # beyond the roofline by more: re-timed once, then refused
 
 
 def visible_devices(pinned: int | None = None) -> list[int]:
@@ -211,7 +211,13 @@ class CudaEvaluator(Evaluator):
     def _request(self, candidate: Candidate, seed: int) -> CascadeRequest:
         baseline = self.baselines().get("best") if self.measure_baseline else None
         cache = self.compile_cache
+        lim = self.limits()
+        floors = [lim.time_floor_s(self.op.flops(s), self.op.bytes_moved(s, self.dtype), self.dtype)
+                  for s in self.shapes]
+        roof_ms = sum(floors) * 1e3 if floors and all(floors) else None
         return CascadeRequest(
+            roof_ms=roof_ms, roof_detail=(f"{lim.device} roofline (copy {lim.copy_bw / 1e9:.0f} "
+                                          "GB/s, peak FLOP/s)") if roof_ms else "",
             key=candidate.key, config=dict(candidate.config), source=candidate.source,
             template=self.template, goal_shapes=self.shapes, params=self.space.params,
             dtype=self.dtype, rtol=self.goal.tolerance.rtol, atol=self.goal.tolerance.atol,
@@ -246,8 +252,9 @@ class CudaEvaluator(Evaluator):
         return ev
 
     def _finish(self, ev: Evaluation) -> None:
-        """Roofline figures, speedup over the best library baseline, the objective's value; a
-        cold-cache event-timed figure beyond the hardware limit is rejected, never accepted."""
+        """Roofline figures, speedup over the best library baseline, the objective's value. (A
+        cold-cache event-timed figure beyond the hardware limit was re-timed and refused in the
+        cascade: request.roof_ms.)"""
         total_ms = ev.time_ms or 0.0
         metrics = ev.metrics
         metrics["time_ms"] = total_ms
@@ -258,11 +265,6 @@ class CudaEvaluator(Evaluator):
         if "baseline_ms" in metrics:
             metrics["speedup"] = metrics["baseline_ms"] / total_ms if total_ms > 0 else 0.0
         ev.value = self._objective(total_ms)
-        cold_events = ev.resources.get("cache") == "cold" and ev.resources.get("timing_mode") == "events"
-        if cold_events and metrics.get("pct_of_limit", 0.0) > 100.0 * IMPOSSIBLE_FRACTION:
-            ev.ok, ev.value, ev.reason = False, None, VERIFY_FAILED
-            ev.detail = (f"measured {metrics['pct_of_limit']:.0f}% of the hardware limit: faster than "
-                         "physically possible, so the kernel skipped work or the timing is wrong")
 
     def close(self) -> None:
         self.telemetry.stop()

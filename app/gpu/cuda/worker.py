@@ -12,6 +12,7 @@ reply says `restart` and the pool replaces the process.
 
 from __future__ import annotations
 
+import re
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -49,6 +50,9 @@ class CudaKernelBackend:
         self.options = request.options
 
     def static_check(self, source: str, config: dict[str, Any], shapes: list[list[int]]) -> list[str]:
+        if managed_variables(source):
+            return [("declares a __managed__ variable (memory that outlives the call); kernels may "
+                    "only use their arguments and shared memory")]
         for s in shapes:
             problem = self.op.static_check(config, s, self.dtype)
             if problem:
@@ -66,7 +70,7 @@ class CudaKernelBackend:
                 built = self.worker.compile(rendered, kernel, arch,
                                             cache=self.options.get("compile_cache", True))
                 builds[shape_key(s)] = {"built": built, "launch": self.op.launch(config, s, self.dtype),
-                                        "arch": arch}
+                                        "arch": arch, "shape": list(s)}
         except nvrtc.CompileError as exc:
             raise StageFailed(COMPILE_FAILED, str(exc), log=exc.log) from None
         first = builds[shape_key(shapes[0])]["built"]
@@ -91,6 +95,10 @@ class CudaKernelBackend:
                 max_registers=self.options.get("max_registers"),
                 max_shared=self.options.get("max_shared_memory_bytes"),
                 device_shared_limit=info["shared_per_block_optin"])
+            if problem is None and r.gmem_bytes > 0 and self.request.source is not None:
+                allowed = self._template_gmem(config, b["shape"])
+                if r.gmem_bytes > allowed:
+                    problem = global_memory_problem(r.gmem_bytes, allowed)
             if problem is None and threads > MAX_THREADS_PER_BLOCK:
                 problem = f"{threads} threads per block; the device allows {MAX_THREADS_PER_BLOCK}"
             if problem is None and r.registers * threads > info["regs_per_block"]:
@@ -99,6 +107,19 @@ class CudaKernelBackend:
             if problem:
                 raise StageFailed(RESOURCE_LIMIT, f"shape {key}: {problem}")
         return resources
+
+    def _template_gmem(self, config: dict[str, Any], shape: list[int]) -> int:
+        """The global memory the operator's own template keeps for this shape (its namespace-
+        scope constexpr constants): what a rewrite may keep; anything more is state."""
+        kernel = self.op.kernel_for(self.dtype)
+        rendered = self.op.render(config, shape, self.dtype, None)
+        arch = nvrtc.target_arch(self.worker.info["compute_capability"], rendered)
+        try:
+            built = self.worker.compile(rendered, kernel, arch,
+                                        cache=self.options.get("compile_cache", True))
+        except nvrtc.CompileError:
+            return 0
+        return built.resource(kernel).gmem_bytes
 
     def load(self, built: Built) -> Callable[..., None]:
         kernel = self.op.kernel_for(self.dtype)
@@ -133,14 +154,17 @@ class CudaKernelBackend:
             calls["baseline"] = run
         return calls
 
-    def timer(self, calls: dict[str, Callable[[], None]], settings: Protocol | None) -> TimerResult:
-        m = self.worker.timer.measure(calls, settings or Protocol())
+    def timer(self, calls: dict[str, Callable[[], None]], settings: Protocol | None,
+              before: Callable[[str], None] | None = None) -> TimerResult:
+        m = self.worker.timer.measure(calls, settings or Protocol(), before=before)
         stats = {n: TimingStats(samples_ms=list(m.samples[n]), median_ms=st.median, p10_ms=st.p10,
                                 p90_ms=st.p90) for n, st in m.stats.items()}
         return TimerResult(stats, metrics={"rel_ci": m.stats["candidate"].rel_ci,
                                            "throttled_discarded": float(m.discarded_throttled)},
                            resources={"timing_mode": m.mode["candidate"], "cache": m.cache,
-                                      "stop_reason": m.stop_reason})
+                                      "stop_reason": m.stop_reason},
+                           # graph replays and warm caches are not held to the DRAM roof
+                           comparable_to_roof=m.mode["candidate"] == "events" and m.cache == "cold")
 
     def fault(self, exc: BaseException) -> StageFailed | None:
         cp = self.xp
@@ -157,6 +181,23 @@ class CudaKernelBackend:
 
     def release(self) -> None:
         self.worker.release()
+
+
+_SPLICE = re.compile(r"\\\r?\n")
+_MANAGED = re.compile(r"\b__managed__\b")
+
+
+def managed_variables(source: str) -> bool:
+    """Whether the candidate's code (comments gone, backslash-newline splices joined) declares
+    a __managed__ variable. A macro that hides one still leaves gmem for ptxas to report."""
+    return bool(_MANAGED.search(nvrtc.code_only(_SPLICE.sub("", source))))
+
+
+def global_memory_problem(gmem_bytes: int, allowed: int = 0) -> str:
+    return (f"keeps {gmem_bytes} bytes of global device memory (ptxas 'bytes gmem'; the "
+            f"operator's template keeps {allowed}): __device__, __managed__ or namespace-scope "
+            "variables are state that survives between calls; kernels may only use their "
+            "arguments, shared memory and the template's constants")
 
 
 def _threads(launch: Launch) -> int:
