@@ -210,8 +210,10 @@ class ComparePlot(pg.PlotWidget):
     def apply_theme(self, theme: PlotTheme) -> None:
         style_plot(self, theme)
 
-    def set_runs(self, series: list[tuple[int, str, list[tuple]]]) -> None:
-        """series: (run id, label, convergence rows (index, elapsed, value, best))."""
+    def set_runs(self, series: list[tuple[int, str, list[tuple]]], unit: str = "") -> None:
+        """series: (run id, label, convergence rows (index, elapsed, value, best)); `unit`:
+        the objective's unit when the runs share one."""
+        self.getPlotItem().setLabel("left", f"best so far ({unit})" if unit else "best so far")
         self._series = []
         for rid, label, rows in series:
             arr = np.array([(r[0], r[1], np.nan if r[3] is None else r[3]) for r in rows],

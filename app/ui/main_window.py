@@ -573,12 +573,13 @@ class MainWindow(QMainWindow):
 
     def compare_runs(self, run_ids: list[int]) -> None:
         store = self.store()
-        series = []
+        series, units = [], set()
         for rid in run_ids:
             run = store.get_run(rid)
+            units.add(run_unit(run, store.goal_of_run(rid).objective.metric))
             series.append((rid, f"run {rid}: {run['name']} (seed {run.get('seed')})",
                            store.convergence(rid)))
-        self.compare.set_runs(series)
+        self.compare.set_runs(series, unit=units.pop() if len(units) == 1 else "")
         self.tabs.setCurrentWidget(self.compare)
 
     def resume_run(self, run_id: int) -> None:

@@ -291,3 +291,11 @@ def test_examples_say_whether_this_machine_can_run_them(qtbot):
     second = GoalForm()
     qtbot.addWidget(second)
     assert time.monotonic() - started < 2.0
+
+
+def test_compare_plot_names_the_unit(qtbot, window, replay_goal, run_headless):
+    store = window.store()
+    a = run_headless(store, replay_goal(max_evals=10, seed=1, name="run A"))
+    b = run_headless(store, replay_goal(max_evals=10, seed=2, name="run A"))
+    window.compare_runs([a, b])
+    assert window.compare.getPlotItem().getAxis("left").labelText == "best so far (ms)"
