@@ -14,8 +14,8 @@
  *   KC MC NC  cache blocking (MC is rounded up to a multiple of MR, NC to a multiple of NR)
  *   UK      unroll of the k loop in the micro-kernel
  *   ORDER   0: jr outer, ir inner (B micro-panel in L1); 1: ir outer, jr inner
- *   PAR     0: threads split the ic loop (each packs its own A block); 1: they split jr panels
- *           of one shared packed A block
+ *   PAR     0: threads split the rows of C evenly (whole MR panels), each packing its own A
+ *           blocks; 1: they split the jr panels of one shared packed A block
  *   PF      1: prefetch the C tile before the k loop
  *   THREADS OpenMP threads
  * The host harness (fixed) calls ks_kernel with the signature below. */
@@ -23,6 +23,9 @@
 #include <string.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
+#ifdef _OPENMP
+#include <omp.h>
 #endif
 
 #ifndef ISA
@@ -230,6 +233,15 @@ void ks_kernel(float *restrict C, const float *restrict A, const float *restrict
     {
 #if PAR == 0
         _Alignas(64) float ap[MCR * KC];
+        /* an even split of the MR panels of C's rows (MC blocks would leave a thread idle) */
+#ifdef _OPENMP
+        const long team = omp_get_num_threads(), me = omp_get_thread_num();
+#else
+        const long team = 1, me = 0;
+#endif
+        const long panels = (M + MR - 1) / MR;
+        const long row_begin = ks_min(panels * me / team * MR, M);
+        const long row_end = ks_min(panels * (me + 1) / team * MR, M);
 #else
         float *ap = ap_shared;
 #endif
@@ -242,13 +254,13 @@ void ks_kernel(float *restrict C, const float *restrict A, const float *restrict
                 for (long jp = 0; jp < nc; jp += NR)
                     pack_b_panel(bp + jp * kc, B + pc * N + jc + jp, N, ks_min(NR, nc - jp), kc);
 #if PAR == 0
-#pragma omp for schedule(static)
-                for (long ic = 0; ic < M; ic += MCR) {
-                    const long mc = ks_min(MCR, M - ic);
+                for (long ic = row_begin; ic < row_end; ic += MCR) {
+                    const long mc = ks_min(MCR, row_end - ic);
                     for (long ip = 0; ip < mc; ip += MR)
                         pack_a_panel(ap + ip * kc, A + (ic + ip) * K + pc, K, ks_min(MR, mc - ip), kc);
                     macro_kernel(mc, nc, kc, ap, bp, C + ic * N + jc, N, accumulate, 0, nc);
                 }
+#pragma omp barrier
 #else
                 for (long ic = 0; ic < M; ic += MCR) {
                     const long mc = ks_min(MCR, M - ic);
