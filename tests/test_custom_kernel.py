@@ -336,3 +336,15 @@ def test_custom_cuda_kernel_runs_the_real_cuda_cascade_on_fake_cupy(monkeypatch,
     assert passed[:4] == ["static_check", "compile", "resources", "verify"], (good.detail, good.log[-1500:])
     assert good.resources["registers"] > 0
     assert not bad.ok and bad.reason == VERIFY_FAILED and "'inside'" in bad.detail
+
+
+def test_short_toml_of_a_custom_goal_round_trips():
+    from app.catalog.custom.toml_text import goal_text
+
+    for name in ("conv2d_c", "pnpoly_c", "pnpoly_cuda", "convolution_cuda"):
+        goal = Goal.load(EXAMPLES / name / "goal.toml")
+        text = goal_text(goal, "# a header\n")
+        again = Goal.from_toml(text)
+        again.source_path = goal.source_path
+        assert again == goal, name
+        assert text.startswith("# a header\n") and len(text.splitlines()) < 40

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import tomli_w
 
+from app.catalog.custom.toml_text import goal_text
 from app.goal import Goal, KernelTable, StopRules
 
 DIMS = {1: ["n"], 2: ["nx", "ny"], 3: ["nx", "ny", "nz"]}
@@ -130,10 +130,7 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     goal_path = out / "goal.toml"
     header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
               + "".join(f"# note: {n}\n" for n in notes))
-    data = goal.to_dict()  # only what differs from the defaults: a short file
-    short = {k: data[k] for k in ("name", "backend", "dtype", "shapes")}
-    short.update(stop={"max_evals": 100}, kernel=data["kernel"])
-    goal_path.write_text(header + tomli_w.dumps(short), encoding="utf-8")
+    goal_path.write_text(goal_text(goal, header), encoding="utf-8")
     return Imported(goal_path, notes)
 
 

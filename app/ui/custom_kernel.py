@@ -37,6 +37,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.catalog.custom.spec import ARG_DTYPES, FILLS, ROLES, entry_names
+from app.catalog.custom.toml_text import goal_text
 from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable, StopRules
 
@@ -354,7 +355,7 @@ class CustomKernelPage(QDialog):
         goal = self.checked_goal(path.parent.resolve(), save_as=path)
         if goal is None:
             return False
-        goal.save(path)
+        path.write_text(goal_text(goal), encoding="utf-8")
         return True
 
     def _save_dialog(self) -> None:
