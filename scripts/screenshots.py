@@ -113,6 +113,7 @@ def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> lis
     if args.cpu:  # a real CPU run (C compiled here), opened from the history
         cpu = Goal.load(Path(__file__).resolve().parent.parent / "resources/goals/cpu_softmax.toml")
         cpu.shapes = [[512, 1024]]
+        cpu.name = "softmax fp32 512x1024 (cpu)"
         cpu.stop = StopRules(max_evals=args.cpu_evals, time_budget_s=120.0)
         session = RunSession(cpu, store=window.store())
         session.run()

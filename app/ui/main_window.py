@@ -7,7 +7,7 @@ import logging
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
-from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon, QKeySequence
+from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
@@ -243,7 +243,7 @@ class MainWindow(QMainWindow):
         self.state_label = QLabel("Idle")
         self.db_label = QLabel(f"History: {self.db_path.name}")  # the whole path in the tooltip
         self.db_label.setToolTip(str(self.db_path))
-        self.db_label.setStyleSheet("color: palette(placeholder-text);")
+        self.db_label.setForegroundRole(QPalette.PlaceholderText)  # follows the theme
         sb = self.statusBar()
         sb.addPermanentWidget(self.state_label)
         sb.addPermanentWidget(self.device_label)

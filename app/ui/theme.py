@@ -153,3 +153,8 @@ def style_plot(widget: pg.PlotWidget, theme: PlotTheme) -> None:
     if item.titleLabel is not None:
         item.titleLabel.setAttr("color", theme.foreground)
         item.titleLabel.setText(item.titleLabel.text)
+    legend = getattr(item, "legend", None)
+    if legend is not None:  # labels drawn before a theme switch keep their colour otherwise
+        legend.setLabelTextColor(theme.foreground)
+        for _sample, label in legend.items:
+            label.setText(label.text)

@@ -129,6 +129,11 @@ def test_dark_theme_draws_title_and_numbers_legibly(qtbot, window):
         # and the label's own background is the dark theme's, not a stale light one
         window_bg = window.palette().color(window.backgroundRole())
         assert window_bg.lightness() < 80
+        # the plot legends follow too ("best so far" was drawn in the light theme's grey)
+        from app.ui.theme import DARK
+
+        for _sample, label in window.live.convergence.legend.items:
+            assert QColor(label.opts["color"]).name() == DARK.foreground
     finally:
         window.set_theme("light")
 
