@@ -78,6 +78,9 @@ def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> lis
     window.form.set_goal(goal)
     window.goal_dock.raise_()
     shoot("goal-form")
+    window.form.example.showPopup()  # the examples, marked with what this machine can run
+    shoot("goal-examples", window.form.example.view().window())
+    window.form.example.hidePopup()
     window.form.scroll.verticalScrollBar().setValue(window.form.scroll.verticalScrollBar().maximum())
     shoot("goal-form-bottom", window.goal_dock)
     window.form.scroll.verticalScrollBar().setValue(0)
