@@ -43,6 +43,7 @@ def _check_custom_goal(backend: str, goal: Goal) -> None:
     from app.catalog.custom import load_spec
 
     spec = load_spec(goal, backend)
+    goal.operator = ""  # the [kernel] table wins over an operator a form kept (stored runs say so)
     if spec.recorded_space:
         try:
             goal.resolve_space_path() if goal.space else _find_recorded(goal, spec.recorded_space)

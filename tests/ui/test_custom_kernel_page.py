@@ -115,4 +115,7 @@ def test_c_kernel_from_the_page_is_tuned_from_the_window(qtbot, window, tmp_path
         run = store.get_run(window.current_run_id)
         stored = [e for _, e, _ in store.load_evaluations(window.current_run_id)]
     assert run["status"] == "finished" and run["backend"] == "cpu"
+    with Store(window.db_path) as store:
+        stored_goal = store.goal_of_run(window.current_run_id)
+    assert stored_goal.kernel.entry == "scale_add" and stored_goal.operator == ""
     assert len(stored) == 4 and all(e.ok for e in stored), [e.detail for e in stored]
