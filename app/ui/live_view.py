@@ -43,6 +43,8 @@ AXIS_WIDTH = 64
 SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
                  "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
+# Where along the plot each reference line's label sits: apart, so close lines stay readable.
+LABEL_AT = {"baseline": 0.02, "target": 0.36, "limit": 0.68}
 TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperature", "°C"),
                   ("power_w", "Power", "W"))
 
@@ -184,7 +186,8 @@ class ConvergencePlot(pg.PlotWidget):
         if line is None:
             line = pg.InfiniteLine(angle=0, movable=False,
                                    pen=pg.mkPen(color, width=1.5, style=Qt.DashLine),
-                                   label=label, labelOpts={"position": 0.02, "color": color,
+                                   label=label, labelOpts={"position": LABEL_AT.get(name, 0.02),
+                                                           "color": color,
                                                            "anchors": [(0, 1), (0, 1)]})
             self.addItem(line)
             self._lines[name] = line

@@ -304,3 +304,17 @@ def test_compare_plot_names_the_unit(qtbot, window, replay_goal, run_headless):
     b = run_headless(store, replay_goal(max_evals=10, seed=2, name="run A"))
     window.compare_runs([a, b])
     assert window.compare.getPlotItem().getAxis("left").labelText == "best so far (ms)"
+
+
+def test_reference_line_labels_sit_apart(qtbot):
+    """Baseline and hardware limit close together (a CPU run's 0.12 ms and 0.002 ms) must not
+    print their labels on top of each other."""
+    from app.ui.live_view import ConvergencePlot
+
+    plot = ConvergencePlot()
+    qtbot.addWidget(plot)
+    plot.set_reference("baseline", 0.1229, "#7f7f7f", "baseline 0.1229 ms")
+    plot.set_reference("limit", 0.0018, "#c0392b", "hardware limit 0.0018 ms")
+    plot.set_reference("target", 0.06, "#2e9d4f", "target 0.06 ms")
+    positions = [plot._lines[n].label.orthoPos for n in ("baseline", "target", "limit")]
+    assert len(set(positions)) == 3
