@@ -426,7 +426,21 @@ class MainWindow(QMainWindow):
             return
         self._start(goal, None, f"{goal.name} — starting…")
 
+    def confirm(self, question: str) -> bool:
+        """Ask the user a yes/no question (never in tests: `interactive` is off there)."""
+        if not self.interactive:
+            return False
+        answer = QMessageBox.question(self, "KernelSwarm", question,
+                                      QMessageBox.Yes | QMessageBox.No, QMessageBox.No)
+        return answer == QMessageBox.Yes
+
     def _start(self, goal: Goal, resume_run_id: int | None, title: str) -> None:
+        from app.ui.endpoint_check import goal_endpoint_allowed
+
+        allowed, why = goal_endpoint_allowed(goal, self.confirm)
+        if not allowed:  # the API key would go to an endpoint the user did not choose
+            self.statusBar().showMessage(why.splitlines()[0], 15000)
+            return
         self.current_goal = goal
         self._prepare_views(goal, title)
         if resume_run_id is not None:
