@@ -74,6 +74,7 @@ class SwarmSettings:
     agents: list[str] = field(default_factory=lambda: list(DEFAULT_AGENTS))
     workers: int = 4
     seed: int = 0
+    transfer: bool = True  # start from runs of the same kernel on other devices (app.swarm.transfer)
 
 
 @dataclass
@@ -230,6 +231,8 @@ class Goal:
             raise GoalError("swarm.workers", "must be an integer between 1 and 256")
         if isinstance(self.swarm.seed, bool) or not isinstance(self.swarm.seed, int):
             raise GoalError("swarm.seed", "must be an integer")
+        if not isinstance(self.swarm.transfer, bool):
+            raise GoalError("swarm.transfer", "must be true or false")
         if not isinstance(self.llm, dict):
             raise GoalError("llm", "must be a table of LLM endpoint settings")
         return self

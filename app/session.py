@@ -16,6 +16,7 @@ from app.goal import Goal
 from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
 from app.swarm.agents import agent_spec, check_agents
 from app.swarm.coordinator import Coordinator, RunResult
+from app.swarm.transfer import evidence_from_store
 
 if TYPE_CHECKING:  # the store is optional: benchmarks run without one
     from app.store import Store
@@ -85,10 +86,18 @@ class RunSession:
         cases = store.validation_cases(goal) if store is not None else []
         self.evaluator = evaluator or build_evaluator(goal, cases)
         device = self.evaluator.device()
+        transfer = None
+        if resume_run_id is None and store is not None and goal.swarm.transfer:
+            transfer = evidence_from_store(  # runs of this kernel on other devices
+                store, goal=goal, kernel=str(device.details.get("kernel", "")),
+                device_name=device.name, space=self.evaluator.space,
+                minimize=goal.objective.minimize)
         if resume_run_id is None:
-            # the unit rides in the run's device record, so reopened runs and exports know it
+            # the unit rides in the run's device record, so reopened runs and exports know it;
+            # so do the earlier runs this one learned from
+            learned = {"learned_from": transfer.sources} if transfer else {}
             self.run_id = store.create_run(goal, {"kind": device.kind, "name": device.name,
-                                                  **device.details, "unit": self.unit}
+                                                  **device.details, "unit": self.unit, **learned}
                                            ) if store else None
         baseline = self.evaluator.baseline()
         limit = self.evaluator.limit()
@@ -108,6 +117,7 @@ class RunSession:
             simulated_clock=self.backend.runs_on_simulated_clock(goal),
             target_value=target_value(goal, baseline, limit), baseline_value=baseline,
             limit_value=limit, goal_name=goal.name, backend=goal.backend, unit=self.unit,
+            transfer=transfer,
         )
         self._unsubscribe: list = []
         if store is not None and self.run_id is not None:

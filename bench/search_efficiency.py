@@ -99,13 +99,16 @@ class Task:
     budget: int
     seed: int
     sibling: str = ""  # transfer: the recorded space of the same kernel on another device
+    # swarm runs with one worker are deterministic and ignore their budget until it is spent:
+    # one run at the largest budget is scored at every smaller one (its first M evaluations)
+    prefixes: tuple[int, ...] = ()
 
     @property
     def cache_key(self) -> str:
         return f"{Path(self.space).name}|{os.path.getsize(self.space)}|{self.strategy}|{self.budget}|{self.seed}"
 
 
-def run_swarm(task: Task) -> float | None:
+def run_swarm(task: Task) -> dict[int, float | None]:
     from app.goal import StopRules
     from app.gpu.replay import ReplayEvaluator, load_cache_file
     from app.swarm.agents import AGENT_NAMES
@@ -124,7 +127,7 @@ def run_swarm(task: Task) -> float | None:
                               transfer=transfer)
     result = coordinator.run()
     trace = [(evaluator.space.as_tuple(e.config), e.value if e.ok else None) for e in result.history]
-    return best_of_first(trace, task.budget)
+    return {m: best_of_first(trace, m) for m in {task.budget, *task.prefixes}}
 
 
 _SIBLINGS: dict[str, object] = {}
@@ -179,7 +182,7 @@ def _tune_keys(path: str) -> list[str]:
     return list(load_cache_file(path).params)
 
 
-def run_task(task: Task) -> tuple[Task, float | None, float, str]:
+def run_task(task: Task) -> tuple[Task, dict[int, float | None] | float | None, float, str]:
     start = time.perf_counter()
     try:
         if task.strategy.startswith("swarm"):
@@ -307,8 +310,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             kt_json = uncompressed_copy(path, Path(tmp)) if any(
                 not s.startswith("swarm") for s in args.strategies) else path
             for strategy in args.strategies:
-                for budget in budgets:
-                    for seed in range(args.seeds):
+                for seed in range(args.seeds):
+                    if strategy.startswith("swarm") and budgets:
+                        tasks.append(Task(str(path), str(kt_json), strategy, max(budgets), seed,
+                                          prefixes=tuple(budgets)))
+                        continue
+                    for budget in budgets:
                         tasks.append(Task(str(path), str(kt_json), strategy, budget, seed))
         best: dict[tuple[str, str, int], list[float | None]] = {}
         todo = []
@@ -327,7 +334,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if error:
                     errors.setdefault(task.strategy, f"{Path(task.space).name}: {error}")
                     continue
-                best.setdefault((task.space, task.strategy, task.budget), []).append(value)
+                for m, v in (value.items() if isinstance(value, dict) else [(task.budget, value)]):
+                    best.setdefault((task.space, task.strategy, m), []).append(v)
                 if cache_out and not task.strategy.startswith("swarm"):
                     cache_out.write(json.dumps({"key": task.cache_key, "best": value}) + "\n")
                     cache_out.flush()
@@ -370,17 +378,17 @@ def run_transfer(stats: dict[str, SpaceStats], args: argparse.Namespace) -> dict
     tasks = []
     for space in sorted({a for a, _ in pairs}):
         for sibling in ["", *sorted(b for a, b in pairs if a == space)]:
-            for m in budgets:
-                if m > stats[space].n_configs:
-                    continue
-                for seed in range(args.seeds):
-                    tasks.append(Task(space, space, "swarm", m, seed, sibling=sibling))
+            fitting = tuple(m for m in budgets if m <= stats[space].n_configs)
+            for seed in range(args.seeds if fitting else 0):
+                tasks.append(Task(space, space, "swarm", max(fitting), seed, sibling=sibling,
+                                  prefixes=fitting))
     found: dict[tuple[str, str, int], list[float | None]] = {}
     with mp.get_context("fork").Pool(max(1, args.jobs)) as pool:
         for task, value, _, error in pool.imap(run_task, tasks, chunksize=4):
             if error:
                 raise SystemExit(f"transfer run failed on {Path(task.space).name}: {error}")
-            found.setdefault((task.space, task.sibling, task.budget), []).append(value)
+            for m, v in value.items():
+                found.setdefault((task.space, task.sibling, m), []).append(v)
     rows = []
     for space, sibling in pairs:
         st = stats[space]
@@ -467,21 +475,26 @@ def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) ->
 
 
 def virtual_best(report: dict) -> dict[str, dict[str, float]]:
-    """Per budget, the mean over spaces of the swarm's P and of the best single agent's P on
-    each space (the agent chosen with hindsight, per space and budget)."""
+    """Per budget, the mean over spaces of the swarm's P, of the virtual best single agent's
+    (per space the agent with the best mean P over the budgets, chosen with hindsight) and of
+    the oracle that picks the best agent per space and budget (stricter still)."""
     out: dict[str, dict[str, float]] = {}
-    for m in report["budgets"]:
-        swarm, best = [], []
-        for space in report["spaces"].values():
-            rows = space["strategies"]
-            alone = [r[str(m)]["P"] for s, r in rows.items()
-                     if s.startswith("swarm-") and str(m) in r]
-            if alone and str(m) in rows.get("swarm", {}):
-                swarm.append(rows["swarm"][str(m)]["P"])
-                best.append(max(alone))
-        if swarm:
-            out[str(m)] = {"swarm": sum(swarm) / len(swarm), "virtual_best": sum(best) / len(best),
-                           "spaces": len(swarm)}
+    cells: dict[str, list[tuple[float, float, float]]] = {str(m): [] for m in report["budgets"]}
+    for space in report["spaces"].values():
+        rows = space["strategies"]
+        alone = {s: r for s, r in rows.items() if s.startswith("swarm-") and r}
+        if not alone or not rows.get("swarm"):
+            continue
+        chosen = max(alone, key=lambda s: sum(v["P"] for v in alone[s].values()) / len(alone[s]))
+        for m, column in cells.items():
+            if m in rows["swarm"] and all(m in r for r in alone.values()):
+                column.append((rows["swarm"][m]["P"], alone[chosen][m]["P"],
+                                 max(r[m]["P"] for r in alone.values())))
+    for m, c in cells.items():
+        if c:
+            out[m] = {"swarm": sum(x[0] for x in c) / len(c),
+                      "virtual_best": sum(x[1] for x in c) / len(c),
+                      "oracle_per_budget": sum(x[2] for x in c) / len(c), "spaces": len(c)}
     return out
 
 
@@ -490,11 +503,12 @@ def print_ablation(report: dict) -> None:
     report["virtual_best"] = vb
     if not vb:
         return
-    print("\nablation (mean P over spaces; virtual best: the best single agent per space and "
-          "budget, chosen with hindsight):")
+    print("\nablation (mean P over spaces; virtual best: per space the single agent with the best "
+          "mean P, chosen with hindsight; oracle: the best agent per space and budget):")
     for m, row in vb.items():
         print(f"  M={m:<6} swarm {row['swarm']:7.3f}   virtual best agent {row['virtual_best']:7.3f}"
-              f"   margin {row['swarm'] - row['virtual_best']:+.3f}")
+              f"   margin {row['swarm'] - row['virtual_best']:+.3f}"
+              f"   (oracle {row['oracle_per_budget']:.3f})")
     swarm = sum(r["swarm"] for r in vb.values()) / len(vb)
     best = sum(r["virtual_best"] for r in vb.values()) / len(vb)
     print(f"swarm vs virtual best agent {swarm:.3f} vs {best:.3f}")

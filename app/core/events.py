@@ -38,6 +38,8 @@ class RunStarted(Event):
     target_value: float | None = None
     resumed_evals: int = 0
     unit: str = ""  # the objective's unit (app.core.units), decided once per run
+    # earlier runs on other devices this run starts from: run_id, device, evaluations
+    learned_from: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass

@@ -558,6 +558,30 @@ class Store:
         return [{"source": source, "config": json.loads(config), "value": value}
                 for source, config, value in rows]
 
+    def runs_elsewhere(self, goal: Goal, kernel: str, device_name: str,
+                       limit: int = 5) -> list[dict[str, Any]]:
+        """Runs of the same kernel on other devices, newest first: id, device (decoded) and
+        minimize. The same kernel is the same goal key, or the same `kernel` named in the
+        run's device record (recorded spaces of one kernel on different GPUs); runs without
+        evaluations are left out."""
+        key_here = goal_key(goal)
+        with self._lock:
+            rows = self.conn.execute(
+                "SELECT runs.id, runs.device, runs.minimize, goals.key FROM runs "
+                "JOIN goals ON goals.id = runs.goal_id "
+                "WHERE EXISTS (SELECT 1 FROM evaluations e WHERE e.run_id = runs.id) "
+                "ORDER BY runs.id DESC").fetchall()
+        out = []
+        for run_id, device_json, minimize, key in rows:
+            device = json.loads(device_json or "{}")
+            if device.get("name") == device_name:
+                continue
+            if key == key_here or (kernel and device.get("kernel") == kernel):
+                out.append({"id": run_id, "device": device, "minimize": bool(minimize)})
+                if len(out) >= limit:
+                    break
+        return out
+
     # ---- events -------------------------------------------------------------------------
     def subscriber(self, run_id: int) -> Callable[[Event], None]:
         """An event-bus subscriber recording `run_id`'s events (app.store.recorder); subscribe

@@ -136,3 +136,12 @@ class Blackboard:
         with self._lock:
             n = min(k, len(self._ranked))
             return self._ranked[n - 1].value if n > 0 else None
+
+    def quantile(self, value: float) -> float:
+        """The fraction of correct evaluations strictly better than `value` (0: none is)."""
+        with self._lock:
+            if not self._ranked:
+                return 0.0
+            key = value if self.minimize else -value
+            better = bisect.bisect_left(self._ranked, key, key=self.sort_key)
+            return better / len(self._ranked)

@@ -20,11 +20,7 @@ import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from app.goal import StopRules
 from app.core.evaluator import Evaluator
-from app.swarm.agents.base import Agent
-from app.swarm.allocation import BudgetAllocator
-from app.swarm.blackboard import Blackboard
 from app.core.events import (
     AgentCredit,
     BestRevoked,
@@ -36,10 +32,14 @@ from app.core.events import (
     RunFinished,
     RunStarted,
 )
-from app.swarm.lessons import FailureTally, LessonBook, good_regions
-from app.swarm.transfer import TransferEvidence
 from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
+from app.goal import StopRules
+from app.swarm.agents.base import Agent
+from app.swarm.allocation import BudgetAllocator
+from app.swarm.blackboard import Blackboard
+from app.swarm.lessons import FailureTally, LessonBook, good_regions
+from app.swarm.transfer import TransferEvidence
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,9 @@ LESSON_EVERY = 10  # evaluations between lesson distillations
 PROPOSAL_ATTEMPTS = 8  # fresh proposals asked of one agent before trying another
 # Transfer: the head of the ranking from other devices is evaluated first (a quarter of the
 # budget at most, so the rest of the swarm always gets most of it).
-TRANSFER_SEEDS = 8
+TRANSFER_SEEDS = 5
+NEAR_TOP = 0.2  # a result within the best fifth so far earns part of an improvement's credit
+REWARD_NEAR_TOP = 0.5
 
 
 @dataclass
@@ -385,6 +387,9 @@ class Coordinator:
                                      run_id=self.run_id))
 
     def _reward(self, evaluation: Evaluation, improved: bool) -> float:
+        """Credit for one evaluation: 1 for a new best, graded credit for a result near the
+        top of everything measured so far (its quality, not just its luck of timing), none
+        for a failure or an ordinary result."""
         if improved:
             return 1.0
         if not evaluation.ok or evaluation.value is None:

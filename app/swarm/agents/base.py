@@ -7,9 +7,9 @@ import abc
 import random
 from typing import Any
 
-from app.swarm.blackboard import Blackboard
 from app.core.space import SearchSpace
 from app.core.types import Evaluation
+from app.swarm.blackboard import Blackboard
 
 Config = dict[str, Any]
 

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import random
 
+from app.core.space import SearchSpace
+from app.core.types import Evaluation
 from app.swarm.agents.base import Agent, Config
 from app.swarm.agents.moves import Picker, free_params, mutate, random_free, repair
 from app.swarm.blackboard import Blackboard
-from app.core.space import SearchSpace
-from app.core.types import Evaluation
 
 
 class EvolutionAgent(Agent):

@@ -8,10 +8,10 @@ import random
 
 import numpy as np
 
+from app.core.space import SearchSpace
 from app.swarm.agents.base import Agent, Config
 from app.swarm.agents.moves import Picker, Positions, random_free
 from app.swarm.blackboard import Blackboard
-from app.core.space import SearchSpace
 
 
 class ExplorerAgent(Agent):

@@ -2,22 +2,25 @@
 
 The agent climbs from a current point through its neighbourhood (adjacent values first, then
 two steps away, and around the global best any single-parameter change) and moves as soon as
-a neighbour is better. When the current
-point is a local optimum (its whole neighbourhood is known), it kicks the best configuration
-the board knows (a few random changes, repaired onto a free valid configuration) and climbs
-again from there. Evidence is shared: when another agent finds a new global best, the climb
-restarts from it.
+a neighbour is better. When the current point is a local optimum (its whole neighbourhood is
+known), the climb restarts from the best elite on the board whose neighbourhood it has not
+exhausted yet, whoever found it (the swarm's shared elite pool: another agent's basin); when
+every elite is exhausted it kicks the best configuration (a few random changes, repaired onto
+a free valid configuration) and climbs from there. Evidence is shared: when another agent
+finds a new global best, the climb restarts from it.
 """
 
 from __future__ import annotations
 
 import random
 
-from app.swarm.agents.base import Agent, Config
-from app.swarm.agents.moves import Picker, mutate, random_free, repair
-from app.swarm.blackboard import Blackboard
 from app.core.space import SearchSpace
 from app.core.types import Evaluation
+from app.swarm.agents.base import Agent, Config
+from app.swarm.agents.moves import Picker, mutate, random_free, repair, take_free
+from app.swarm.blackboard import Blackboard
+
+ELITE_RESTARTS = 10  # how many of the board's best configurations a climb may restart from
 
 
 class LocalAgent(Agent):
@@ -31,6 +34,7 @@ class LocalAgent(Agent):
         self._kick: str | None = None  # key of the last kick, once evaluated it starts a climb
         self._seen_best: str | None = None
         self._synced = 0
+        self._exhausted: set[str] = set()  # centres whose whole neighbourhood is known
 
     def _better(self, e: Evaluation, than: Evaluation | None) -> bool:
         return e.ok and e.value is not None and (
@@ -61,16 +65,28 @@ class LocalAgent(Agent):
             self.rng.shuffle(moves)
         return near + two + every
 
+    def _climb(self, centre: Evaluation, picker: Picker, n: int) -> list[Config]:
+        out = take_free(self._neighbourhood(centre), picker, n)
+        if not out:
+            self._exhausted.add(centre.key)
+        return out
+
     def propose(self, board: Blackboard, n: int = 1) -> list[Config]:
         self._follow(board)
         picker = Picker(self.space, board)
         out: list[Config] = []
         if self.current is not None:
-            for cand in self._neighbourhood(self.current):
-                if len(out) >= n:
-                    break
-                if picker.is_free(cand):
-                    out.append(picker.take(cand))
+            out = self._climb(self.current, picker, n)
+        # A local optimum: restart from the best elite not yet climbed around.
+        for elite in board.elites(ELITE_RESTARTS):
+            if len(out) >= n:
+                break
+            if elite.key in self._exhausted:
+                continue
+            more = self._climb(elite, picker, n - len(out))
+            if more:
+                self.current = elite
+                out += more
         while len(out) < n:
             best = board.best
             if best is not None:  # local optimum: kick the best and repair

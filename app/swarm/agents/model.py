@@ -17,11 +17,11 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState, create_trial
 
+from app.core.space import SearchSpace
+from app.core.types import Evaluation
 from app.swarm.agents.base import Agent, Config
 from app.swarm.agents.moves import Picker, free_params, repair
 from app.swarm.blackboard import Blackboard
-from app.core.space import SearchSpace
-from app.core.types import Evaluation
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 

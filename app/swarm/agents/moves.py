@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from app.swarm.blackboard import Blackboard
 from app.core.space import SearchSpace
+from app.swarm.blackboard import Blackboard
 
 Config = dict[str, Any]
 
