@@ -41,14 +41,9 @@ from app.goal import (
     DTYPES,
     OBJECTIVES,
     TARGET_KINDS,
-    Constraints,
     Goal,
     GoalError,
-    Objective,
-    StopRules,
     SwarmSettings,
-    Target,
-    Tolerance,
 )
 from app.gpu.registry import backend_names, backend_spec, backends
 from app.paths import resources_dir, space_search_dirs
@@ -569,9 +564,11 @@ class GoalForm(QWidget):
         forbid = [f.strip() for f in self.forbid.text().split(",") if f.strip()]
         restrictions = [r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()]
         # Start from the goal that was loaded: what the form does not show (the [llm] table,
-        # and any field added later) goes back out unchanged.
-        return dataclasses.replace(
-            copy.deepcopy(self._base),
+        # and any field or table entry added later, like swarm.transfer) goes back out unchanged.
+        base = copy.deepcopy(self._base)
+        edit = dataclasses.replace
+        return edit(
+            base,
             name=self.name.text().strip(),
             operator="" if recorded else kernel,
             space=kernel if recorded else "",
@@ -579,21 +576,24 @@ class GoalForm(QWidget):
             dtype=self.dtype.currentText(),
             shapes=self.shapes.shapes(),
             device=None if self.device.value() < 0 else self.device.value(),
-            objective=Objective(metric=self.objective_metric.currentText(),
-                                direction=self.direction.currentData()),
-            target=Target(kind=self.target_kind.currentData(), value=float(self.target_value.value())),
-            stop=StopRules(max_evals=self.max_evals.value(), time_budget_s=float(self.time_budget.value()),
-                           plateau_patience=self.plateau.value()),
-            tolerance=Tolerance(rtol=_optional_float(self.rtol, "tolerance.rtol"),
-                                atol=_optional_float(self.atol, "tolerance.atol")),
-            constraints=Constraints(
+            objective=edit(base.objective, metric=self.objective_metric.currentText(),
+                           direction=self.direction.currentData()),
+            target=edit(base.target, kind=self.target_kind.currentData(),
+                        value=float(self.target_value.value())),
+            stop=edit(base.stop, max_evals=self.max_evals.value(),
+                      time_budget_s=float(self.time_budget.value()),
+                      plateau_patience=self.plateau.value()),
+            tolerance=edit(base.tolerance, rtol=_optional_float(self.rtol, "tolerance.rtol"),
+                           atol=_optional_float(self.atol, "tolerance.atol")),
+            constraints=edit(
+                base.constraints,
                 restrictions=restrictions,
                 max_registers=_optional_int(self.max_registers, "constraints.max_registers"),
                 max_shared_memory_bytes=_optional_int(self.max_shared,
                                                       "constraints.max_shared_memory_bytes"),
                 forbid=forbid),
-            swarm=SwarmSettings(agents=self._checked_agents(),
-                                workers=self.workers.value(), seed=self.seed.value()),
+            swarm=edit(base.swarm, agents=self._checked_agents(),
+                       workers=self.workers.value(), seed=self.seed.value()),
             simulate_time=self.simulate_time.isChecked(),
             source_path=self._source_path,
         )

@@ -318,3 +318,33 @@ def test_reference_line_labels_sit_apart(qtbot):
     plot.set_reference("target", 0.06, "#2e9d4f", "target 0.06 ms")
     positions = [plot._lines[n].label.orthoPos for n in ("baseline", "target", "limit")]
     assert len(set(positions)) == 3
+
+
+def test_settings_the_form_does_not_show_survive_inside_its_tables(qtbot):
+    """A field added to a table the form edits (say [swarm] transfer = false) is kept too:
+    the form changes only the fields it shows."""
+    from dataclasses import dataclass
+
+    from app.goal import Constraints
+    from app.ui.goal_form import GoalForm
+
+    @dataclass
+    class SwarmPlus(SwarmSettings):
+        not_in_the_form: int = 0
+
+    @dataclass
+    class ConstraintsPlus(Constraints):
+        also_not_in_the_form: str = ""
+
+    form = GoalForm()
+    qtbot.addWidget(form)
+    goal = Goal(name="extra", space="pnpoly_RTX_3090.json.gz",
+                swarm=SwarmPlus(agents=["explorer"], workers=2, seed=9, not_in_the_form=7),
+                constraints=ConstraintsPlus(restrictions=["tile_size <= 8"],
+                                            also_not_in_the_form="kept"))
+    form.set_goal(goal)
+    form.seed.setValue(10)
+    built = form.build_goal()
+    assert built.swarm.not_in_the_form == 7 and built.swarm.seed == 10
+    assert built.constraints.also_not_in_the_form == "kept"
+    assert built.constraints.restrictions == ["tile_size <= 8"]
