@@ -348,3 +348,37 @@ def test_short_toml_of_a_custom_goal_round_trips():
         again.source_path = goal.source_path
         assert again == goal, name
         assert text.startswith("# a header\n") and len(text.splitlines()) < 40
+
+
+@needs_cc
+def test_llm_agent_rewrites_the_users_c_kernel(tmp_path, monkeypatch):
+    """A scripted chat server answers with a rewrite of the user's kernel: the prompt carries the
+    user's source, the rewrite goes through the real cascade and is verified against the
+    user's reference."""
+    from llm_server import ChatServer, Reply
+
+    from app.core.events import EventBus
+    from app.gpu.cpu import CpuEvaluator
+    from app.llm import LLMSettings, make_llm_team
+    from app.swarm.coordinator import Coordinator
+
+    rewrite = SCALE_C.replace("/* out[i] =", "/* rewritten by the LLM: out[i] =").replace(
+        "for (int u = 0; u < UNROLL; u++) out[i + u]", "for (int u = UNROLL - 1; u >= 0; u--) out[i + u]")
+    monkeypatch.setenv("KERNELSWARM_LLM_API_KEY", "sk-test-0123456789")
+    goal = Goal.load(write_goal(tmp_path, GOAL_TOML.replace("max_evals = 6", "max_evals = 3")))
+    check_goal(goal)
+    evaluator = CpuEvaluator(goal)
+    with ChatServer([Reply(f"Idea: walk each block backwards\n```c\n{rewrite}```")],
+                    default=Reply("no code"), lifetime_s=120) as server:
+        settings = LLMSettings(base_url=server.base_url, model="scripted", timeout_s=8,
+                               backoff_s=0.05, max_retries=1, roles=["memory"])
+        team = make_llm_team(goal, evaluator, settings=settings, bus=EventBus())
+        try:
+            result = Coordinator(team.evaluator.space, team.evaluator, agents=team.agents,
+                                 stop=goal.stop, backend="cpu").run()
+        finally:
+            evaluator.close()
+    prompts = " ".join(m["content"] for body in server.requests for m in body["messages"])
+    assert "void scale_add(float *out" in prompts  # the user's kernel is the current source
+    rewritten = [e for e in result.history if e.source and "rewritten by the LLM" in e.source]
+    assert rewritten and rewritten[0].ok, [(e.agent, e.reason, e.detail) for e in result.history]
