@@ -676,7 +676,8 @@ class CandidateDetail(QWidget):
             if other is None:
                 parts.append(f"<h4>vs {name}</h4><p><i>no {name} candidate</i></p>")
                 continue
-            if other is ev:
+            other = self.model.ordered(other)  # the run's parameter order, like `ev`
+            if other.key == ev.key:
                 parts.append(f"<h4>vs {name}</h4><p><i>this candidate is the {name}</i></p>")
                 continue
             if ev.source and other.source:

@@ -205,6 +205,7 @@ def test_parameter_order_is_the_same_live_and_reopened(qtbot, window):
     first = model.evaluation(0)
     window.table.select_key(first.key)
     live_summary = window.detail.summary.toPlainText()
+    live_diff = window.detail.diff.toPlainText()
     names = model.parameter_names(first)
     assert names[:3] == ["MWG", "NWG", "KWG"]  # the space's order, not the names' order
 
@@ -213,6 +214,9 @@ def test_parameter_order_is_the_same_live_and_reopened(qtbot, window):
     assert [model.index(r, 6).data() for r in range(model.rowCount())] == live_text
     window.table.select_key(first.key)
     assert window.detail.summary.toPlainText() == live_summary
+    assert window.detail.diff.toPlainText() == live_diff
+    window.table.select_key(model.best.key)
+    assert "this candidate is the best" in window.detail.diff.toPlainText()
     assert model.parameter_names(model.evaluation(0)) == names
 
 
