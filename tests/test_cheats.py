@@ -4,12 +4,16 @@ reason, and the run goes on: the next honest candidate is evaluated normally."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import os
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
 
-from app.core.types import CRASH, RESOURCE_LIMIT, TIMEOUT, VERIFY_FAILED, Candidate
+from app.core.types import CRASH, RESOURCE_LIMIT, SUSPECT, TIMEOUT, VERIFY_FAILED, Candidate
 from app.goal import Goal
 from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler
 from app.gpu.timing import TimingSettings
@@ -107,3 +111,104 @@ def test_out_of_bounds_write_replaces_the_worker(transpose):
     planted(transpose, "out_of_bounds_transpose.c")
     assert transpose.pool.workers[0].pid != pid or not transpose.pool.workers[0].alive()
     assert before.ok and honest(transpose, "pid-probe-2").ok
+
+
+# ---- issue 11: cheats aimed at the timed calls -----------------------------------------------
+# More timed calls than FAST: a one-entry cache hits when the same input slot comes twice in a
+# row (1 in 3 per call), so 15+ calls make a miss of every hit vanishingly unlikely.
+TIMED = dataclasses.replace(FAST, timing=TimingSettings(warmup=1, min_samples=15, max_samples=20,
+                                                        max_seconds=2.0))
+
+
+@pytest.fixture(scope="module")
+def timed_transpose():
+    ev = CpuEvaluator(Goal(name="timed cheats", backend="cpu", operator="transpose",
+                           shapes=[[64, 96]]), settings=TIMED)
+    yield ev
+    ev.close()
+
+
+def test_early_return_on_valid_output_never_fires_on_timed_calls(timed_transpose):
+    """(a) Outputs are poisoned before every timed call: the shortcut never fires, so the
+    kernel is timed doing its work, like its honest twin."""
+    cheat = planted(timed_transpose, "early_return_valid_transpose.c")
+    honest_twin = timed_transpose.evaluate(Candidate(
+        config=HONEST["transpose"], key="twin", agent="llm",
+        source=(KERNELS / "early_return_valid_transpose.c").read_text().replace(
+            "if (valid) return;", "(void)valid;")))
+    assert cheat.ok and honest_twin.ok, (cheat.detail, honest_twin.detail)
+    # a shortcut taken on timed calls measured 12x faster; with poisoned outputs it cannot be
+    assert cheat.time_ms > 0.4 * honest_twin.time_ms, (cheat.time_ms, honest_twin.time_ms)
+
+
+def test_early_return_on_written_output_is_not_deterministic(timed_transpose):
+    ev = planted(timed_transpose, "early_return_written_transpose.c")
+    assert ev.reason == VERIFY_FAILED and "not deterministic" in ev.detail, ev.detail
+
+
+def test_statics_hidden_by_an_attribute_are_refused_in_the_built_library(timed_transpose):
+    """(b) The text never matters: the library's .bss is larger than an empty kernel's."""
+    ev = planted(timed_transpose, "attribute_static_transpose.c")
+    assert ev.reason == RESOURCE_LIMIT and "writable global data" in ev.detail, ev.detail
+    assert ".bss" in ev.detail
+
+
+@pytest.mark.parametrize("kernel", ["pointer_cache_transpose.c", "hash_cache_transpose.c",
+                                    "partial_when_timed_transpose.c"])
+def test_state_kept_outside_the_library_is_caught_on_the_outputs(timed_transpose, kernel):
+    """(c), (d), (e): state in OpenMP settings and the heap passes every static and ELF check;
+    the rotated, perturbed inputs and the checked outputs of the timed calls catch it."""
+    ev = planted(timed_transpose, kernel)
+    assert not ev.ok and ev.reason == VERIFY_FAILED, (ev.reason, ev.detail)
+    assert [s.name for s in ev.stages][:3] == ["static_check", "compile", "resources"]
+    assert all(s.ok for s in ev.stages[:3])
+    # a stale cache entry or a half-written output: wrong values or NaN, in whichever check
+    # met it first (a freed input's address comes back in verification too)
+    assert "outside tolerance" in ev.detail or "NaN" in ev.detail, ev.detail
+    assert honest(timed_transpose, f"after-{kernel}").ok
+
+
+def test_a_blas_resolved_by_the_loader_is_refused(gemm):
+    """(g) through the dynamic linker: the import is not on the allow-list."""
+    ev = planted(gemm, "runtime_blas_gemm.c")
+    assert ev.reason == RESOURCE_LIMIT and "cblas_sgemm" in ev.detail, ev.detail
+
+
+@pytest.mark.xfail(reason="numpy's OpenBLAS is mapped in the CPU worker: a kernel that walks "
+                   "memory from an allowed libc function's address to the loader's link map "
+                   "can find and call sgemm without importing or naming it. Only a worker "
+                   "without numpy's BLAS mapped (or a separate runner process) stops it; "
+                   "seccomp and the checks here do not.", strict=False)
+def test_a_blas_found_by_walking_memory_cannot_pass():
+    pytest.fail("not stopped by the current measures (see the reason)")
+
+
+def test_a_figure_beyond_the_roof_is_retimed_then_refused(tmp_path):
+    """(f) A measurement faster than the machine's roof for its working set is re-timed once and
+    then refused as suspect (here the roofs are set absurdly low, so any honest kernel is)."""
+    from app.gpu.cpu import toolchain
+
+    tc = toolchain()
+    levels = [{"name": "L1", "size_bytes": 1 << 15, "shared_by": 1},
+              {"name": "DRAM", "size_bytes": 0, "shared_by": 1}]
+    slow = {"L1": 1e-4, "DRAM": 1e-4}  # GB/s
+    roofs = tmp_path / "roofs.json"
+    roofs.write_text(json.dumps({"threads": 1, "one_thread": slow, "all_threads": slow,
+                                 "levels": levels, "key": f"{tc.identity}|{os.cpu_count()}",
+                                 "measured_at": time.time()}))
+    settings = dataclasses.replace(FAST, roof_file=roofs)
+    with CpuEvaluator(Goal(name="roof", backend="cpu", operator="transpose", shapes=[[64, 96]]),
+                      settings=settings) as ev:
+        r = ev.evaluate(Candidate(config=HONEST["transpose"], key="fast", agent="explorer"))
+    assert r.reason == SUSPECT and not r.ok and r.value is None, (r.reason, r.detail)
+    assert "faster than the hardware allows" in r.detail and "DRAM roof" in r.detail, r.detail
+    assert r.stages[-1].name == "time"
+    assert r.resources["roof_level"] == "DRAM" and r.metrics["roof_gbs"] == pytest.approx(1e-4)
+
+
+def test_an_honest_evaluation_records_its_roof_and_noise(timed_transpose):
+    r = honest(timed_transpose, "noise")
+    assert r.ok
+    assert r.resources["roof_level"] in ("L1", "L2", "L3", "DRAM") and r.metrics["roof_gbs"] > 0
+    assert r.metrics["noisy"] in (0.0, 1.0) and r.metrics["cpu_count"] >= 1
+    assert "load_before" in r.metrics and "load_after" in r.metrics

@@ -3,8 +3,9 @@ it writes is checked.
 
 A shape is timed on K slots, each with its own inputs and guarded outputs. Before every timed
 call (outside the timed window, through the timer's `before` hook) a slot is picked at random,
-a few of its input elements are replaced by other values of the same array (so a result cache
-keyed on pointers or on input content misses) and its outputs are poisoned (NaN between guard
+never the one of the previous call, a few of its input elements are replaced by other values
+of the same array (so a result cache keyed on pointers or on input content returns stale
+results) and its outputs are poisoned (NaN between guard
 canaries), so a kernel that returns early, or writes only part of its output, leaves NaN or
 stale values behind. After timing, every slot a call wrote must hold the reference result of
 its inputs as they are now: the last call that used a slot saw exactly those inputs.
@@ -56,7 +57,10 @@ class TimedSlots:
         self.current = dict.fromkeys(self.names, 0)
         self._rng = rng
         self._draws = 0
-        self._picks = rng.integers(slots, size=4096)
+        # never the slot of the previous call: a cache with one entry then never hits, and one
+        # with more hits on every slot's last call, with results of inputs since perturbed
+        steps = rng.integers(1, max(2, slots), size=4096)
+        self._picks = np.cumsum(steps) % slots
         self._pools = [self._index_pool(s, rng) for s in self.slots]
 
     def _index_pool(self, slot: Slot, rng: np.random.Generator) -> dict[str, tuple[Any, Any]]:
