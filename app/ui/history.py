@@ -12,6 +12,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QGridLayout,
+    QHeaderView,
     QMessageBox,
     QPushButton,
     QTreeWidget,
@@ -33,6 +34,11 @@ def _when(ts: float | None) -> str:
     return dt.datetime.fromtimestamp(ts).strftime("%Y-%m-%d %H:%M") if ts else ""
 
 
+def _when_short(ts: float | None) -> str:
+    """'30 Nov 18:59': the column fits a narrow dock (the year is in the tooltip)."""
+    return dt.datetime.fromtimestamp(ts).strftime("%d %b %H:%M") if ts else ""
+
+
 class HistoryPanel(QWidget):
     openRun = Signal(int)
     compareRuns = Signal(list)
@@ -51,8 +57,12 @@ class HistoryPanel(QWidget):
         self.tree.setUniformRowHeights(True)
         self.tree.itemDoubleClicked.connect(self._double_clicked)
         self.tree.itemSelectionChanged.connect(self._update_buttons)
-        for col, w in enumerate((190, 80, 60, 80, 120)):
-            self.tree.setColumnWidth(col, w)
+        # Runs are short labels ("run 12"): the figures keep to their contents so every
+        # column shows in a dock of ~340 px; goal rows span the row, names stay whole.
+        self.tree.setColumnWidth(0, 90)
+        header = self.tree.header()
+        for col in range(1, 5):
+            header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
         self.open_button = QPushButton("Open")
         self.compare_button = QPushButton("Compare")
         self.resume_button = QPushButton("Resume")
@@ -110,6 +120,7 @@ class HistoryPanel(QWidget):
             gitem = goal_items.get(gkey)
             if gitem is None:
                 gitem = QTreeWidgetItem([run["name"]])
+                gitem.setFirstColumnSpanned(True)
                 gitem.setToolTip(0, f"goal {run['goal_key']} · {run['backend']}")
                 pitem.addChild(gitem)
                 goal_items[gkey] = gitem
@@ -117,7 +128,9 @@ class HistoryPanel(QWidget):
             label = f"run {run['id']}" + (f" (continues {run['resumed_from']})"
                                           if run.get("resumed_from") else "")
             item = QTreeWidgetItem([label, run["status"], str(run.get("evaluations") or 0),
-                                    "—" if best is None else f"{best:.4g}", _when(run["started_at"])])
+                                    "—" if best is None else f"{best:.4g}",
+                                    _when_short(run["started_at"])])
+            item.setToolTip(4, _when(run["started_at"]))
             item.setData(0, RUN_ROLE, run["id"])
             item.setToolTip(1, run.get("reason") or "")
             gitem.addChild(item)

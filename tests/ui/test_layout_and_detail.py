@@ -352,3 +352,17 @@ def test_settings_the_form_does_not_show_survive_inside_its_tables(qtbot):
     assert built.swarm.not_in_the_form == 7 and built.swarm.seed == 10
     assert built.constraints.also_not_in_the_form == "kept"
     assert built.constraints.restrictions == ["tile_size <= 8"]
+
+
+def test_history_columns_fit_the_dock(qtbot, window, replay_goal, run_headless):
+    _at_size(window, qtbot, 1366, 768)
+    store = window.store()
+    for seed in (1, 2):
+        run_headless(store, replay_goal(max_evals=10, seed=seed, name="pnpoly with a long goal name"))
+    window.history.refresh()
+    window.history_dock.raise_()
+    _settle(qtbot, 100)
+    tree = window.history.tree
+    assert tree.horizontalScrollBar().maximum() == 0  # Best and Started are in view
+    assert tree.header().sectionViewportPosition(4) + tree.header().sectionSize(4) \
+        <= tree.viewport().width()
