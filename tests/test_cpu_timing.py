@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import time
 
 from app.gpu.timing import TimingSettings, summarize, time_interleaved
@@ -55,3 +56,51 @@ def test_harness_time_includes_the_whole_call():
     stats = time_interleaved({"sleep": lambda: time.sleep(0.01)},
                              TimingSettings(warmup=0, min_samples=3, max_samples=3))
     assert stats["sleep"].median_ms >= 10.0
+
+
+def test_before_hook_runs_before_every_call_outside_the_timed_window():
+    events = []
+
+    def before(name):
+        events.append(("before", name))
+        time.sleep(0.02)  # would dominate the samples if it were inside the timed window
+
+    fns = {"a": lambda: events.append(("call", "a")), "b": lambda: events.append(("call", "b"))}
+    stats = time_interleaved(fns, TimingSettings(warmup=1, min_samples=3, max_samples=4,
+                                                 max_seconds=5.0), before=before)
+    calls = [i for i, e in enumerate(events) if e[0] == "call"]
+    assert calls and all(events[i - 1] == ("before", events[i][1]) for i in calls)
+    assert all(s.median_ms < 10.0 for s in stats.values())
+
+
+def test_timed_slots_rotate_perturb_poison_and_catch_stale_outputs():
+    import numpy as np
+
+    from app.catalog import get_operator
+    from app.gpu.timed_slots import TimedSlots
+    from app.gpu.verify import tolerance_for
+
+    op = get_operator("cpu", "transpose")
+    shape = (8, 12)
+    stale: dict = {}
+
+    def make_calls(inputs, outputs):
+        x, y = inputs["x"], outputs["out"]
+
+        def cached():  # keyed on the input pointer: the first result, forever
+            key = x.ctypes.data
+            stale.setdefault(key, x.T.copy())
+            y.view[...] = stale[key]
+        return {"candidate": cached}
+
+    slots = TimedSlots(np, op, shape, "float32", 3, make_calls)
+    calls, picked = slots.calls(), []
+    for _ in range(12):
+        slots.before("candidate")
+        picked.append(slots.current["candidate"])
+        assert np.isnan(slots.slots[picked[-1]].outputs["out"].view).all()  # poisoned
+        calls["candidate"]()
+    assert all(a != b for a, b in itertools.pairwise(picked))  # never the same slot twice in a row
+    assert set(picked) == {0, 1, 2}
+    problem = slots.check(tolerance_for(op, shape, "float32"))
+    assert problem and "outside tolerance" in problem
