@@ -105,7 +105,8 @@ class Coordinator:
             from app.swarm.agents.transfer import TransferAgent
 
             self.agents["transfer"] = TransferAgent(
-                space, random.Random(_derive_seed(seed, "transfer")), minimize, transfer.ranked)
+                space, random.Random(_derive_seed(seed, "transfer")), minimize, transfer.ranked,
+                transfer.scores)
             self.learned_from = list(transfer.sources)
             self._seeds_left = min(TRANSFER_SEEDS, max(1, self.stop_rules.max_evals // 4))
         self.allocator = BudgetAllocator(list(self.agents))

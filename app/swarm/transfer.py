@@ -15,14 +15,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from app.core.space import SearchSpace
 from app.core.types import Evaluation
+from app.swarm.agents.moves import distance
 
 Config = dict[str, Any]
 
 MAX_SOURCES = 5  # the newest runs of the kernel elsewhere; older ones add little
 TOP_FRACTION = 0.05  # how deep into the transferred ranking the transfer agent goes
 MIN_RANKED = 20
+HEAD = 5  # the first proposals come from this many distinct regions of the ranking
+HEAD_DISTANCE = 1.0  # normalised index distance (one parameter end to end, or several partly)
 
 
 @dataclass
@@ -39,6 +44,9 @@ class SourceRun:
 class TransferEvidence:
     sources: list[dict[str, Any]]  # run_id, device, evaluations used: what the run learned from
     ranked: list[Config]  # configurations valid here, most promising first
+    # key (this space's) -> mean percentile elsewhere, for every configuration the sources
+    # measured: what the transfer agent checks the new device's results against
+    scores: dict[str, float] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.ranked)
@@ -73,9 +81,40 @@ def rank_transfer(space: SearchSpace, sources: Sequence[SourceRun]) -> TransferE
             key = space.key(config)  # this space's key: sources may key configs differently
             scores.setdefault(key, []).append(p)
             configs.setdefault(key, dict(config))
-    order = sorted(scores, key=lambda k: (sum(scores[k]) / len(scores[k]), k))
+    mean = {k: sum(v) / len(v) for k, v in scores.items()}
+    order = sorted(mean, key=lambda k: (mean[k], k))
     depth = max(MIN_RANKED, int(TOP_FRACTION * len(order)))
-    return TransferEvidence(sources=used, ranked=[configs[k] for k in order[:depth]])
+    ranked = diverse_head(space, [configs[k] for k in order[:depth]], HEAD)
+    return TransferEvidence(sources=used, ranked=ranked, scores=mean)
+
+
+def diverse_head(space: SearchSpace, ranked: list[Config], k: int) -> list[Config]:
+    """The ranking with its first `k` entries drawn from distinct regions: the best, then
+    each time the best-ranked configuration at least HEAD_DISTANCE from those already chosen.
+    The best stays first; if the ranking is wrong on this device, the seeds still cover
+    several good regions of the old one instead of one."""
+    head: list[Config] = []
+    for config in ranked:
+        if len(head) >= k:
+            break
+        if all(distance(space, config, h) >= HEAD_DISTANCE for h in head):
+            head.append(config)
+    return head + [c for c in ranked if c not in head]
+
+
+def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation (ties broken by position; 0 for fewer than 3 pairs)."""
+    n = len(xs)
+    if n < 3 or n != len(ys):
+        return 0.0
+    rx = np.empty(n)
+    ry = np.empty(n)
+    rx[np.argsort(np.asarray(xs), kind="stable")] = np.arange(n)
+    ry[np.argsort(np.asarray(ys), kind="stable")] = np.arange(n)
+    rx -= rx.mean()
+    ry -= ry.mean()
+    denom = float(np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return float((rx * ry).sum() / denom) if denom else 0.0
 
 
 def evidence_from_store(store: Any, *, goal: Any, kernel: str, device_name: str,
