@@ -59,7 +59,8 @@ class HistoryPanel(QWidget):
         self.tree.itemSelectionChanged.connect(self._update_buttons)
         # Runs are short labels ("run 12"): the figures keep to their contents so every
         # column shows in a dock of ~340 px; goal rows span the row, names stay whole.
-        self.tree.setColumnWidth(0, 90)
+        self.tree.setIndentation(12)
+        self.tree.setColumnWidth(0, 92)
         header = self.tree.header()
         for col in range(1, 5):
             header.setSectionResizeMode(col, QHeaderView.ResizeToContents)
@@ -120,9 +121,9 @@ class HistoryPanel(QWidget):
             gitem = goal_items.get(gkey)
             if gitem is None:
                 gitem = QTreeWidgetItem([run["name"]])
-                gitem.setFirstColumnSpanned(True)
                 gitem.setToolTip(0, f"goal {run['goal_key']} · {run['backend']}")
                 pitem.addChild(gitem)
+                gitem.setFirstColumnSpanned(True)  # (only takes once the item is in the tree)
                 goal_items[gkey] = gitem
             best = run.get("best_value")
             label = f"run {run['id']}" + (f" (continues {run['resumed_from']})"

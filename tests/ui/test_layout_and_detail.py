@@ -364,5 +364,10 @@ def test_history_columns_fit_the_dock(qtbot, window, replay_goal, run_headless):
     _settle(qtbot, 100)
     tree = window.history.tree
     assert tree.horizontalScrollBar().maximum() == 0  # Best and Started are in view
+    goal_item = window.history.item_for_run(min(window.history.runs)).parent()
+    assert goal_item.isFirstColumnSpanned()  # the goal's name is not cut at the first column
+    # a run's label ("run 123") is whole after three levels of indentation
+    text_room = tree.columnWidth(0) - 3 * tree.indentation() - 6
+    assert tree.fontMetrics().horizontalAdvance("run 123") <= text_room
     assert tree.header().sectionViewportPosition(4) + tree.header().sectionSize(4) \
         <= tree.viewport().width()
