@@ -280,9 +280,10 @@ def test_llm_agents_get_the_users_kernel_as_the_current_source():
         assert spec.entry == goal.kernel.entry and "block_size_x" in spec.contract or language == "c"
 
 
-def test_custom_cuda_kernel_runs_the_real_cuda_cascade_on_fake_cupy(monkeypatch, tmp_path):
-    """NVRTC compiles the user's kernel for real; the launch is emulated in numpy (tests/fake_cupy:
-    no GPU here). A correct emulation passes every stage; one that skips the last points fails."""
+@pytest.fixture
+def fake_cuda_worker(monkeypatch):
+    """The real CUDA worker on tests/fake_cupy: NVRTC compiles for real, launches are numpy
+    emulations looked up by kernel name (no GPU here)."""
     nvrtc = pytest.importorskip("app.gpu.cuda.nvrtc")
     try:
         nvrtc.nvrtc_module()
@@ -290,15 +291,30 @@ def test_custom_cuda_kernel_runs_the_real_cuda_cascade_on_fake_cupy(monkeypatch,
         pytest.skip(str(exc))
     import fake_cupy
 
-    from app.gpu.cascade import CascadeRequest
-    from app.gpu.cuda.timing import Protocol
-
     monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_fake_cupy())
     from app.gpu.cuda import timing
     from app.gpu.cuda import worker as worker_mod
 
     monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
     monkeypatch.setattr(worker_mod, "cached_copy_bandwidth", lambda key, fn, refresh=False: (4e12, True))
+    yield worker_mod.CudaWorker(0), fake_cupy.EMULATIONS
+    fake_cupy.EMULATIONS.clear()
+
+
+def _cuda_request(op, goal, config, tmp_path):
+    from app.gpu.cascade import CascadeRequest
+    from app.gpu.cuda.timing import Protocol
+
+    quick = Protocol(min_samples=5, max_samples=8, max_seconds=0.5, warmup=1, batch=2)
+    return CascadeRequest(key="k", config=config, source=None, template=op.template(),
+                          goal_shapes=goal.shapes, params=op.params(), seed=3, timing=quick,
+                          options={"operator": op, "compile_cache": str(tmp_path)})
+
+
+def test_custom_cuda_kernel_runs_the_real_cuda_cascade_on_fake_cupy(fake_cuda_worker, tmp_path):
+    """NVRTC compiles the user's kernel for real; the launch is emulated in numpy (tests/fake_cupy:
+    no GPU here). A correct emulation passes every stage; one that skips the last points fails."""
+    worker, emulations = fake_cuda_worker
 
     def pnpoly(skip_tail):
         def run(inside, points, vertices, n, nv):
@@ -316,19 +332,11 @@ def test_custom_cuda_kernel_runs_the_real_cuda_cascade_on_fake_cupy(monkeypatch,
     goal.shapes = [[5000, 30]]
     op = custom_operator(goal, "cuda")
     config = {"block_size_x": 128, "tile_size": 4, "between_method": 1, "use_method": 2}
-    quick = Protocol(min_samples=5, max_samples=8, max_seconds=0.5, warmup=1, batch=2)
-    worker = worker_mod.CudaWorker(0)
-    try:
-        results = {}
-        for skip in (False, True):
-            fake_cupy.EMULATIONS["pnpoly"] = pnpoly(skip)
-            request = CascadeRequest(key="k", config=config, source=None, template=op.template(),
-                                     goal_shapes=goal.shapes, params=op.params(), seed=3, timing=quick,
-                                     options={"operator": op, "compile_cache": str(tmp_path)})
-            reply = worker(("evaluate", request), lambda stage: None)
-            results[skip] = Evaluation.from_dict(reply["evaluation"])
-    finally:
-        fake_cupy.EMULATIONS.clear()
+    results = {}
+    for skip in (False, True):
+        emulations["pnpoly"] = pnpoly(skip)
+        reply = worker(("evaluate", _cuda_request(op, goal, config, tmp_path)), lambda stage: None)
+        results[skip] = Evaluation.from_dict(reply["evaluation"])
     good, bad = results[False], results[True]
     assert good.ok, (good.reason, good.detail, good.log[-1500:])
     assert [s.name for s in good.stages] == ["static_check", "compile", "resources", "verify",
@@ -381,3 +389,55 @@ def test_llm_agent_rewrites_the_users_c_kernel(tmp_path, monkeypatch):
     assert "void scale_add(float *out" in prompts  # the user's kernel is the current source
     rewritten = [e for e in result.history if e.source and "rewritten by the LLM" in e.source]
     assert rewritten and rewritten[0].ok, [(e.agent, e.reason, e.detail) for e in result.history]
+
+
+def test_custom_cuda_inout_array_starts_from_its_input_at_every_launch(fake_cuda_worker, tmp_path):
+    worker, emulations = fake_cuda_worker
+    (tmp_path / "axpy.cu").write_text(
+        "__global__ void axpy(float *y, const float *x, float a, int n) {\n"
+        "    int i = blockIdx.x * block_size_x + threadIdx.x;\n"
+        "    if (i < n) y[i] += a * x[i];\n}\n")
+    (tmp_path / "ref.py").write_text("def axpy(y, x, a):\n    return y + a * x\n")
+    (tmp_path / "goal.toml").write_text(textwrap.dedent("""\
+        name = "axpy"
+        backend = "cuda"
+        shapes = [[3000]]
+        [kernel]
+        source = "axpy.cu"
+        entry = "axpy"
+        tune_params = { block_size_x = [64, 128] }
+        reference = "ref.py:axpy"
+        args = [
+          { name = "y", role = "inout", shape = "n" },
+          { name = "x", shape = "n" },
+          { name = "a", role = "scalar", value = "0.5" },
+          { name = "n", role = "scalar", dtype = "int32", value = "n" },
+        ]
+        """))
+    goal = Goal.load(tmp_path / "goal.toml")
+    check_goal(goal)
+    op = custom_operator(goal, "cuda")
+
+    def axpy(y, x, a, n):  # y += a * x: wrong unless y holds its initial values at each launch
+        y[:int(n)] += np.float32(a) * x[:int(n)]
+
+    emulations["axpy"] = axpy
+    reply = worker(("evaluate", _cuda_request(op, goal, {"block_size_x": 64}, tmp_path)), lambda s: None)
+    ev = Evaluation.from_dict(reply["evaluation"])
+    assert ev.ok, (ev.reason, ev.detail)
+
+
+def test_fixed_inputs_are_not_perturbed_by_the_timer(tmp_path):
+    from app.gpu.timed_slots import TimedSlots
+
+    goal = Goal.load(write_goal(tmp_path, GOAL_TOML.replace(
+        '{ name = "b", shape = 8, fill = "uniform" }', '{ name = "b", shape = 8, fill = "uniform", fixed = true }')))
+    op = custom_operator(goal, "cpu")
+    assert op.fixed_inputs == ("b",)
+    slots = TimedSlots(np, op, (1001,), "float32", 5, lambda i, o: {"candidate": lambda: None})
+    before = [{k: v.copy() for k, v in s.inputs.items()} for s in slots.slots]
+    for _ in range(40):
+        slots.before("candidate")
+    for saved, slot in zip(before, slots.slots):
+        assert np.array_equal(saved["b"], slot.inputs["b"])
+    assert any(not np.array_equal(saved["x"], slot.inputs["x"]) for saved, slot in zip(before, slots.slots))

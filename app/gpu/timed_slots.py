@@ -66,9 +66,10 @@ class TimedSlots:
     def _index_pool(self, slot: Slot, rng: np.random.Generator) -> dict[str, tuple[Any, Any]]:
         """Per input: POOL sets of (positions to change, positions to copy from)."""
         pools = {}
+        fixed = getattr(self.op, "fixed_inputs", ())  # a custom goal's index arrays, stored inputs
         for name, arr in slot.inputs.items():
             n = int(arr.size)
-            if n < 2:
+            if n < 2 or name in fixed:
                 continue
             k = min(PERTURBED, n)
             dst = rng.integers(n, size=(POOL, k))

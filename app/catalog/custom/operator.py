@@ -210,6 +210,13 @@ class CustomOperator:
     def template_source(self, dtype: str = "float32") -> str:
         return self.template()
 
+    @property
+    def fixed_inputs(self) -> tuple[str, ...]:
+        """Inputs the timer must not perturb (app.gpu.timed_slots): those the goal marks fixed,
+        and every input of a goal judged by stored answers."""
+        return tuple(a.name for a in self.spec.args if a.is_input
+                     and (a.fixed or (self.spec.expected and a.data is not None)))
+
     # ---- the C harness (app.gpu.cpu) --------------------------------------------------------
     def c_argtypes(self) -> list[Any]:
         return [ctypes.c_void_p if a.is_array else C_TYPES[a.dtype] for a in self.spec.args]
@@ -323,10 +330,21 @@ class CustomCudaOperator(CustomOperator):
             elif a.role == "input":
                 args.append(inputs[a.name])
             else:
-                if a.role == "inout":
-                    outputs[a.name][...] = inputs[a.name]
                 args.append(outputs[a.name])
         return tuple(args)
+
+    def launch_prelude(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> Callable[[], None] | None:
+        """Run before every launch (app.gpu.cuda.worker): in/out arrays start from their inputs
+        (a device copy, part of the timed launch: the timer poisons outputs between calls)."""
+        pairs = [(outputs[a.name], inputs[a.name]) for a in self.spec.args if a.role == "inout"]
+        if not pairs:
+            return None
+
+        def copy() -> None:
+            for dst, src in pairs:
+                dst[...] = src
+
+        return copy
 
     def template(self) -> str:
         return self.spec.source

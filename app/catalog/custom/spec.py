@@ -25,7 +25,7 @@ FILLS = ("normal", "uniform", "zeros", "ones", "arange", "randint", "file")
 ARG_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "int32", "uint32", "int64", "uint64")
 OUTPUT_DTYPES = ("float32", "float64")  # outputs are verified in the goal's dtype
 ARG_FIELDS = {"name", "dtype", "shape", "role", "fill", "low", "high", "seed", "file", "value",
-              "rtol", "atol", "check"}
+              "rtol", "atol", "check", "fixed"}
 DEFAULT_DIMS = {1: ["n"], 2: ["nx", "ny"], 3: ["nx", "ny", "nz"]}
 BLOCK_NAMES = ["block_size_x", "block_size_y", "block_size_z"]
 
@@ -45,6 +45,7 @@ class Arg:
     rtol: float | None = None
     atol: float | None = None
     check: bool = True
+    fixed: bool = False  # the timer must not perturb it (index arrays, offsets)
 
     @property
     def is_array(self) -> bool:
@@ -156,7 +157,10 @@ def _arg(i: int, raw: dict[str, Any], dims: list[str], base: Path, goal: Goal,
     dtype = raw.get("dtype", goal.dtype)
     if dtype not in ARG_DTYPES:
         raise _err(f"{where}.dtype", f"{dtype!r} is not supported; choose one of {', '.join(ARG_DTYPES)}")
-    arg = Arg(name=name, role=role, dtype=dtype, check=bool(raw.get("check", True)))
+    for k in ("check", "fixed"):
+        if not isinstance(raw.get(k, False), bool):
+            raise _err(f"{where}.{k}", "must be true or false")
+    arg = Arg(name=name, role=role, dtype=dtype, check=raw.get("check", True), fixed=raw.get("fixed", False))
     if role in ("output", "inout") and dtype != goal.dtype:
         raise _err(f"{where}.dtype", f"outputs are verified in the goal's dtype {goal.dtype}; "
                    f"argument {name!r} is {dtype} (declare it {goal.dtype}, or set the goal's dtype)")
@@ -304,10 +308,6 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         if a.name in seen:
             raise _err(f"args[{i}].name", f"argument {a.name!r} is declared twice")
         seen.add(a.name)
-    if language == "cuda" and any(a.role == "inout" for a in args):
-        i = next(i for i, a in enumerate(args) if a.role == "inout")
-        raise _err(f"args[{i}].role", "in/out arrays run on the cpu backend only for now; on CUDA "
-                   "declare the initial values as an input and the result as an output")
     if not any(a.is_output for a in args):
         raise _err("args", "at least one argument must be an output (role = \"output\" or \"inout\")")
     spec = KernelSpec(entry=table.entry, language=language, source=source, source_name=sources[0],
