@@ -102,3 +102,15 @@ def test_runs_elsewhere_matches_the_kernel_not_the_device(tmp_path, tmp_db):
         assert len(runs) == 1 and runs[0]["minimize"]
         old_device = runs[0]["device"]["name"]
         assert store.runs_elsewhere(new, kernel, old_device) == []
+
+
+def test_live_view_names_the_runs_a_run_learned_from(qtbot):
+    from app.ui.live_view import LiveView
+
+    live = LiveView()
+    qtbot.addWidget(live)
+    live.on_run_started(RunStarted(
+        goal_name="pnpoly", backend="replay", agents=["local", "transfer"], max_evals=20,
+        time_budget_s=None, learned_from=[{"run_id": 4, "device": "replay: RTX 2080 Ti",
+                                           "evaluations": 30}]))
+    assert live.title.text().endswith("; learned from run 4 (replay: RTX 2080 Ti)")

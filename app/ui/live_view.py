@@ -493,7 +493,9 @@ class LiveView(QWidget):
         self._running = True
         self._started_wall = time.monotonic()
         self._start_count = len(d)
-        self.title.setText(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}")
+        learned = ", ".join(f"run {s['run_id']} ({s['device']})" for s in ev.learned_from)
+        self.title.setText(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}"
+                           + (f"; learned from {learned}" if learned else ""))
         self._fix_x_range()
         d.version += 1
 
