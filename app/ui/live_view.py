@@ -43,8 +43,9 @@ AXIS_WIDTH = 64
 SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
                  "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
-# Where along the plot each reference line's label sits: apart, so close lines stay readable.
-LABEL_AT = {"baseline": 0.02, "target": 0.36, "limit": 0.68}
+# Where along the plot each reference line's label sits (position, anchor): apart, so close
+# lines stay readable, and anchored on the side that keeps the text inside the plot.
+LABEL_AT = {"baseline": (0.02, (0, 1)), "target": (0.5, (0.5, 1)), "limit": (0.98, (1, 1))}
 TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperature", "°C"),
                   ("power_w", "Power", "W"))
 
@@ -184,11 +185,11 @@ class ConvergencePlot(pg.PlotWidget):
                 line.hide()
             return
         if line is None:
+            position, anchor = LABEL_AT.get(name, (0.02, (0, 1)))
             line = pg.InfiniteLine(angle=0, movable=False,
                                    pen=pg.mkPen(color, width=1.5, style=Qt.DashLine),
-                                   label=label, labelOpts={"position": LABEL_AT.get(name, 0.02),
-                                                           "color": color,
-                                                           "anchors": [(0, 1), (0, 1)]})
+                                   label=label, labelOpts={"position": position, "color": color,
+                                                           "anchors": [anchor, anchor]})
             self.addItem(line)
             self._lines[name] = line
         line.setPen(pg.mkPen(color, width=1.5, style=Qt.DashLine))

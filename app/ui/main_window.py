@@ -582,6 +582,7 @@ class MainWindow(QMainWindow):
         self.device_label.setText(device_text(DeviceInfo(kind=device.get("kind", ""),
                                                          name=device.get("name", "unknown"))))
         self.tabs.setCurrentWidget(self.live)
+        self.statusBar().clearMessage()  # the last run's "Run finished …" is not this run's
         self.setWindowTitle(f"KernelSwarm — {run['name']} (run {run_id})")
         self._update_actions()
 

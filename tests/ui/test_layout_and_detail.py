@@ -322,6 +322,15 @@ def test_reference_line_labels_sit_apart(qtbot):
     plot.set_reference("target", 0.06, "#2e9d4f", "target 0.06 ms")
     positions = [plot._lines[n].label.orthoPos for n in ("baseline", "target", "limit")]
     assert len(set(positions)) == 3
+    # and each label stays inside a narrow plot (the limit's used to run off its right edge)
+    plot.resize(360, 300)
+    plot.show()
+    plot.getPlotItem().setRange(xRange=(1, 8), yRange=(0, 12), padding=0)
+    qtbot.wait(50)
+    view = plot.getPlotItem().vb.sceneBoundingRect()
+    for name in ("baseline", "target", "limit"):
+        label = plot._lines[name].label.sceneBoundingRect()
+        assert view.left() - 1 <= label.left() and label.right() <= view.right() + 1, name
 
 
 def test_settings_the_form_does_not_show_survive_inside_its_tables(qtbot):
