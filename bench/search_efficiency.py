@@ -19,6 +19,9 @@ averaged over budgets and spaces.
 
 Extra strategy names for diagnosis: `swarm-AGENT` runs the coordinator with that agent alone.
 `--kt-cache FILE` keeps Kernel Tuner's results (JSON lines) so a rerun only redoes the swarm.
+`--ablation` runs every agent alone too and compares the swarm with the virtual best agent;
+`--transfer` runs the swarm cold and warm-started from a sibling space (the same kernel on
+another device) at budgets 20/50/100. See bench/README.md.
 """
 
 from __future__ import annotations
