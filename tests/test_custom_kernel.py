@@ -441,3 +441,37 @@ def test_fixed_inputs_are_not_perturbed_by_the_timer(tmp_path):
     for saved, slot in zip(before, slots.slots):
         assert np.array_equal(saved["b"], slot.inputs["b"])
     assert any(not np.array_equal(saved["x"], slot.inputs["x"]) for saved, slot in zip(before, slots.slots))
+
+
+@needs_cc
+def test_integer_outputs_are_verified_in_their_own_dtype(tmp_path):
+    from app.gpu.cpu import CpuEvaluator
+
+    (tmp_path / "sign.c").write_text(
+        "void sign(int *cls, const float *x, int n) {\n"
+        "  for (int i = 0; i < n; i += STEP) for (int j = i; j < i + STEP && j < n; j++)\n"
+        "    cls[j] = x[j] > 0.0f ? 1 : (BUG ? 0 : (x[j] < 0.0f ? -1 : 0)); }\n")
+    (tmp_path / "ref.py").write_text("import numpy as np\n\ndef sign(x):\n    return np.sign(x)\n")
+    (tmp_path / "goal.toml").write_text(textwrap.dedent("""\
+        name = "sign"
+        backend = "cpu"
+        shapes = [[999]]
+        [kernel]
+        source = "sign.c"
+        entry = "sign"
+        tune_params = { STEP = [1, 4], BUG = [0, 1] }
+        reference = "ref.py:sign"
+        args = [
+          { name = "cls", role = "output", dtype = "int32", shape = "n" },
+          { name = "x", shape = "n" },
+          { name = "n", role = "scalar", dtype = "int32", value = "n" },
+        ]
+        """))
+    goal = Goal.load(tmp_path / "goal.toml")
+    check_goal(goal)
+    assert custom_operator(goal, "cpu").output_dtypes("float32") == {"cls": "int32"}
+    with CpuEvaluator(goal) as ev:
+        good = ev.evaluate(Candidate(config={"STEP": 4, "BUG": 0}, key="g", agent="t"))
+        bad = ev.evaluate(Candidate(config={"STEP": 4, "BUG": 1}, key="b", agent="t"))
+    assert good.ok, (good.reason, good.detail)
+    assert not bad.ok and bad.reason == VERIFY_FAILED and "'cls'" in bad.detail

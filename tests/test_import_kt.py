@@ -221,3 +221,25 @@ def test_lambda_restrictions_are_converted_or_refused():
 def test_missing_script_is_refused(tmp_path):
     with pytest.raises(ImportRefused, match="does not exist"):
         import_script(tmp_path / "nope.py")
+
+
+@needs_cc
+def test_c_script_with_an_integer_output_imports_and_verifies(tmp_path):
+    from app.core.types import Candidate
+    from app.gpu.cpu import CpuEvaluator
+
+    script = _script(tmp_path, '''
+import numpy as np
+import kernel_tuner
+kernel = "void positive(int *flags, const float *x, int n) { for (int i = 0; i < n; i++) flags[i] = x[i] > LIMIT; }"
+x = np.random.randn(777).astype(np.float32)
+flags = np.zeros(777, dtype=np.int32)
+kernel_tuner.tune_kernel("positive", kernel, 777, [flags, x, np.int32(777)], {"LIMIT": [0]}, lang="C",
+                         answer=[(x > 0).astype(np.int32), None, None])
+''')
+    goal = Goal.load(import_script(script, tmp_path / "goal").goal_path)
+    check_goal(goal)
+    assert goal.dtype == "float32" and goal.kernel.args[0]["dtype"] == "int32"
+    with CpuEvaluator(goal) as ev:
+        result = ev.evaluate(Candidate(config={"LIMIT": 0}, key="k", agent="t"))
+    assert result.ok, (result.reason, result.detail)

@@ -74,7 +74,12 @@ class Operator(Protocol):
 _NAN16 = {"float16": 0x7E00, "bfloat16": 0x7FC0}
 
 
+INT_OUTPUTS = ("int16", "uint16", "int32", "uint32", "int64", "uint64")  # custom kernels' outputs
+
+
 def storage_dtype(dtype: str) -> np.dtype:
+    if dtype in INT_OUTPUTS:
+        return np.dtype(dtype)
     return np.dtype({"float32": np.float32, "float64": np.float64, "float16": np.float16,
                      "bfloat16": np.uint16}[dtype])
 
@@ -86,6 +91,8 @@ def bits_dtype(dtype: str) -> np.dtype:
 
 def nan_bits(dtype: str) -> int:
     """The quiet NaN that pre-fills outputs, as a bit pattern of bits_dtype(dtype)."""
+    if dtype in INT_OUTPUTS:  # integers have no NaN: a sentinel no kernel writes by accident
+        return {2: 0x7E00, 4: 0x7FC00000, 8: 0x7FF8000000000000}[np.dtype(dtype).itemsize]
     return {"float32": 0x7FC00000, "float64": 0x7FF8000000000000}.get(dtype) or _NAN16[dtype]
 
 

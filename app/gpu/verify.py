@@ -170,7 +170,10 @@ class GuardedOutput:
 
 
 def make_outputs(xp: Any, op: Operator, shape: Sequence[int], dtype: str) -> dict[str, GuardedOutput]:
-    return {name: GuardedOutput(xp, s, dtype) for name, s in op.output_shapes(list(shape)).items()}
+    own = getattr(op, "output_dtypes", None)  # a custom kernel's integer outputs
+    dtypes = own(dtype) if own is not None else {}
+    return {name: GuardedOutput(xp, s, dtypes.get(name, dtype))
+            for name, s in op.output_shapes(list(shape)).items()}
 
 
 # ---- planning -----------------------------------------------------------------------------

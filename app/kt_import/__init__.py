@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from app.catalog.custom.toml_text import goal_text
+from app.catalog.protocol import INT_OUTPUTS
 from app.goal import Goal, KernelTable, StopRules
 
 DIMS = {1: ["n"], 2: ["nx", "ny"], 3: ["nx", "ny", "nz"]}
@@ -74,11 +75,11 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
         if not outputs:
             raise ImportRefused("no answer= and no all-zero array: give answer=[...] so the "
                                 "outputs are known")
-    dtypes = {a["dtype"] for a in outputs}
-    if len(dtypes) != 1 or not dtypes <= {"float32", "float64"}:
+    dtypes = {a["dtype"] for a in outputs} - set(INT_OUTPUTS)
+    if len(dtypes) > 1 or not dtypes <= {"float32", "float64"}:
         raise ImportRefused(f"outputs of dtype {', '.join(sorted(dtypes))}: KernelSwarm verifies "
-                            "float32 or float64 outputs, one dtype per goal")
-    dtype = dtypes.pop()
+                            f"float32 or float64 (one per goal) or integer ({', '.join(INT_OUTPUTS)}) outputs")
+    dtype = dtypes.pop() if dtypes else "float32"
     out_names = {a["name"] for a in outputs}
     args, inputs, expected = [], {}, {}
     for a in cap["args"]:

@@ -94,6 +94,10 @@ class CustomOperator:
     def output_shapes(self, shape: Sequence[int]) -> dict[str, Shape]:
         return {a.name: self._sizes(a, shape) for a in self.spec.args if a.is_output}
 
+    def output_dtypes(self, dtype: str) -> dict[str, str]:
+        """Outputs stored in their own (integer) dtype (app.gpu.verify.make_outputs)."""
+        return {a.name: a.dtype for a in self.spec.args if a.is_output and a.dtype != dtype}
+
     def make_inputs(self, xp: Any, shape: Sequence[int], dtype: str, rng: Any,
                     distribution: str = "normal") -> dict[str, Any]:
         out = {}

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from app.catalog.custom import expr
+from app.catalog.protocol import INT_OUTPUTS
 from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable
 
@@ -161,9 +162,9 @@ def _arg(i: int, raw: dict[str, Any], dims: list[str], base: Path, goal: Goal,
         if not isinstance(raw.get(k, False), bool):
             raise _err(f"{where}.{k}", "must be true or false")
     arg = Arg(name=name, role=role, dtype=dtype, check=raw.get("check", True), fixed=raw.get("fixed", False))
-    if role in ("output", "inout") and dtype != goal.dtype:
-        raise _err(f"{where}.dtype", f"outputs are verified in the goal's dtype {goal.dtype}; "
-                   f"argument {name!r} is {dtype} (declare it {goal.dtype}, or set the goal's dtype)")
+    if role in ("output", "inout") and dtype != goal.dtype and dtype not in INT_OUTPUTS:
+        raise _err(f"{where}.dtype", f"outputs are the goal's dtype {goal.dtype} or an integer type "
+                   f"({', '.join(INT_OUTPUTS)}); argument {name!r} is {dtype}")
     if role == "scalar":
         if "value" not in raw:
             raise _err(f"{where}.value", f"scalar {name!r} needs a value (an expression of "
