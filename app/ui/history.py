@@ -35,8 +35,14 @@ def _when(ts: float | None) -> str:
 
 
 def _when_short(ts: float | None) -> str:
-    """'30 Nov 18:59': the column fits a narrow dock (the year is in the tooltip)."""
-    return dt.datetime.fromtimestamp(ts).strftime("%d %b %H:%M") if ts else ""
+    """'18:59' today, '30 Nov' this year, '2025-11-30' before: the column fits a narrow dock
+    (the full date and time are in the tooltip)."""
+    if not ts:
+        return ""
+    when, now = dt.datetime.fromtimestamp(ts), dt.datetime.now()
+    if when.date() == now.date():
+        return when.strftime("%H:%M")
+    return when.strftime("%d %b") if when.year == now.year else when.strftime("%Y-%m-%d")
 
 
 class HistoryPanel(QWidget):
