@@ -42,7 +42,7 @@ def test_devices_lists_registered_backends_with_their_probe(capsys):
         registry._BACKENDS.pop("testaccel")
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == ["replay", "cpu", "cuda", "testaccel"]
-    assert lines[-1].split(None, 2)[1:] == ["no", "no such accelerator on this test machine"]
+    assert lines[-1].split()[1] == "no" and "no such accelerator on this test machine" in lines[-1]
     assert calls == [1]
 
 
