@@ -558,6 +558,16 @@ class CpuEvaluator(Evaluator):
         b = self._ensure_baselines()
         return self._objective(b["numpy_ms"]) if b and b.get("numpy_ms") else None
 
+    def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
+        """The run's best and its baselines timed again, interleaved, in one measurement at the
+        end of a run: the speedup a run claims comes from this, not from the baseline measured
+        at its start under whatever load the machine had then."""
+        figures = self.compare(best)
+        if not figures or not figures.get("numpy_ms"):
+            return None
+        return {**figures, "baseline_value": self._objective(figures["numpy_ms"]),
+                "best_value": self._objective(figures["candidate_ms"])}
+
     def limit(self) -> float | None:
         """Memory-bound operators: the time (or GB/s) at the roof of the cache level the goal's
         working set fits in, at every thread (the measured copy bandwidth without roofs)."""

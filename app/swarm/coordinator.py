@@ -61,6 +61,8 @@ class RunResult:
     credits: dict[str, dict[str, float]]
     history: list[Evaluation] = field(default_factory=list)
     lessons: list = field(default_factory=list)
+    # the best and the baseline re-timed interleaved at the end (backends that can: cpu)
+    comparison: dict[str, float] = field(default_factory=dict)
 
 
 def _derive_seed(seed: int, name: str) -> int:
