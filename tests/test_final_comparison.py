@@ -27,3 +27,16 @@ def test_the_claimed_speedup_is_re_timed_interleaved(tmp_path):
     assert all(again[k] > 0 for k in ("candidate_ms", "numpy_ms", "c_reference_ms"))
     assert run["baseline_value"] == pytest.approx(again["baseline_value"])
     assert start_baseline is not None and start_baseline > 0
+
+
+def test_the_compiler_command_is_recorded_without_paths(tmp_path):
+    from app.core.types import Candidate
+    from app.gpu.cpu import CpuEvaluator
+
+    goal = Goal(name="softmax command", backend="cpu", operator="softmax", shapes=[[16, 64]])
+    with CpuEvaluator(goal) as evaluator:
+        config = evaluator.space.sample(__import__("random").Random(1))
+        ev = evaluator.evaluate(Candidate(config=config, key=evaluator.space.key(config)))
+    command = ev.resources.get("compile_command", "")
+    assert command.startswith(("cc ", "gcc ", "clang ")) and "kernel.c" in command, ev.resources
+    assert "-DTHREADS=" in command and "/" not in command.split(" -o ")[0].split()[0]

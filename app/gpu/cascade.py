@@ -76,6 +76,7 @@ class Built:
     key: str
     cached: bool = False
     log: str = ""
+    command: str = ""  # the compiler command, as shown to the user (no local paths)
 
 
 @dataclass
@@ -171,6 +172,8 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
         stage("static_check", lambda: _static(backend, source, request.config, shapes))
         built = stage("compile", lambda: _build(backend, source, request.config, shapes))
         ev.resources["build_key"] = built.key
+        if built.command:
+            ev.resources["compile_command"] = built.command
         ev.log = built.log
         ev.resources.update(stage("resources", lambda: (backend.check_resources(built, request.config), "")))
         runner = backend.load(built)

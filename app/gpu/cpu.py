@@ -144,6 +144,12 @@ def compile_library(source: str, defines: dict[str, Any], out: Path, tc: Toolcha
                 os.unlink(p)
 
 
+def compile_command(defines: dict[str, Any], tc: Toolchain) -> str:
+    """The compiler command a candidate is built with, as a user would type it (no paths)."""
+    return " ".join([os.path.basename(tc.compiler), *tc.flags,
+                     *(f"-D{k}={v}" for k, v in defines.items()), "kernel.c", "-o", "kernel.so"])
+
+
 def kernels_dir() -> Path:
     return cache_dir() / "cpu-kernels"
 
@@ -167,14 +173,15 @@ class CpuKernelBackend:
         """One library serves every shape (dimensions are call arguments)."""
         key = build_key(self.op, config, source, self.tc)
         lib = kernels_dir() / f"{self.op.name}-{key}.so"
+        command = compile_command(config, self.tc)
         if lib.exists():
-            return Built(lib, key, cached=True)
+            return Built(lib, key, cached=True, command=command)
         ok, log = compile_library(source, config, lib, self.tc, self.compile_timeout_s)
         if not ok:
             reason = TIMEOUT if "ran longer" in log else COMPILE_FAILED
             first = next((line for line in log.splitlines() if "error" in line), log.strip()[:300])
-            raise StageFailed(reason, f"compile error: {first.strip()}", log=log)
-        return Built(lib, key, cached=False, log=log)
+            raise StageFailed(reason, f"compile error: {first.strip()}", log=f"$ {command}\n{log}")
+        return Built(lib, key, cached=False, log=log, command=command)
 
     def check_resources(self, built: Built, config: dict[str, Any]) -> dict[str, Any]:
         info: dict[str, Any] = {"library_bytes": built.artifact.stat().st_size}
