@@ -173,6 +173,8 @@ def side_by_side(op, config: dict, source: str, shape: list[int], threads: int, 
 # ---- report -----------------------------------------------------------------------------------
 def openblas_line() -> str:
     blas = [i for i in threadpool_info() if i.get("internal_api") == "openblas"]
+    # numpy's own OpenBLAS first (scipy may load a second copy)
+    blas.sort(key=lambda i: "numpy" not in str(i.get("filepath", "")))
     if not blas:
         return "numpy BLAS: not OpenBLAS (" + ", ".join(i.get("internal_api", "?") for i in threadpool_info()) + ")"
     i = blas[0]

@@ -32,7 +32,7 @@ FAST = CpuSettings(
 
 HONEST = {"transpose": {"TILE": 16, "WRITE_MAJOR": 0, "VEC": 8, "THREADS": 1},
           "gemm": {"ISA": 0, "MR": 6, "NV": 2, "KC": 128, "MC": 96, "NC": 256, "UK": 4,
-                   "ORDER": 0, "PAR": 0, "PF": 0, "THREADS": 1}}
+                   "ORDER": 0, "PAR": 0, "PF": 0, "SHARE_B": 1, "THREADS": 1}}
 
 
 def evaluator(operator: str, shape: list[int]) -> CpuEvaluator:

@@ -74,6 +74,7 @@ CONFIGS = [(mr, nv, order, par, threads)
            for (mr, nv), order, par, threads in itertools.product(
                [(4, 1), (6, 2), (8, 3), (14, 2)], [0, 1], [0, 1], [1, 2])
            if (order, par, threads) in {(0, 0, 1), (1, 0, 2), (0, 1, 2), (1, 1, 1)}]
+SHARE_B = {(0, 0, 1): 0, (1, 0, 2): 0}  # the others share the packed B block
 
 
 @pytest.mark.parametrize("isa", machine_isa_levels())
@@ -82,7 +83,7 @@ def test_every_simd_path_verifies_on_tail_shapes(tmp_path, isa, mr, nv, order, p
     if isa == AVX2 and mr * nv > 14:
         pytest.skip("the space keeps AVX2 micro-tiles within its 16 registers")
     config = {"ISA": isa, "MR": mr, "NV": nv, "ORDER": order, "PAR": par, "THREADS": threads,
-              **SMALL_BLOCKS}
+              "SHARE_B": SHARE_B.get((order, par, threads), 1), **SMALL_BLOCKS}
     fn, log = build(tmp_path, config)
     assert fn is not None, log
     for m, n, k in tail_shapes(mr, nv * WIDTH[isa]):
@@ -93,10 +94,12 @@ def test_every_simd_path_verifies_on_tail_shapes(tmp_path, isa, mr, nv, order, p
 def test_default_blocking_verifies_past_one_block(tmp_path, isa):
     """The shipped block sizes on a shape crossing KC and MC with tails everywhere."""
     mr, nv = (12, 2) if isa == AVX512 else (6, 2)
-    config = {"ISA": isa, "MR": mr, "NV": nv, "KC": 128, "MC": 96, "NC": 256, "THREADS": 2}
-    fn, log = build(tmp_path, config)
-    assert fn is not None, log
-    assert gemm_error(fn, 203, 301, 263) < 1e-5
+    for share_b in (0, 1):
+        config = {"ISA": isa, "MR": mr, "NV": nv, "KC": 128, "MC": 96, "NC": 256, "THREADS": 2,
+                  "SHARE_B": share_b}
+        fn, log = build(tmp_path, config)
+        assert fn is not None, log
+        assert gemm_error(fn, 203, 301, 263) < 1e-5
 
 
 def test_a_simd_path_the_target_lacks_does_not_build(tmp_path):
@@ -145,7 +148,7 @@ def test_the_evaluator_runs_the_largest_blocks_end_to_end():
     goal = Goal(name="gemm e2e", backend="cpu", operator="gemm", shapes=[[96, 144, 80]])
     isa = machine_isa_levels()[0]
     config = {"ISA": isa, "MR": 6, "NV": 2, "KC": 128, "MC": 384, "NC": 4096, "UK": 4,
-              "ORDER": 0, "PAR": 1, "PF": 1, "THREADS": GEMM.params()["THREADS"][-1]}
+              "ORDER": 0, "PAR": 1, "PF": 1, "SHARE_B": 1, "THREADS": GEMM.params()["THREADS"][-1]}
     with CpuEvaluator(goal, settings=settings) as ev:
         assert ev.space.is_valid(config)
         r = ev.evaluate(Candidate(config=config, key="gemm-e2e"))

@@ -43,12 +43,13 @@ GEMM = CpuOperator(
     base_params={"MR": [4, 6, 8, 12, 14, 16], "NV": [1, 2, 3, 4],
                  "KC": [128, 192, 256, 384, 512], "MC": [48, 96, 144, 192, 288, 384],
                  "NC": [256, 512, 1024, 2048, 4096], "UK": [1, 2, 4, 8],
-                 "ORDER": [0, 1], "PAR": [0, 1], "PF": [0, 1]},
+                 "ORDER": [0, 1], "PAR": [0, 1], "PF": [0, 1], "SHARE_B": [0, 1]},
     machine_params=lambda: {"ISA": list(machine_isa_levels())},
     # The packed blocks live on the stack (kernels may not allocate): B's KC x NC (shared) up
     # to 2 MB, each thread's MC x KC block of A up to 768 KB.
     restrictions=["ISA != 2 or MR * NV <= 28", "ISA != 1 or MR * NV <= 14",
-                  "ISA != 0 or MR * NV <= 24", "KC * NC <= 524288", "MC * KC <= 196608"],
+                  "ISA != 0 or MR * NV <= 24", "KC * NC <= 524288", "MC * KC <= 196608",
+                  "PAR == 0 or SHARE_B == 1"],
     # NC is left out: its edge shape (4096 + 3) would cost seconds per check; the large edge
     # shape (past KC and MC) crosses NC = 256 and 512 blocks anyway.
     tile_params=("MR", "NV", "KC", "MC"),

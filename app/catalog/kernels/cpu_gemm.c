@@ -17,6 +17,9 @@
  *   PAR     0: threads split the rows of C evenly (whole MR panels), each packing its own A
  *           blocks; 1: they split the jr panels of one shared packed A block
  *   PF      1: prefetch the C tile before the k loop
+ *   SHARE_B 1: the threads pack B once into a shared block (a barrier per KC step);
+ *           0: (PAR 0 only) each thread packs its own copy, and no thread ever waits for
+ *           another (a descheduled thread on a busy machine then stalls no one)
  *   THREADS OpenMP threads
  * The host harness (fixed) calls ks_kernel with the signature below. */
 #include <stddef.h>
@@ -58,8 +61,14 @@
 #ifndef PF
 #define PF 1
 #endif
+#ifndef SHARE_B
+#define SHARE_B 1
+#endif
 #ifndef THREADS
 #define THREADS 1
+#endif
+#if PAR == 1 && SHARE_B == 0
+#error "PAR=1 shares the packed blocks: it needs SHARE_B=1"
 #endif
 
 #if ISA == 2
@@ -225,12 +234,17 @@ void ks_kernel(float *restrict C, const float *restrict A, const float *restrict
     }
     /* scratch on the stack (the space keeps KC * NC and MC * KC within a few MB): the packed B
      * block is shared by the threads, the packed A block is per thread (PAR 0) or shared */
+#if SHARE_B
     _Alignas(64) float bp[KC * NCR];
+#endif
 #if PAR == 1
     _Alignas(64) float ap_shared[MCR * KC];
 #endif
 #pragma omp parallel num_threads(THREADS)
     {
+#if !SHARE_B
+        _Alignas(64) float bp[KC * NCR];
+#endif
 #if PAR == 0
         _Alignas(64) float ap[MCR * KC];
         /* an even split of the MR panels of C's rows (MC blocks would leave a thread idle) */
@@ -250,9 +264,15 @@ void ks_kernel(float *restrict C, const float *restrict A, const float *restrict
             for (long pc = 0; pc < K; pc += KC) {
                 const long kc = ks_min(KC, K - pc);
                 const int accumulate = pc > 0;
+#if SHARE_B
 #pragma omp for schedule(static)
                 for (long jp = 0; jp < nc; jp += NR)
                     pack_b_panel(bp + jp * kc, B + pc * N + jc + jp, N, ks_min(NR, nc - jp), kc);
+#else
+                if (row_begin < row_end)
+                    for (long jp = 0; jp < nc; jp += NR)
+                        pack_b_panel(bp + jp * kc, B + pc * N + jc + jp, N, ks_min(NR, nc - jp), kc);
+#endif
 #if PAR == 0
                 for (long ic = row_begin; ic < row_end; ic += MCR) {
                     const long mc = ks_min(MCR, row_end - ic);
@@ -260,7 +280,9 @@ void ks_kernel(float *restrict C, const float *restrict A, const float *restrict
                         pack_a_panel(ap + ip * kc, A + (ic + ip) * K + pc, K, ks_min(MR, mc - ip), kc);
                     macro_kernel(mc, nc, kc, ap, bp, C + ic * N + jc, N, accumulate, 0, nc);
                 }
+#if SHARE_B
 #pragma omp barrier
+#endif
 #else
                 for (long ic = 0; ic < M; ic += MCR) {
                     const long mc = ks_min(MCR, M - ic);
