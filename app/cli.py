@@ -319,6 +319,13 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit
         print(f"best {goal.objective.metric}: {_fmt(best.value, unit)} by {best.agent or '?'} "
               f"(key {best.key})")
         print(f"  configuration: {params}")
+        if best.p10_ms is not None and best.p90_ms is not None and best.time_ms:
+            busy = ("; measured while the machine was busy (load "
+                    f"{best.metrics.get('load_before', 0):.2g} on {int(best.metrics.get('cpu_count', 0))} "
+                    "cores) or with a wide spread: treat it with care"
+                    if best.metrics.get("noisy") else "")
+            print(f"  timing: median {best.time_ms:.4g} ms, p10-p90 {best.p10_ms:.4g}-{best.p90_ms:.4g} ms"
+                  f"{busy}")
         run = store.get_run(run_id) if store is not None and run_id is not None else {}
         baseline = run.get("baseline_value")
         again = getattr(result, "comparison", None) or {}

@@ -279,7 +279,9 @@ def render_report(store, run_id: int, top: int = 20) -> str:
         ["status", _esc(f"{run['status']} ({run.get('reason') or '—'})")],
         ["evaluations", f"{run['evaluations']} ({run['succeeded']} correct, {len(evals) - len(ok)} failed)"],
         ["best", _esc(format_value(best.value if best else None, unit))],
-        ["timing of the best", _esc(spread or "—")],
+        ["timing of the best", _esc(spread or "—") + (
+            " <span class='flag'>measured while the machine was busy or with a wide spread</span>"
+            if best is not None and best.metrics.get("noisy") else "")],
         ["baseline", _esc(format_value(baseline, unit) if baseline else "— (none measured)")],
         ["speedup", _esc(f"{format_gain(speed)} over {'the baseline' if baseline else 'the first correct candidate'}"
                          if speed else "—")],

@@ -348,6 +348,8 @@ class CandidateModel(QAbstractTableModel):
             if col == 6:
                 return "\n".join(f"{k} = {v}" for k, v in
                                  ordered_config(ev.config, self.param_order).items())
+            if col == 3 and ev.ok:
+                return measurement_note(ev)
         return None
 
     def _value(self, i: int, ev: Evaluation, col: int):
@@ -377,13 +379,34 @@ class CandidateModel(QAbstractTableModel):
             return "—" if col in (3, 4, 5) else ""
         if col == 2:
             return value.replace("_", " ")
-        if col == 3:
-            return f"{value:.4g}"
+        if col == 3:  # every figure with its spread; a busy machine's figures say so
+            spread = ev.metrics.get("spread")
+            text = f"{value:.4g}" + (f" ±{50 * spread:.2g}%" if spread else "")
+            return text + (" ⚠ busy" if ev.metrics.get("noisy") else "")
         if col == 4:
             return f"{value:.2f}×"
-        if col == 5:
-            return f"{value:.1f}%"
+        if col == 5:  # above the roof is a suspect measurement, never a plain percentage
+            return f"{value:.1f}%" if value <= 100.0 else "above roof ⚠"
         return str(value)
+
+
+def measurement_note(ev: Evaluation) -> str:
+    """How a figure was measured: samples, spread, the machine's load, the roof it was held to."""
+    m = ev.metrics
+    lines = []
+    if ev.time_ms is not None and ev.p10_ms is not None and ev.p90_ms is not None:
+        lines.append(f"median {ev.time_ms:.4g} ms of {int(m.get('samples', 0))} samples, "
+                     f"p10–p90 {ev.p10_ms:.4g}–{ev.p90_ms:.4g} ms")
+    if "load_before" in m:
+        lines.append(f"machine load {m['load_before']:.2g} → {m.get('load_after', 0):.2g} on "
+                     f"{int(m.get('cpu_count', 0))} cores")
+    if m.get("noisy"):
+        lines.append("measured while the machine was busy or the spread was wide: "
+                     "treat the figure with care")
+    if "roof_gbs" in m:
+        level = ev.resources.get("roof_level", "")
+        lines.append(f"held to the {level} roof, {m['roof_gbs']:.4g} GB/s".replace("the  roof", "the roof"))
+    return "\n".join(lines)
 
 
 class CandidateTable(QWidget):
