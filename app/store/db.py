@@ -612,6 +612,7 @@ totals AS (
 SELECT runs.id, runs.name, runs.backend, runs.status, runs.reason, runs.seed, runs.started_at,
        runs.finished_at, runs.elapsed_s, runs.resumed_from, runs.minimize, runs.project_id,
        runs.goal_id, projects.name AS project, goals.key AS goal_key,
+       json_extract(runs.device, '$.unit') AS unit,
        COALESCE((SELECT n FROM own WHERE own.run_id = runs.id), 0) AS own_evaluations,
        COALESCE(totals.n, 0) AS evaluations, COALESCE(totals.ok, 0) AS succeeded,
        CASE WHEN runs.minimize THEN totals.lo ELSE totals.hi END AS best_value

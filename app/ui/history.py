@@ -135,7 +135,7 @@ class HistoryPanel(QWidget):
             label = f"run {run['id']}" + (f" (continues {run['resumed_from']})"
                                           if run.get("resumed_from") else "")
             item = QTreeWidgetItem([label, run["status"], str(run.get("evaluations") or 0),
-                                    "—" if best is None else f"{best:.4g}",
+                                    "—" if best is None else f"{best:.4g} {run.get('unit') or ''}".rstrip(),
                                     _when_short(run["started_at"])])
             item.setToolTip(4, _when(run["started_at"]))
             item.setData(0, RUN_ROLE, run["id"])

@@ -31,3 +31,11 @@ def test_spread_busy_and_above_roof_are_shown(qtbot):
     row = next(r for r in range(model.rowCount()) if model.evaluation(r).key == "busy")
     tip = model.data(model.index(row, 3), Qt.ToolTipRole)
     assert "machine was busy" in tip and "load 3 → 3.5 on 2 cores" in tip
+
+
+def test_history_best_column_carries_the_runs_unit(qtbot, window, replay_goal, run_headless):
+    run_id = run_headless(window.store(), replay_goal(max_evals=8))
+    window.history.refresh()
+    items = [it for it in window.history.tree.findItems("*", Qt.MatchWildcard | Qt.MatchRecursive)
+             if it.text(0) == f"run {run_id}"]
+    assert items and items[0].text(3).endswith(" ms"), items[0].text(3) if items else None
