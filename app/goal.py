@@ -99,6 +99,8 @@ class KernelTable:
     args: list[dict[str, Any]] = field(default_factory=list)  # [[kernel.args]] in call order
     reference: str = ""  # "module.py:function" (numpy in, arrays out)
     expected: str = ""  # .npz of expected outputs (by argument name)
+    reference_source: str = ""  # C: a reference kernel with the kernel's signature
+    reference_entry: str = ""  # its function; empty: the kernel's entry
     deterministic: bool = True
     flops: str = ""  # expression of dims
     bytes: str = ""  # expression of dims
@@ -125,7 +127,8 @@ def _kernel_table(value: Any) -> KernelTable:
         if not isinstance(v, list) or not all(isinstance(x, (str, int)) for x in v):
             raise GoalError(f"kernel.{k}", "must be a list of strings")
         data[k] = [str(x) for x in v]
-    for k in ("entry", "language", "reference", "expected", "flops", "bytes", "recorded_space"):
+    for k in ("entry", "language", "reference", "expected", "reference_source", "reference_entry",
+              "flops", "bytes", "recorded_space"):
         if not isinstance(data.get(k, ""), str):
             raise GoalError(f"kernel.{k}", "must be a string")
     src = data.get("source", "")

@@ -19,6 +19,7 @@ import numpy as np
 
 from app.catalog.custom import expr
 from app.catalog.custom.reference import run_reference
+from app.catalog.custom.reference_kernel import run_reference_kernel
 from app.catalog.custom.spec import Arg, KernelSpec, load_spec
 from app.core.space import SearchSpace
 from app.goal import Goal
@@ -135,6 +136,8 @@ class CustomOperator:
             stored = all(np.array_equal(_numpy(inputs[a.name]), a.data.reshape(_numpy(inputs[a.name]).shape))
                          for a in self.spec.args if a.is_input and a.data is not None)
             got = {k: np.asarray(v, dtype=np.float64) for k, v in self.spec.expected.items()} if stored else {}
+        elif self.spec.reference_source:
+            got = run_reference_kernel(self, {k: _numpy(v) for k, v in inputs.items()}, shape)
         else:
             args = {a.name: _numpy(inputs[a.name]).astype(a.dtype) for a in self.spec.args if a.is_input}
             args.update({a.name: self.scalar(a, shape).item() for a in self.spec.args

@@ -1,7 +1,7 @@
 """The user's Python reference (`module.py:function`, numpy in, arrays out). It runs only in a
 worker process (inside the sandbox): the operator calls it from the verification there, and
-`probe_reference` checks it once per run in a worker of its own. The engine and the GUI only
-ever parse its text (app.catalog.custom.spec)."""
+`probe_reference` checks it (or a reference kernel source) once per run in a worker of its
+own. The engine and the GUI only ever parse its text (app.catalog.custom.spec)."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class ReferenceProbe:
 
 def probe_reference(op: CustomOperator, shape: Sequence[int], timeout_s: float = 60.0) -> str | None:
     """None when the reference runs on `shape`; otherwise what went wrong, in one line."""
-    if not op.spec.reference_text:
+    if not (op.spec.reference_text or op.spec.reference_source):
         return None
     from app.gpu.worker import Deadlines, WorkerPool
 
@@ -84,5 +84,8 @@ def probe_reference(op: CustomOperator, shape: Sequence[int], timeout_s: float =
     if reply.fault is not None:
         return f"the reference did not finish: {reply.fault.detail}"
     if not reply.result.get("ok"):
+        if op.spec.reference_source:
+            return (f"the reference kernel {op.spec.reference_source_name} "
+                    f"({op.spec.reference_entry}) failed: {reply.result['detail']}")
         return f"{op.spec.reference_file}:{op.spec.reference_function} raised {reply.result['detail']}"
     return None

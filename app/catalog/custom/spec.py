@@ -81,6 +81,9 @@ class KernelSpec:
     reference_text: str = ""
     reference_file: str = ""
     reference_function: str = ""
+    reference_source: str = ""  # a reference kernel's text (C, the kernel's signature)
+    reference_source_name: str = ""
+    reference_entry: str = ""
     expected: dict[str, Any] = field(default_factory=dict)
     deterministic: bool = True
     flops: str = ""
@@ -92,7 +95,8 @@ class KernelSpec:
     def digest(self) -> str:
         """Identifies the kernel in cache and candidate keys."""
         h = hashlib.sha256()
-        for part in (self.entry, self.language, self.source, self.reference_text, repr(self.defines),
+        for part in (self.entry, self.language, self.source, self.reference_text,
+                     self.reference_source, self.reference_entry, repr(self.defines),
                      repr([(a.name, a.role, a.dtype, a.shape, a.value) for a in self.args]),
                      repr(self.compiler_options)):
             h.update(part.encode())
@@ -237,6 +241,24 @@ def _check_reference(spec: KernelSpec, table: KernelTable, base: Path) -> None:
     spec.reference_text, spec.reference_file, spec.reference_function = text, path.name, function
 
 
+def _check_reference_source(spec: KernelSpec, table: KernelTable, base: Path) -> None:
+    """A reference kernel: read here, built and run only in a worker (reference_kernel.py)."""
+    if spec.language != "c":
+        raise _err("reference_source", "a reference kernel source is supported for C goals; for "
+                   "CUDA give a Python reference or stored outputs")
+    path = _read(base, table.reference_source, "reference_source")
+    text = path.read_text(encoding="utf-8")
+    entry = table.reference_entry or spec.entry
+    if not entry.isidentifier():
+        raise _err("reference_entry", f"{entry!r} is not a function name")
+    if not re.search(rf"\b{re.escape(entry)}\s*\(", text):
+        found = entry_names(text, "c")
+        raise _err("reference_entry" if table.reference_entry else "reference_source",
+                   f"no function {entry!r} in {path.name}"
+                   + (f"; it defines {', '.join(found)}" if found else ""))
+    spec.reference_source, spec.reference_source_name, spec.reference_entry = text, path.name, entry
+
+
 def load_spec(goal: Goal, backend: str) -> KernelSpec:
     """The goal's [kernel] table, checked and with its files read. GoalError names the field."""
     table = goal.kernel
@@ -318,10 +340,16 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
                       compiler_options=list(table.compiler_options),
                       recorded_space=table.recorded_space)
     checked = [a for a in args if a.is_output and a.check]
-    if table.reference and table.expected:
-        raise _err("expected", "give a reference or expected outputs, not both")
+    given = [k for k in ("reference", "reference_source", "expected") if getattr(table, k)]
+    if len(given) > 1:
+        raise _err(given[1], "give one of reference, reference_source or expected outputs, "
+                   f"not {' and '.join(given)}")
+    if table.reference_entry and not table.reference_source:
+        raise _err("reference_entry", "names the function of a reference_source; give that file")
     if table.reference:
         _check_reference(spec, table, base)
+    elif table.reference_source:
+        _check_reference_source(spec, table, base)
     elif table.expected:
         path = _read(base, table.expected, "expected")
         try:
@@ -336,8 +364,9 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
             raise _err("expected", "stored expected outputs fit one problem size with inputs read "
                        "from files; use a reference function otherwise")
     elif checked:
-        raise _err("reference", "name a reference ('module.py:function') or expected outputs "
-                   "(expected = \"outputs.npz\"), or set check = false on every output")
+        raise _err("reference", "name a reference ('module.py:function'), a reference kernel "
+                   "(reference_source = \"ref.c\") or expected outputs (expected = "
+                   "\"outputs.npz\"), or set check = false on every output")
     for k in ("flops", "bytes"):
         text = getattr(table, k)
         if text:
