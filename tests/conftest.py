@@ -14,13 +14,36 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 from project_paths import GOALS, ROOT, SMALL_SPACE, SPACES  # noqa: F401  (fixtures use them)
 
 
+@pytest.fixture(scope="session")
+def _machine_roofs(tmp_path_factory) -> Path | None:
+    """The CPU's memory roofs, measured once per test session (about 5-10 s) instead of once
+    per test: every test gets a fresh cache directory, which would otherwise measure again."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        return None
+    from app.gpu import cpu_roof
+    from app.gpu.cpu import toolchain
+
+    try:
+        tc = toolchain()
+        path = tmp_path_factory.mktemp("roofs") / "cpu-roofs.json"
+        cpu_roof.cached(tc.compiler, tc.identity, path)
+        return path
+    except Exception:  # noqa: BLE001 - tests then measure for themselves, as users do
+        return None
+
+
 @pytest.fixture(autouse=True)
-def _isolated_user_dirs(tmp_path_factory, monkeypatch):
+def _isolated_user_dirs(tmp_path_factory, monkeypatch, _machine_roofs):
     """Never touch the real user's history database or caches."""
     home = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
     monkeypatch.setenv("KERNELSWARM_CACHE", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))  # user LLM settings
+    if _machine_roofs is not None:
+        (home / "cache").mkdir(parents=True, exist_ok=True)
+        (home / "cache" / "cpu-roofs.json").write_bytes(_machine_roofs.read_bytes())
 
 
 @pytest.fixture
