@@ -135,9 +135,11 @@ class HistoryPanel(QWidget):
             label = f"run {run['id']}" + (f" (continues {run['resumed_from']})"
                                           if run.get("resumed_from") else "")
             item = QTreeWidgetItem([label, run["status"], str(run.get("evaluations") or 0),
-                                    "—" if best is None else f"{best:.4g} {run.get('unit') or ''}".rstrip(),
+                                    "—" if best is None else f"{best:.4g}",
                                     _when_short(run["started_at"])])
             item.setToolTip(4, _when(run["started_at"]))
+            if best is not None:  # the column stays narrow; the unit is one hover away
+                item.setToolTip(3, f"best {best:.6g} {run.get('unit') or ''}".rstrip())
             item.setData(0, RUN_ROLE, run["id"])
             item.setToolTip(1, run.get("reason") or "")
             gitem.addChild(item)
