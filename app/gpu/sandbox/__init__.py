@@ -116,6 +116,11 @@ def _python_read_paths(sys_path: Sequence[str], app_dir: str | None = None,
         holds_home = p == "/" or home == p or home.startswith(p + os.sep)
         checkout = p == app_root and not installed
         (list_only if holds_home or checkout else read).add(p)
+    if getattr(sys, "frozen", False):  # a frozen bundle imports from its own executable's archive
+        bundle = {os.path.dirname(os.path.realpath(sys.executable)),
+                  os.path.realpath(getattr(sys, "_MEIPASS", sys.executable))}
+        read |= bundle
+        list_only -= bundle
     return sorted(read), sorted(list_only)
 
 
@@ -144,6 +149,9 @@ def status() -> dict[str, str]:
     """Which protections a cell gets on this machine (probed in a throw-away process)."""
     if not enabled():
         return _switched_off()
+    if getattr(sys, "frozen", False):  # the bundle's binary cannot run `-c`: no probe process
+        return {p: "partial: frozen build (environment scrubbed in process; other walls as "
+                   "the platform allows)" for p in PROTECTIONS}
     probe = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
              "from app.gpu.sandbox import probe_here; print(json.dumps(probe_here()))")
     try:
