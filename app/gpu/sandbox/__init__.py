@@ -251,6 +251,10 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
         except OSError as exc:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
             _tools = None
+    if _tools is None and plan.kind == "cpu":  # no compile helper (frozen build): the cell
+        # itself must still start the compiler, so it stays unsealed; the status says so
+        applied["processes"] = "off: no compile helper in this build (the compiler runs here)"
+        return
     applied["processes"] = seccomp.seal(kill=plan.kind == "cpu",
                                         allow_unix_sockets=plan.kind == "gpu")
     if _tools is not None:
