@@ -39,7 +39,7 @@ def _agent(server: ChatServer, role: str = "memory", **settings) -> tuple[LLMAge
     agent = LLMAgent(space, random.Random(0), role=role, client=LLMClient(s, api_key="k"),
                      spec=KernelSpec("c", "ks_kernel", TEMPLATE, ["VEC"], "the contract"),
                      goal=GOAL, book=book, device="Test CPU (8 cores)",
-                     limits={"baseline (same protocol)": 1.5}, exhausted_wait_s=3)
+                     limits={"baseline": 1.5}, exhausted_wait_s=3)
     return agent, Blackboard(space)
 
 
@@ -73,7 +73,7 @@ def test_propose_returns_at_once_while_a_request_is_in_flight():
     assert cand.config == {"VEC": 8} and cand.parent_key == "t1" and cand.note == "vectorise"
     assert cand.key == candidate_key({"VEC": 8}, cand.source) and "omp simd" in cand.source
     prompt = srv.requests[0]["messages"][1]["content"]
-    for needle in ("GOAL: scale", "Test CPU (8 cores)", "baseline (same protocol): 1.5",
+    for needle in ("GOAL: scale", "Test CPU (8 cores)", "baseline: 1.5",
                    PRIOR_LESSON, "the contract", "y[i] = 2.0f * x[i]", "time 2"):
         assert needle in prompt, needle
 

@@ -58,8 +58,8 @@ def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings
     spec = kernel_spec(goal, params=list(space.params))
     client = client or LLMClient(settings, seed=goal.swarm.seed if seed is None else seed)
     device = evaluator.device()
-    limits = {"baseline (same protocol)": evaluator.baseline(),
-              "hardware limit": evaluator.limit()}
+    # in the objective's unit; the prompt states both with the unit and CURRENT's fraction
+    limits = {"baseline": evaluator.baseline(), "roof": evaluator.limit()}
     prior = load_prior(db_path, goal) if db_path else None
 
     def publish(lesson):  # type: ignore[no-untyped-def]

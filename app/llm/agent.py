@@ -207,7 +207,7 @@ class LLMAgent(Agent):
             failures=[(idea, _scrubbed(e)) for idea, e in self._failures],
             lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
             extraction_errors=[scrub(m) for m in self._extraction_errors],
-            repair_target=repair and _scrubbed(repair))
+            repair_target=repair and _scrubbed(repair), config=dict(config))
         job = _Job(base_source, config, (repair or best).key if (repair or best) else None,
                    best.value if best else None)
         return _without_home(build_messages(self.role, ctx)), job

@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core.types import Evaluation
 from app.goal import Goal
 from app.llm.scrub import scrub
 from app.llm.spec import KernelSpec
-from app.core.types import Evaluation
 
 MAX_SOURCE = 12_000
 MAX_LOG = 1_500
@@ -46,7 +46,8 @@ RULES = (
     "global mutable state (no caching between calls), I/O, allocation, system calls, includes "
     "beyond math/SIMD headers, redefining tuning parameters, and lowering precision below the "
     "goal's dtype. The result is verified on several shapes (including ones that are not "
-    "multiples of any tile), NaN-filled outputs and fresh inputs, then timed against the best.")
+    "multiples of any tile) and input distributions, then timed as HARNESS says; the timed "
+    "outputs are verified too.")
 
 
 @dataclass
@@ -54,7 +55,7 @@ class PromptContext:
     goal: Goal
     spec: KernelSpec
     device: str = ""
-    limits: dict[str, Any] = field(default_factory=dict)  # baseline, hardware limit, units
+    limits: dict[str, Any] = field(default_factory=dict)  # "baseline" and "roof" (objective unit)
     current_source: str = ""
     current: Evaluation | None = None  # the evaluation CURRENT belongs to
     elites: list[Evaluation] = field(default_factory=list)
@@ -62,13 +63,14 @@ class PromptContext:
     lessons: list[str] = field(default_factory=list)
     extraction_errors: list[str] = field(default_factory=list)  # replies with no usable code
     repair_target: Evaluation | None = None  # fixer: the near miss to repair
+    config: dict[str, Any] = field(default_factory=dict)  # the configuration CURRENT runs with
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
     title, brief = ROLE_BRIEFS[role]
     system = (f"You are a {title} in a team optimising one {ctx.spec.language.upper()} kernel. "
               f"{brief}\n{RULES}\n{FORMAT}")
-    parts = [_goal_section(ctx), _device_section(ctx)]
+    parts = [_goal_section(ctx), _harness_section(ctx), _device_section(ctx)]
     if ctx.lessons:
         parts.append("LESSONS (from this run and earlier runs of similar goals):\n"
                      + "\n".join(f"- {t}" for t in ctx.lessons[-MAX_LESSONS:]))
@@ -103,10 +105,10 @@ def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
 def _goal_section(ctx: PromptContext) -> str:
     g = ctx.goal
     c = g.constraints
-    lines = [f"GOAL: {g.name}", f"operator {g.operator}, dtype {g.dtype}, shapes "
-             f"{', '.join('x'.join(map(str, s)) for s in g.shapes)}",
-             f"objective: {g.objective.metric} ({'minimize' if g.objective.minimize else 'maximize'})",
-             f"harness contract: {ctx.spec.contract}"]
+    shapes = ", ".join("x".join(map(str, s)) for s in g.shapes)
+    lines = [f"GOAL: {g.name}", f"operator {g.operator}, dtype {g.dtype}, shapes {shapes}",
+             f"objective: {g.objective.metric} ({'minimize' if g.objective.minimize else 'maximize'})"
+             + (f", in {ctx.spec.unit}" if ctx.spec.unit else "")]
     extra = []
     if c.max_registers:
         extra.append(f"at most {c.max_registers} registers per thread")
@@ -120,19 +122,60 @@ def _goal_section(ctx: PromptContext) -> str:
 
 
 def _device_section(ctx: PromptContext) -> str:
+    unit = ctx.spec.unit
+    minimize = ctx.goal.objective.minimize
     lines = [f"DEVICE: {ctx.device or 'unknown'}"]
     for k, v in ctx.limits.items():
-        if v not in (None, ""):
-            lines.append(f"{k}: {v:.4g}" if isinstance(v, float) else f"{k}: {v}")
+        if v in (None, ""):
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            text = f"{k}: {_num(v, unit)}"
+            if k == "roof":
+                text += (" (the hardware limit: " + ("no kernel can take less time)" if minimize
+                         else "no kernel can go faster)"))
+            lines.append(text)
+        else:
+            lines.append(f"{k}: {v}")
+    best = ctx.current.value if ctx.current is not None and ctx.current.ok else None
+    roof, base = ctx.limits.get("roof"), ctx.limits.get("baseline")
+    if best and isinstance(roof, (int, float)) and roof:
+        frac = roof / best if minimize else best / roof
+        lines.append(f"CURRENT achieves {100 * frac:.3g}% of the roof")
+    if best and isinstance(base, (int, float)) and base:
+        gain = base / best if minimize else best / base
+        lines.append(f"CURRENT is {gain:.3g}x as good as the baseline (above 1: better)")
+    return "\n".join(lines)
+
+
+def _num(v: float, unit: str) -> str:
+    return f"{v:.4g} {unit}".rstrip()
+
+
+def _harness_section(ctx: PromptContext) -> str:
+    spec = ctx.spec
+    lines = ["HARNESS (fixed; only the kernel file changes):", f"contract: {spec.contract}"]
+    lines += spec.harness_facts(ctx.config)
+    prefix = spec.prefix(ctx.config)
+    if prefix:
+        lines.append("HARNESS PREFIX: the harness compiles this text followed by your file "
+                     "(the #defines follow the configuration and the shape; do not repeat it):\n"
+                     f"```{spec.language}\n{prefix.rstrip()}\n```")
     return "\n".join(lines)
 
 
 def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
     bits = [f"config {e.config}"]
     if e.ok and e.value is not None:
-        bits.append(f"{ctx.goal.objective.metric} {e.value:.4g}")
+        bits.append(f"{ctx.goal.objective.metric} {_num(e.value, ctx.spec.unit)}")
+        if e.p10_ms is not None and e.p90_ms is not None:
+            bits.append(f"time p10..p90 {e.p10_ms:.4g}..{e.p90_ms:.4g} ms")
     for k, v in list(e.metrics.items())[:4]:
         bits.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
+    res = e.resources or {}
+    for k in ("registers", "spill_stores", "spill_loads", "stack_bytes", "static_shared_bytes",
+              "dynamic_shared_bytes", "threads_per_block"):
+        if isinstance(res.get(k), (int, float)) and not isinstance(res.get(k), bool):
+            bits.append(f"{k} {res[k]:.4g}" if isinstance(res[k], float) else f"{k} {res[k]}")
     return ", ".join(bits)
 
 

@@ -1,11 +1,14 @@
-"""What an LLM agent is told about the kernel it rewrites, taken from the operator definition:
-the language, the entry symbol and its signature, how tuning parameters arrive, and the
-template source the current configuration renders to."""
+"""What an LLM agent is told about the kernel it rewrites, taken from the operator definition
+(app.catalog.protocol.Operator): the language, the entry symbol and its signature, how tuning
+parameters arrive, the template source, and the harness facts a kernel engineer would ask for
+(what the harness prepends, how the kernel is called or launched, dtype and shapes, the
+verification tolerance, the timing protocol as app.gpu.timed_slots/timing implement it)."""
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.goal import Goal
 
@@ -17,10 +20,54 @@ class KernelSpec:
     template: str  # the operator's device source (parameters arrive as -D macros)
     params: list[str] = field(default_factory=list)
     contract: str = ""  # prose: what the harness passes and expects
+    operator: Any = None  # the catalog operator (None for hand-made specs in tests)
+    dtype: str = "float32"
+    shapes: list[list[int]] = field(default_factory=list)
+    unit: str = ""  # the objective's unit (ms, GB/s, GFLOP/s)
 
     def signature(self) -> str:
         m = re.search(rf"[^;{{}}]*\b{re.escape(self.entry)}\s*\([^)]*\)", self.template)
         return " ".join(m.group(0).split()) if m else f"{self.entry}(...)"
+
+    # ---- harness facts for one configuration -------------------------------------------------
+    def prefix(self, config: dict[str, Any]) -> str:
+        """CUDA: exactly what the harness puts before the kernel source for `config` and the
+        first goal shape (defines, the shared device header). C: nothing (-D flags instead)."""
+        op = self.operator
+        if op is None or self.language != "cuda" or not hasattr(op, "render") or not self.shapes:
+            return ""
+        try:
+            return op.render(dict(config), list(self.shapes[0]), self.dtype, source="")
+        except (KeyError, TypeError, ValueError):  # a configuration it cannot render: no prefix
+            return ""
+
+    def harness_facts(self, config: dict[str, Any]) -> list[str]:
+        """Launch mapping / call, compile command, tolerance and timing, as prompt lines."""
+        lines: list[str] = []
+        op = self.operator
+        if op is not None and self.shapes:
+            shape = list(self.shapes[0])
+            if self.language == "cuda" and hasattr(op, "launch"):
+                try:
+                    launch = op.launch(dict(config), shape, self.dtype)
+                    lines.append(f"launch for shape {_shape(shape)} and this configuration: grid "
+                                 f"{tuple(launch.grid)}, block {tuple(launch.block)}, dynamic "
+                                 f"shared memory {getattr(launch, 'shared_bytes', 0)} bytes "
+                                 "(the grid and block follow from the tuning parameters; keep "
+                                 "your kernel's indexing consistent with them)")
+                except (KeyError, TypeError, ValueError, ZeroDivisionError):
+                    lines.append("launch: the grid and block the configuration implies")
+            if self.language == "c":
+                lines.append("call: " + _c_call(op, shape))
+                lines.append("compile: " + _c_compile(config))
+                isa = _isa_text()
+                if isa:
+                    lines.append(f"vector ISA this machine runs: {isa}")
+            tol = _tolerance_text(op, shape, self.dtype)
+            if tol:
+                lines.append(tol)
+        lines.append(TIMING)
+        return lines
 
 
 def kernel_spec(goal: Goal, params: list[str] | None = None) -> KernelSpec:
@@ -39,20 +86,91 @@ def kernel_spec(goal: Goal, params: list[str] | None = None) -> KernelSpec:
     else:
         op = get_operator(goal.backend, goal.operator)
     names = params if params is not None else list(op.space(goal.dtype).params)
-    spec = KernelSpec(op.language, op.entry(goal.dtype), op.template_source(goal.dtype), names)
-    spec.contract = CONTRACTS[op.language].format(signature=spec.signature(), params=", ".join(names))
+    spec = KernelSpec(op.language, op.entry(goal.dtype), op.template_source(goal.dtype), names,
+                      operator=op, dtype=goal.dtype, shapes=[list(s) for s in goal.shapes],
+                      unit=_unit(goal, op))
+    spec.contract = CONTRACTS[op.language].format(signature=spec.signature(), params=", ".join(names),
+                                                  entry=spec.entry)
     return spec
 
 
 # What the fixed harness does, per kernel language.
 CONTRACTS = {
-    "c": ("C11 compiled by the system compiler with OpenMP; the fixed harness calls "
-          "`{signature}` once per timed sample with fresh buffers and times it from outside. "
-          "Tuning parameters ({params}) arrive as -D macros: read them, give defaults only under "
-          "#ifndef, never redefine them. Helpers must be static. The output buffer is filled with "
-          "NaN before each call; every element must be written."),
-    "cuda": ("CUDA C++ compiled with NVRTC; the fixed host harness launches `{signature}` with the "
-             "grid and block the configuration implies. Tuning parameters ({params}) arrive as -D "
-             "macros. Only device code: no streams, events, host callbacks, clocks or runtime API "
-             "calls."),
+    "c": ("C11 compiled by the system compiler with OpenMP into a shared library; the fixed "
+          "harness looks up the symbol `{entry}` and calls `{signature}`. Tuning parameters "
+          "({params}) arrive as -D macros: read them, give defaults only under #ifndef, never "
+          "redefine them. Helpers must be static. Every output element must be written on every "
+          "call."),
+    "cuda": ("CUDA C++ compiled with NVRTC; the harness looks up the kernel `{entry}` by that "
+             "exact name (keep it extern \"C\") and launches `{signature}` with the grid and "
+             "block the configuration implies. Tuning parameters ({params}) arrive as #defines "
+             "the harness prepends, with the shared device header (see HARNESS PREFIX; do not "
+             "repeat or #include it). Only device code: no streams, events, host callbacks, "
+             "clocks or runtime API calls."),
 }
+
+# app.gpu.timed_slots and app.gpu.timing, as they are (TimingSettings defaults).
+TIMING = ("timing: the harness times each call from outside (never the kernel itself): 2 warm-up "
+          "calls, then 5 to 40 samples interleaved with the baselines until (p90-p10)/median is "
+          "under 5% or 3 s are spent; the objective is from the median. Calls rotate over 3 "
+          "input/output slots (never the same slot twice in a row); before each timed call, "
+          "outside the timed window, 4 elements of every input are replaced by other values of "
+          "the same array and the outputs are poisoned (NaN between guard canaries). After "
+          "timing, every slot's outputs are verified against the reference of its current "
+          "inputs: write every output element on every call and cache nothing between calls.")
+
+
+def _shape(shape: list[int]) -> str:
+    return "x".join(map(str, shape))
+
+
+def _unit(goal: Goal, op: Any) -> str:
+    from app.core.units import objective_unit
+
+    bound = getattr(op, "memory_bound", None)
+    if bound is None:
+        bound = getattr(op, "throughput_unit", "") == "GB/s"
+    return objective_unit(goal.objective.metric, bool(bound))
+
+
+def _c_call(op: Any, shape: list[int]) -> str:
+    """How the harness calls a catalog C kernel: output pointer, input pointers, `long` dims."""
+    try:
+        inputs = list(op.input_shapes(tuple(shape)))
+        dims = op.call_dims(tuple(shape))
+        out = op.output_shape(tuple(shape))
+    except (AttributeError, KeyError, TypeError, ValueError):  # custom kernels: the signature
+        return "the harness calls the entry with the arguments of its signature"
+    return (f"arguments for shape {_shape(shape)}: the output pointer [{_shape(list(out))}] "
+            "float32, then the inputs "
+            + ", ".join(f"{n} [{_shape(list(s))}]" for n, s in op.input_shapes(tuple(shape)).items())
+            + f" (row-major, contiguous), then the dimensions {tuple(int(d) for d in dims)} as long"
+            if inputs else f"dimensions {tuple(dims)}")
+
+
+def _c_compile(config: dict[str, Any]) -> str:
+    from app.gpu.cpu import BASE_FLAGS
+
+    return " ".join(["cc", *BASE_FLAGS, "-fopenmp", *(f"-D{k}={v}" for k, v in config.items()),
+                     "kernel.c", "-o", "kernel.so"])
+
+
+def _isa_text() -> str:
+    try:
+        from app.catalog.cpu.isa import ISA_NAMES, isa_levels
+
+        return ", ".join(ISA_NAMES[i] for i in isa_levels())
+    except (ImportError, OSError, KeyError):
+        return ""
+
+
+def _tolerance_text(op: Any, shape: list[int], dtype: str) -> str:
+    try:
+        from app.gpu.verify import tolerance_for
+
+        tol = tolerance_for(op, shape, dtype)
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return ""
+    return (f"verification: dtype {dtype}; |got - ref| <= {tol.atol:.1e} + {tol.rtol:.1e} * "
+            "|ref| per element (float64 reference), on the goal shapes and edge shapes that are "
+            "not multiples of any tile, with several input distributions")
