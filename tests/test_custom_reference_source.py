@@ -139,20 +139,6 @@ def test_a_wrong_reference_source_field_is_named(tmp_path, edit, field, words):
     assert exc.value.field == field and words in str(exc.value)
 
 
-def test_cuda_goals_refuse_a_reference_source_in_one_line(tmp_path):
-    (tmp_path / "k.cu").write_text("__global__ void k(float *out, int n) { out[0] = n; }\n")
-    (tmp_path / "ref.cu").write_text("__global__ void k(float *out, int n) { out[0] = n; }\n")
-    (tmp_path / "goal.toml").write_text(
-        'name = "cuda ref"\nbackend = "cuda"\nshapes = [[64]]\n[kernel]\nsource = "k.cu"\n'
-        'entry = "k"\ntune_params = { block_size_x = [32, 64] }\nreference_source = "ref.cu"\n'
-        'args = [\n  { name = "out", role = "output", shape = "n" },\n'
-        '  { name = "n", role = "scalar", dtype = "int32", value = "n" },\n]\n')
-    with pytest.raises(GoalError) as exc:
-        custom_operator(Goal.load(tmp_path / "goal.toml"), "cuda")
-    assert exc.value.field == "kernel.reference_source"
-    assert "supported for C goals" in str(exc.value)
-
-
 def test_a_reference_source_that_does_not_compile_is_one_line_from_the_real_cli(tmp_path):
     goal = write_goal(tmp_path, reference="void saxpy_ref(float *out) { this is not C }\n")
     proc = subprocess.run([sys.executable, "-m", "app", "run", str(goal), "--db",

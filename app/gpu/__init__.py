@@ -80,7 +80,8 @@ def _custom_evaluator(goal: Goal, backend: str, live: Any) -> Evaluator:
                 goal.constraints.restrictions), simulate_time=goal.simulate_time)
     problem = probe_reference(op, goal.shapes[0])
     if problem:
-        raise GoalError("kernel.reference", problem)
+        field = "kernel.reference_source" if op.spec.reference_source else "kernel.reference"
+        raise GoalError(field, problem)
     return live()
 
 

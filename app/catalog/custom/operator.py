@@ -19,6 +19,7 @@ import numpy as np
 
 from app.catalog.custom import expr
 from app.catalog.custom.reference import run_reference
+from app.catalog.custom.reference_cuda import run_reference_cuda
 from app.catalog.custom.reference_kernel import run_reference_kernel
 from app.catalog.custom.spec import Arg, KernelSpec, load_spec
 from app.core.space import SearchSpace
@@ -136,6 +137,8 @@ class CustomOperator:
             stored = all(np.array_equal(_numpy(inputs[a.name]), a.data.reshape(_numpy(inputs[a.name]).shape))
                          for a in self.spec.args if a.is_input and a.data is not None)
             got = {k: np.asarray(v, dtype=np.float64) for k, v in self.spec.expected.items()} if stored else {}
+        elif self.spec.reference_source and self.language == "cuda":
+            got = {k: _numpy(v) for k, v in run_reference_cuda(self, xp, inputs, shape).items()}
         elif self.spec.reference_source:
             got = run_reference_kernel(self, {k: _numpy(v) for k, v in inputs.items()}, shape)
         else:
@@ -324,7 +327,8 @@ class CustomCudaOperator(CustomOperator):
         body = source if source is not None else self.spec.source
         if 'extern "C"' not in body and "template" not in body:
             includes = [ln for ln in body.splitlines() if ln.lstrip().startswith("#include")]
-            rest = [ln for ln in body.splitlines() if not ln.lstrip().startswith("#include")]
+            # an include leaves an empty line: the body keeps its line numbers (#line, errors)
+            rest = ["" if ln.lstrip().startswith("#include") else ln for ln in body.splitlines()]
             body = "\n".join(includes) + '\nextern "C" {\n' + "\n".join(rest) + "\n}\n"
         return "\n".join(lines) + "\n" + body
 

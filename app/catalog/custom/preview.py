@@ -32,9 +32,18 @@ def preview(goal: Goal) -> tuple[bool, str]:
         except (nvrtc.CompileError, nvrtc.NvrtcUnavailable) as exc:
             return False, head + f"{exc}\n{getattr(exc, 'log', '')}"
         res = built.resource()
-        return True, head + (f"compiled for sm_80 in {built.compile_s:.2f} s: {res.registers} registers, "
-                             f"{res.shared_bytes} bytes shared memory, {res.spill_stores} bytes spilled\n"
-                             + built.log)
+        text = head + (f"compiled for sm_80 in {built.compile_s:.2f} s: {res.registers} registers, "
+                       f"{res.shared_bytes} bytes shared memory, {res.spill_stores} bytes spilled\n"
+                       + built.log)
+        if op.spec.reference_source:  # the reference kernel must compile too (it runs on the GPU)
+            from app.catalog.custom.reference_cuda import ReferenceKernelError, compile_reference
+
+            try:
+                compile_reference(op, list(goal.shapes[0]), cache=False)
+            except ReferenceKernelError as exc:
+                return False, text + f"reference kernel: {exc}\n"
+            text += f"reference kernel {op.spec.reference_source_name} compiled for sm_80\n"
+        return True, text
     from app.gpu.cpu import compile_library, toolchain
 
     source = op.template()

@@ -59,14 +59,36 @@ class ReferenceProbe:
     def __call__(self, request: tuple, progress: Callable[[str], None]) -> dict[str, Any]:
         shape = list(request[1])
         progress("verify")
-        inputs = self.op.make_inputs(np, shape, self.op.spec.dtype, np.random.default_rng(1))
+        xp = np
+        if self.op.language == "cuda" and self.op.spec.reference_source:
+            from app.catalog.custom.reference_cuda import ReferenceKernelError, compile_reference
+
+            xp = _gpu_array_module()
+            if xp is None:  # no GPU here: NVRTC still checks that it compiles
+                try:
+                    compile_reference(self.op, shape)
+                except ReferenceKernelError as exc:
+                    return {"ok": False, "detail": str(exc)}
+                return {"ok": True, "detail": "compile-checked with NVRTC (no GPU)"}
+        inputs = self.op.make_inputs(xp, shape, self.op.spec.dtype, xp.random.default_rng(1))
         x64 = {k: v.astype(np.float64) for k, v in inputs.items()}
         try:
             with np.errstate(all="ignore"):
-                self.op.reference(np, x64, shape)
+                self.op.reference(xp, x64, shape)
         except Exception as exc:  # noqa: BLE001 - the user's code: any error is the answer
-            return {"ok": False, "detail": f"{type(exc).__name__}: {exc}"}
+            text = str(exc) if type(exc).__name__ == "ReferenceKernelError" else f"{type(exc).__name__}: {exc}"
+            return {"ok": False, "detail": text}
         return {"ok": True, "detail": ""}
+
+
+def _gpu_array_module() -> Any:
+    """CuPy when a GPU is visible to this worker, else None."""
+    try:
+        import cupy
+
+        return cupy if cupy.cuda.runtime.getDeviceCount() > 0 else None
+    except Exception:  # noqa: BLE001 - no CuPy, no driver, no device: no GPU
+        return None
 
 
 def probe_reference(op: CustomOperator, shape: Sequence[int], timeout_s: float = 60.0) -> str | None:
@@ -75,7 +97,9 @@ def probe_reference(op: CustomOperator, shape: Sequence[int], timeout_s: float =
         return None
     from app.gpu.worker import Deadlines, WorkerPool
 
-    pool = WorkerPool("app.catalog.custom.reference:ReferenceProbe", [(op,)], kind="cpu",
+    # a CUDA reference kernel is compiled (and, with a GPU, launched) in a GPU cell
+    kind = "gpu" if op.language == "cuda" and op.spec.reference_source else "cpu"
+    pool = WorkerPool("app.catalog.custom.reference:ReferenceProbe", [(op,)], kind=kind,
                       name="reference-", recycle_after=1)
     try:
         reply = pool.call(("probe", list(shape)), Deadlines(compile_s=timeout_s, run_s=timeout_s))

@@ -81,7 +81,7 @@ class KernelSpec:
     reference_text: str = ""
     reference_file: str = ""
     reference_function: str = ""
-    reference_source: str = ""  # a reference kernel's text (C, the kernel's signature)
+    reference_source: str = ""  # a reference kernel's text (C or CUDA, the kernel's signature)
     reference_source_name: str = ""
     reference_entry: str = ""
     expected: dict[str, Any] = field(default_factory=dict)
@@ -242,17 +242,15 @@ def _check_reference(spec: KernelSpec, table: KernelTable, base: Path) -> None:
 
 
 def _check_reference_source(spec: KernelSpec, table: KernelTable, base: Path) -> None:
-    """A reference kernel: read here, built and run only in a worker (reference_kernel.py)."""
-    if spec.language != "c":
-        raise _err("reference_source", "a reference kernel source is supported for C goals; for "
-                   "CUDA give a Python reference or stored outputs")
+    """A reference kernel with the kernel's signature: read here, built and run only in a worker
+    (C: reference_kernel.py; CUDA: reference_cuda.py, NVRTC and the goal's launch geometry)."""
     path = _read(base, table.reference_source, "reference_source")
     text = path.read_text(encoding="utf-8")
     entry = table.reference_entry or spec.entry
     if not entry.isidentifier():
         raise _err("reference_entry", f"{entry!r} is not a function name")
     if not re.search(rf"\b{re.escape(entry)}\s*\(", text):
-        found = entry_names(text, "c")
+        found = entry_names(text, spec.language)
         raise _err("reference_entry" if table.reference_entry else "reference_source",
                    f"no function {entry!r} in {path.name}"
                    + (f"; it defines {', '.join(found)}" if found else ""))
