@@ -36,11 +36,38 @@ def idea_of(reply: str) -> str:
     return m.group(1).strip().strip("*").strip()[:200] if m else ""
 
 
+# Reasoning that chat servers pass through in the content (DeepSeek-R1, QwQ, Qwen3 and others
+# behind Ollama/vLLM/LM Studio): drafts in it are not the answer.
+REASONING = re.compile(r"<(think|thinking|reasoning|reflection)>.*?</\1>\s*", re.DOTALL | re.IGNORECASE)
+UNCLOSED_REASONING = re.compile(r"<(think|thinking|reasoning)>", re.IGNORECASE)
+ORPHAN_CLOSE = re.compile(r"^.*</(think|thinking|reasoning)>\s*", re.DOTALL | re.IGNORECASE)
+# a block introduced as the old code, in before/after answers
+BEFORE_LABEL = re.compile(r"\b(before|original|old|previous|current|existing)\b[^\n]*:?\s*$",
+                          re.IGNORECASE)
+DIFF_TAGS = {"diff", "patch", "udiff"}
+HUNK = re.compile(r"^@@[^\n]*@@[^\n]*$", re.MULTILINE)
+
+
+def final_answer(reply: str, *, truncated: bool = False) -> str:
+    """The reply without its reasoning blocks (the final answer is what follows them)."""
+    text = REASONING.sub("", reply)
+    text = ORPHAN_CLOSE.sub("", text)  # some servers drop the opening tag
+    m = UNCLOSED_REASONING.search(text)
+    if m:  # reasoning that never ended: nothing after it is an answer
+        if not text[:m.start()].strip():
+            raise ExtractionError("the reply ended inside its reasoning block, before any answer"
+                                  + (" - it was cut off at the length limit" if truncated else ""))
+        text = text[:m.start()]
+    return text
+
+
 def extract(reply: str, current: str | None, entry: str, *, truncated: bool = False) -> Extracted:
     """The new full source from a reply; `current` is the source edits apply to."""
     if reply is None or not reply.strip():
         raise ExtractionError("the reply was empty")
-    text = reply.replace("\r\n", "\n")
+    text = final_answer(reply.replace("\r\n", "\n"), truncated=truncated)
+    if not text.strip():
+        raise ExtractionError("the reply has only reasoning, no answer after it")
     idea = idea_of(text)
     edits = list(EDIT.finditer(text))
     if edits:
@@ -52,15 +79,28 @@ def extract(reply: str, current: str | None, entry: str, *, truncated: bool = Fa
     if re.search(r"^<{5,9}[ \t]*SEARCH", text, re.MULTILINE):
         raise ExtractionError("a SEARCH/REPLACE block is incomplete (needs =======, then "
                               ">>>>>>> REPLACE)" + (" - the reply was cut off" if truncated else ""))
-    blocks = [(m["tag"].lower(), m["body"]) for m in FENCE.finditer(text)]
-    code = [(tag, body) for tag, body in blocks if tag in CODE_TAGS and body.strip()]
+    matches = list(FENCE.finditer(text))
+    blocks = [(m["tag"].lower(), m["body"], text[:m.start()]) for m in matches]
+    diffs = [body for tag, body, _ in blocks if tag in DIFF_TAGS or _is_diff(body)]
+    code = [(body, before) for tag, body, before in blocks
+            if tag in CODE_TAGS and body.strip() and not _is_diff(body)]
+    with_entry = [(body, before) for body, before in code if _defines(body, entry)]
+    if with_entry:
+        after = [b for b, before in with_entry if not _labelled_before(before)]
+        # the last complete block defining the entry: the answer, not a draft or a "before"
+        return Extracted(_clean((after or [b for b, _ in with_entry])[-1]), "full", idea)
+    if diffs and current is not None:
+        return Extracted(apply_edits(current, _diff_edits(diffs[-1])), "edit", idea)
     if code:
-        with_entry = [body for _, body in code if _defines(body, entry)]
-        if with_entry:
-            return Extracted(_clean(max(with_entry, key=len)), "full", idea)
         raise ExtractionError(f"no code block defines {entry}(); send the whole kernel file or "
                               "SEARCH/REPLACE edits")
-    if re.search(r"^(`{3,}|~{3,})", text, re.MULTILINE):
+    rest = FENCE.sub("", text)
+    unclosed = re.search(r"^(`{3,}|~{3,})", rest, re.MULTILINE) is not None
+    if blocks and not unclosed:
+        tags = sorted({tag or "untagged" for tag, _, _ in blocks})
+        raise ExtractionError("the reply's code blocks are not C/CUDA (" + ", ".join(tags) + ") "
+                              f"and none defines {entry}(); send the kernel in a c or cuda block")
+    if unclosed:
         raise ExtractionError("a code block was opened but never closed"
                               + (" - the reply was cut off at the length limit" if truncated else ""))
     if truncated:
@@ -71,6 +111,46 @@ def extract(reply: str, current: str | None, entry: str, *, truncated: bool = Fa
         return Extracted(_clean(text), "full", idea)
     raise ExtractionError("the reply contains no code; answer with one fenced code block "
                           "holding the whole kernel, or SEARCH/REPLACE edit blocks")
+
+
+def _labelled_before(preceding: str) -> bool:
+    """Whether the prose just before a block introduces it as the old code."""
+    lines = [ln for ln in preceding.rstrip().splitlines() if ln.strip()]
+    return bool(lines) and BEFORE_LABEL.search(lines[-1].strip("*#: ").strip() + ":") is not None \
+        and not re.search(r"\b(after|new|improved|optimi[sz]ed|final|updated)\b", lines[-1], re.I)
+
+
+def _is_diff(body: str) -> bool:
+    return bool(HUNK.search(body)) or bool(re.match(r"^(---|\+\+\+) ", body))
+
+
+def _diff_edits(body: str) -> list[tuple[str, str]]:
+    """A unified diff as SEARCH/REPLACE edits, one per hunk (context and '-' lines are what
+    is searched; context and '+' lines replace them)."""
+    edits: list[tuple[str, str]] = []
+    search: list[str] = []
+    replace: list[str] = []
+    for line in body.splitlines():
+        if line.startswith(("---", "+++")) and not search and not replace:
+            continue
+        if line.startswith("@@"):
+            if search or replace:
+                edits.append(("".join(search), "".join(replace)))
+            search, replace = [], []
+            continue
+        if line.startswith("-"):
+            search.append(line[1:] + "\n")
+        elif line.startswith("+"):
+            replace.append(line[1:] + "\n")
+        else:
+            ctx = (line[1:] if line.startswith(" ") else line) + "\n"
+            search.append(ctx)
+            replace.append(ctx)
+    if search or replace:
+        edits.append(("".join(search), "".join(replace)))
+    if not edits:
+        raise ExtractionError("the diff block has no hunks")
+    return edits
 
 
 def apply_edits(current: str, edits: list[tuple[str, str]]) -> str:
@@ -111,7 +191,9 @@ def _loose_find(source: str, search: str) -> tuple[int, int] | None:
 
 
 def _defines(code: str, entry: str) -> bool:
-    return re.search(rf"\b{re.escape(entry)}\s*\(", code) is not None and "{" in code
+    """Whether `code` defines the entry (a body follows its parameter list), not just calls it."""
+    return re.search(rf"\b{re.escape(entry)}\s*\([^;{{}}]*?\)\s*(?:__attribute__\s*\(\([^;{{}}]*\)\)\s*)?\{{",
+                     code) is not None
 
 
 def _clean(code: str) -> str:
