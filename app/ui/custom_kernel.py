@@ -2,8 +2,8 @@
 
 Pick the source (the entry is offered from the functions it defines), list the tunable
 parameters (a name and a Python list of values per row), restrictions (checked as you type by
-the safe parser), the kernel's arguments in call order, the CUDA launch geometry and a Python
-reference. "Compile one configuration" compiles a sampled configuration in a subprocess
+the safe parser), the kernel's arguments in call order, the CUDA launch geometry and how outputs are checked
+(a Python reference, a reference kernel source, stored expected outputs, or not at all). "Compile one configuration" compiles a sampled configuration in a subprocess
 (app.catalog.custom.preview) and shows the compiler's output; "Save as TOML" writes the goal
 with paths relative to the file; "Use in the window" hands the goal to the main goal form.
 """
@@ -42,6 +42,17 @@ from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable, StopRules
 
 ARG_COLUMNS = ("name", "role", "dtype", "shape or value", "fill")
+# how outputs are checked: the [kernel] table's reference, reference_source or expected
+REFERENCE_KINDS = (("Python reference (module.py:function)", "python"),
+                   ("Reference kernel source (same signature)", "source"),
+                   ("Stored expected outputs (.npz)", "expected"),
+                   ("No check", "none"))
+REFERENCE_HINTS = {"python": "reference.py (numpy in, arrays out)",
+                   "source": "reference.c or reference.cu, built with each tunable at its first value",
+                   "expected": "expected.npz (one array per checked output)",
+                   "none": "outputs are not checked"}
+REFERENCE_FILTERS = {"python": "Python (*.py)", "source": "Kernels (*.c *.cu *.cuh);;All (*)",
+                     "expected": "NumPy archives (*.npz)"}
 
 
 def _split(text: str) -> list[str]:
@@ -148,18 +159,23 @@ class CustomKernelPage(QDialog):
         layout.addWidget(self.geometry)
 
         ref = QFormLayout()
+        self.reference_kind = QComboBox()
+        for label, kind in REFERENCE_KINDS:
+            self.reference_kind.addItem(label, kind)
+        self.reference_kind.currentIndexChanged.connect(self._reference_kind_changed)
+        ref.addRow("Correctness", self.reference_kind)
         self.reference_file = QLineEdit()
-        self.reference_file.setPlaceholderText("reference.py (numpy in, arrays out)")
         self.reference_file.editingFinished.connect(lambda: self.set_reference(self.reference_file.text()))
-        pick = QPushButton("Browse…")
-        pick.clicked.connect(self._browse_reference)
+        self.reference_pick = QPushButton("Browse…")
+        self.reference_pick.clicked.connect(self._browse_reference)
         rrow = QHBoxLayout()
         rrow.addWidget(self.reference_file, 1)
-        rrow.addWidget(pick)
-        ref.addRow("Reference", rrow)
+        rrow.addWidget(self.reference_pick)
+        ref.addRow("Reference file", rrow)
         self.reference_function = QComboBox()
         self.reference_function.setEditable(True)
-        ref.addRow("Reference function", self.reference_function)
+        self.reference_function_label = QLabel("Reference function")
+        ref.addRow(self.reference_function_label, self.reference_function)
         layout.addLayout(ref)
 
         self.problem = QLabel("")
@@ -180,6 +196,7 @@ class CustomKernelPage(QDialog):
         self.preview_output.setPlaceholderText("the compiler's output appears here")
         layout.addWidget(self.preview_output)
         self._language_changed()
+        self._reference_kind_changed()
 
     # ---- rows -----------------------------------------------------------------------------
     def _row_buttons(self, table: QTableWidget, add: Any) -> QHBoxLayout:
@@ -242,20 +259,47 @@ class CustomKernelPage(QDialog):
         self.problem.setText("")
 
     def _browse_reference(self) -> None:
-        path, _ = QFileDialog.getOpenFileName(self, "Reference", "", "Python (*.py)")
+        kind = self.reference_kind.currentData()
+        path, _ = QFileDialog.getOpenFileName(self, "Reference", "", REFERENCE_FILTERS.get(kind, "All (*)"))
         if path:
             self.set_reference(path)
 
     def set_reference(self, path: str) -> None:
-        """The functions the reference module defines (parsed, never run here)."""
+        """A reference file: its kind from the suffix (a Python module, a reference kernel
+        source, stored outputs), and the functions it defines offered (parsed, never run)."""
         self.reference_file.setText(path)
+        suffix = Path(path).suffix
+        kind = "python" if suffix == ".py" else "expected" if suffix == ".npz" else "source"
+        self.reference_kind.setCurrentIndex(self.reference_kind.findData(kind))
         self.reference_function.clear()
-        try:
-            tree = ast.parse(Path(path).read_text(encoding="utf-8"))
-        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
-            self.problem.setText(f"kernel.reference: {exc}")
+        if kind == "expected":
             return
-        self.reference_function.addItems([n.name for n in tree.body if isinstance(n, ast.FunctionDef)])
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            if kind == "python":
+                tree = ast.parse(text)
+                names = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+            else:
+                names = entry_names(text, "cuda" if suffix in (".cu", ".cuh") else "c")
+        except (OSError, SyntaxError, UnicodeDecodeError) as exc:
+            field = "reference" if kind == "python" else "reference_source"
+            self.problem.setText(f"kernel.{field}: {exc}")
+            return
+        self.reference_function.addItems(names)
+        entry = self.entry.currentText()
+        if kind == "source" and entry and f"{entry}_ref" in names:  # the usual naming
+            self.reference_function.setCurrentText(f"{entry}_ref")
+
+    def _reference_kind_changed(self) -> None:
+        kind = self.reference_kind.currentData()
+        self.reference_file.setPlaceholderText(REFERENCE_HINTS[kind])
+        self.reference_file.setEnabled(kind != "none")
+        self.reference_pick.setEnabled(kind != "none")
+        named = kind in ("python", "source")
+        self.reference_function.setVisible(named)
+        self.reference_function_label.setVisible(named)
+        self.reference_function_label.setText("Reference kernel's function" if kind == "source"
+                                              else "Reference function")
 
     def _language_changed(self) -> None:
         self.geometry.setVisible(self.language.currentData() == "cuda")
@@ -318,22 +362,38 @@ class CustomKernelPage(QDialog):
         except ValueError:
             raise GoalError("shapes", f"{self.shapes.text()!r}: sizes are integers, e.g. 1024, 1024") from None
         language = self.language.currentData()
-        reference = ""
-        if self.reference_file.text().strip():
-            reference = f"{self._path(self.reference_file.text(), relative_to)}:" \
-                        f"{self.reference_function.currentText().strip()}"
         table = KernelTable(
             source=self._path(self.source.text(), relative_to) if self.source.text().strip() else "",
             entry=self.entry.currentText().strip(), language=language,
             tune_params=self.param_values(),
             restrictions=[r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()],
-            dims=_split(self.dims.text()), args=args, reference=reference)
+            dims=_split(self.dims.text()), args=args)
+        self._set_reference_fields(table, relative_to)
         if language == "cuda":
             table.problem_size = _split(self.problem_size.text())
             table.grid_div_x, table.grid_div_y, table.grid_div_z = (_split(e.text()) for e in self.grid_div)
             table.block_size_names = _split(self.block_size_names.text())
         return Goal(name=self.name.text().strip() or "my kernel", backend="cpu" if language == "c" else "cuda",
                     shapes=shapes, kernel=table, stop=StopRules(max_evals=self.max_evals.value()))
+
+    def _set_reference_fields(self, table: KernelTable, relative_to: Path | None) -> None:
+        kind, path = self.reference_kind.currentData(), self.reference_file.text().strip()
+        if kind == "none":  # nothing is compared: every output says so
+            for arg in table.args:
+                if arg["role"] in ("output", "inout"):
+                    arg["check"] = False
+            return
+        if not path:
+            return  # the goal check names the missing reference
+        path, function = self._path(path, relative_to), self.reference_function.currentText().strip()
+        if kind == "python":
+            table.reference = f"{path}:{function}"
+        elif kind == "source":
+            table.reference_source = path
+            if function and function != table.entry:
+                table.reference_entry = function
+        else:
+            table.expected = path
 
     def checked_goal(self, relative_to: Path | None = None, save_as: Path | None = None) -> Goal | None:
         """The goal checked as a run checks it; None (and the problem shown) when it is wrong."""
