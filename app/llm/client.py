@@ -25,6 +25,7 @@ import http.client
 import json
 import logging
 import random
+import re
 import socket
 import ssl
 import threading
@@ -58,6 +59,25 @@ MIN_RETRY_DELAY_S = 0.1  # floor of every retry wait, whatever Retry-After says
 MAX_TOTAL_BACKOFF_S = 300.0  # all retry waits of one request together
 ERROR_BODY_CAP = 16 * 1024  # an error body is read this far at most
 READ_CHUNK = 16 * 1024
+
+
+@dataclass(frozen=True)
+class ModelQuirks:
+    temperature: bool = True  # the model accepts a sampling temperature
+    max_completion_tokens: bool = False  # the reply cap is named max_completion_tokens
+
+
+# OpenAI's reasoning families reject `temperature` and `max_tokens` (o1, o3, o4-mini, gpt-5,
+# with or without a provider prefix such as "openai/").
+_REASONING_FAMILY = re.compile(r"(^|[/:])(o[1345](-[\w.-]*)?|gpt-5[\w.-]*)$", re.IGNORECASE)
+
+
+def model_quirks(model: str) -> ModelQuirks:
+    """What a model family accepts, known before the first request (a 400 naming a parameter
+    still adapts the client for families not listed here)."""
+    if _REASONING_FAMILY.search((model or "").strip()):
+        return ModelQuirks(temperature=False, max_completion_tokens=True)
+    return ModelQuirks()
 
 
 def reply_byte_cap(max_tokens: int) -> int:
@@ -196,7 +216,9 @@ class LLMClient:
         self._records: list[RequestRecord] = []
         self._reserved_tokens = 0
         self._reserved_cost = 0.0
-        self._use_max_completion_tokens = False
+        quirks = model_quirks(settings.model)
+        self._use_max_completion_tokens = quirks.max_completion_tokens
+        self._send_temperature = quirks.temperature
         self._stream_usage = True
         self._closed = threading.Event()
         self._in_flight: set[_Watchdog] = set()
@@ -343,8 +365,9 @@ class LLMClient:
 
     def _params(self, messages: list[dict[str, str]]) -> dict[str, Any]:
         s = self.settings
-        params: dict[str, Any] = {"model": s.model, "messages": messages,
-                                  "temperature": s.temperature, "stream": s.stream}
+        params: dict[str, Any] = {"model": s.model, "messages": messages, "stream": s.stream}
+        if self._send_temperature:
+            params["temperature"] = s.temperature
         params["max_completion_tokens" if self._use_max_completion_tokens else "max_tokens"] = \
             s.max_tokens
         if s.stream and self._stream_usage:
@@ -353,13 +376,16 @@ class LLMClient:
 
     def _attempt(self, messages: list[dict[str, str]]) -> tuple[str, str, tuple[int, int], bool, str]:
         """(text, finish_reason, (prompt, completion) tokens, usage estimated?, status)."""
-        for _ in range(3):  # adapt once to servers that reject max_tokens / stream_options
+        for _ in range(4):  # adapt once to servers that reject max_tokens/temperature/stream_options
             try:
                 return self._call(messages)
             except _BadRequest as exc:
                 msg = exc.message
                 if "max_completion_tokens" in msg and not self._use_max_completion_tokens:
                     self._use_max_completion_tokens = True
+                    continue
+                if "temperature" in msg and self._send_temperature:
+                    self._send_temperature = False
                     continue
                 if "stream_options" in msg and self._stream_usage:
                     self._stream_usage = False
