@@ -183,14 +183,16 @@ def test_a_redirect_is_never_followed():
 def test_the_idea_line_never_becomes_a_lesson_or_a_prompt():
     with ChatServer([Reply(INJECTED_REPLY)], default=Reply("no code here")) as srv:
         agent, board, book = _agent(srv)
-        base = Evaluation(key="t1", config={"VEC": 8}, ok=True, value=2.0, agent="explorer")
+        base = Evaluation(key="t1", config={"VEC": 8}, ok=True, value=2.0, agent="explorer",
+                          p10_ms=1.9, p90_ms=2.1)
         _record(board, agent, base)
         got = _until(agent, board)
         assert got and got[0].note == INJECTION  # kept for display on the candidate
         cand = got[0]
         # it was correct and faster: a lesson is distilled from the measurement
         _record(board, agent, Evaluation(key=cand.key, config=cand.config, ok=True, value=1.0,
-                                         agent=agent.name, source=cand.source))
+                                         agent=agent.name, source=cand.source,
+                                         p10_ms=0.95, p90_ms=1.05))
         # and a failing one from the same reply's idea
         bad_key = "bad1"
         book.note_attempt(Attempt(bad_key, agent.name, INJECTION, "t1", 2.0))

@@ -39,7 +39,7 @@ from app.llm.extract import ExtractionError, extract
 from app.llm.facts import is_measured_lesson
 from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
-from app.llm.policy import strip_comments
+from app.llm.normal import normalise
 from app.llm.prompts import PromptContext, build_messages
 from app.llm.scrub import home_dirs, scrub
 from app.llm.spec import KernelSpec
@@ -67,6 +67,8 @@ class _Job:
     config: dict[str, Any]
     parent_key: str | None
     parent_value: float | None
+    parent_p10_ms: float | None = None  # the parent's timing spread: lessons claim a
+    parent_p90_ms: float | None = None  # difference only outside it
 
 
 class LLMAgent(Agent):
@@ -166,11 +168,12 @@ class LLMAgent(Agent):
                 config = dict(best.config) if best else self.space.sample(self.rng)
                 if config is None:
                     continue
-            key = self.key_fn(config, k["source"])
+            source = normalise(k["source"])
+            key = self.key_fn(config, source)
             self.book.note_attempt(Attempt(key, self.name, "warm start: best kernel of an earlier "
                                            "run", None, None))
             self._ready.append(Candidate(config=config, key=key, agent=self.name,
-                                         source=k["source"], note="warm start"))
+                                         source=source, note="warm start"))
 
     def _submit(self, board: Blackboard) -> None:
         while len(self._futures) < self.max_in_flight:
@@ -209,7 +212,8 @@ class LLMAgent(Agent):
             extraction_errors=[scrub(m) for m in self._extraction_errors],
             repair_target=repair and _scrubbed(repair), config=dict(config))
         job = _Job(base_source, config, (repair or best).key if (repair or best) else None,
-                   best.value if best else None)
+                   best.value if best else None, best.p10_ms if best else None,
+                   best.p90_ms if best else None)
         return _without_home(build_messages(self.role, ctx)), job
 
     def _pick_near_miss(self, board: Blackboard) -> Evaluation | None:
@@ -247,13 +251,21 @@ class LLMAgent(Agent):
             raise
         try:
             got = extract(reply.text, job.base_source, self.spec.entry, truncated=reply.truncated)
-            if got.source.strip() == job.base_source.strip():
-                raise ExtractionError("the reply repeats the current kernel unchanged")
+            # identity is the normal form: a reply that changes only comments or whitespace
+            # is the kernel it started from, and is never evaluated again
+            source = normalise(got.source)
+            if source == normalise(job.base_source):
+                raise ExtractionError("the reply repeats the current kernel (only comments or "
+                                      "whitespace differ)")
+            if source == normalise(self.spec.template):
+                source = self.spec.template  # the operator's own template: its own identity
+            got = replace(got, source=source)
         except ExtractionError as exc:
             self._log_usage(reply.records, f"no_code: {exc}")
             return f"no_code: {exc}"
         key = self.key_fn(job.config, got.source)
-        self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value))
+        self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value,
+                                       job.parent_p10_ms, job.parent_p90_ms))
         self._log_usage(reply.records, f"candidate {key}")
         return Candidate(config=dict(job.config), key=key, agent=self.name, source=got.source,
                          parent_key=job.parent_key, note=got.idea)
@@ -320,5 +332,5 @@ def _without_home(messages: list[dict[str, str]]) -> list[dict[str, str]]:
 
 
 def _code_only(source: str) -> str:
-    """A kernel source without comments (strings and line structure kept)."""
-    return strip_comments(source)
+    """A kernel source in its normal form: no comments, indentation by brace depth."""
+    return normalise(source)

@@ -34,6 +34,8 @@ _FACT_FORMS = (
                r"started from on .*"),
     re.compile(r"an LLM rewrite \(config [^()]*\) was correct but not faster \([0-9.]+x\) for "
                r".*"),
+    re.compile(r"an LLM rewrite \(config [^()]*\) timed within the measurement spread of the "
+               r"kernel it started from for .*"),
     re.compile(r"LLM kernels failed with [a-z][a-z0-9_]*( \(rule [a-z][a-z0-9_]*\))? [0-9]+ "
                r"time\(s\) for .*"),
 )

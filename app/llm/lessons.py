@@ -35,6 +35,8 @@ class Attempt:
     idea: str
     parent_key: str | None
     parent_value: float | None
+    parent_p10_ms: float | None = None  # the parent's timing spread (p10..p90 of its samples)
+    parent_p90_ms: float | None = None
 
 
 class LessonBook:
@@ -111,22 +113,31 @@ class LessonBook:
                     ratio = a.parent_value / e.value if self.minimize else e.value / a.parent_value
                 else:
                     ratio = None
-                if ratio is not None and ratio > 1.01:
+                evidence = {**self._context(), **shown, "key": key,
+                            "spread_ms": [e.p10_ms, e.p90_ms],
+                            "parent_spread_ms": [a.parent_p10_ms, a.parent_p90_ms]}
+                verdict = _compare(e, a)
+                if ratio is not None and verdict == "faster":
                     lessons.append(Lesson(
                         "llm_transformation",
                         f"an LLM rewrite ({config_text(e.config)}) made {self.goal.operator} "
                         f"{self.goal.dtype} [{self._shape_text()}] {ratio:.2f}x faster than the "
                         f"kernel it started from on {self.device}",
-                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
-                        a.agent))
-                elif ratio is not None:
+                        {**evidence, "speedup": round(ratio, 4)}, a.agent))
+                elif ratio is not None and verdict == "slower":
                     lessons.append(Lesson(
                         "llm_no_gain",
                         f"an LLM rewrite ({config_text(e.config)}) was correct but not faster "
                         f"({ratio:.2f}x) for {self.goal.operator} [{self._shape_text()}] on "
                         f"{self.device}",
-                        {**self._context(), **shown, "speedup": round(ratio, 4), "key": key},
-                        a.agent))
+                        {**evidence, "speedup": round(ratio, 4)}, a.agent))
+                elif ratio is not None:
+                    lessons.append(Lesson(
+                        "llm_no_gain",
+                        f"an LLM rewrite ({config_text(e.config)}) timed within the measurement "
+                        f"spread of the kernel it started from for {self.goal.operator} "
+                        f"[{self._shape_text()}] on {self.device}",
+                        {**evidence, "speedup": round(ratio, 4)}, a.agent))
             else:
                 rule = category((e.resources or {}).get("policy_rule") or "")
                 reason = category(e.reason or "") or "failed"
@@ -156,6 +167,19 @@ class LessonBook:
             if self._publish is not None:
                 self._publish(lesson)
         return out
+
+
+def _compare(e: Evaluation, a: Attempt) -> str:
+    """"faster" / "slower" only when the timing spreads (p10..p90) do not overlap; "same"
+    otherwise, and when either spread is unknown (a single noisy median proves nothing)."""
+    lo, hi, plo, phi = e.p10_ms, e.p90_ms, a.parent_p10_ms, a.parent_p90_ms
+    if None in (lo, hi, plo, phi):
+        return "same"
+    if hi < plo:
+        return "faster"
+    if lo > phi:
+        return "slower"
+    return "same"
 
 
 def _first_line(text: str) -> str:
