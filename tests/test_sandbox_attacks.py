@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.types import COMPILE_FAILED, CRASH, VERIFY_FAILED, Candidate
+from app.core.types import COMPILE_FAILED, CRASH, RUNTIME_FAILED, VERIFY_FAILED, Candidate
 from app.goal import Goal
 from app.gpu import sandbox
-from app.gpu.cpu import CpuEvaluator, CpuSettings, CpuWorker, find_compiler
+from app.gpu.cpu import CpuEvaluator, CpuSettings, CpuWorker, find_compiler, host_program_for
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines, WorkerPool
 
@@ -103,9 +103,10 @@ def transpose(secret_env):
     ev = CpuEvaluator(Goal(name="sandbox attacks", backend="cpu", operator="transpose",
                            shapes=[[64, 96]]), settings=FAST)
     ev.pool.close()
+    host = host_program_for(ev.tc)
     ev.pool = WorkerPool("test_sandbox_attacks:WallOnlyWorker",
-                         [(ev.op.name, ev.tc.compiler, FAST.deadlines.compile_s, 0)],
-                         memory_limit_bytes=1 << 30, name="attack-")
+                         [(ev.op.name, ev.tc.compiler, FAST.deadlines.compile_s, 0, host)],
+                         memory_limit_bytes=1 << 30, name="attack-", programs=[host])
     yield ev
     ev.close()
 
@@ -390,8 +391,8 @@ def test_an_honest_kernel_still_passes_after_the_attacks(transpose):
 
 
 def pickle_bomb(canary: Path) -> str:
-    """A kernel that writes a pickle calling os.system to every socket it holds: the worker's
-    pipe to the engine, which unpickles what arrives on it."""
+    """A kernel that writes a pickle calling os.system to every socket and pipe it holds,
+    looking for the worker's pipe to the engine, which unpickles what arrives on it."""
     payload = f"cos\\nsystem\\n(S'id > {canary}'\\ntR."
     return f"""#include <sys/stat.h>
 #include <unistd.h>
@@ -402,7 +403,8 @@ void ks_kernel(float *y, const float *x, long rows, long cols) {{
     unsigned char header[4] = {{n >> 24, n >> 16, n >> 8, n}};
     for (int fd = 3; fd < 256; fd++) {{
         struct stat st;
-        if (fstat(fd, &st) == 0 && (st.st_mode & 0170000) == 0140000) {{  /* a socket */
+        if (fstat(fd, &st) == 0 && ((st.st_mode & 0170000) == 0140000 ||  /* a socket */
+                                    (st.st_mode & 0170000) == 0010000)) {{  /* a pipe */
             write(fd, header, 4);
             write(fd, payload, n);
         }}
@@ -414,9 +416,44 @@ void ks_kernel(float *y, const float *x, long rows, long cols) {{
 
 def test_a_pickle_sent_up_the_workers_pipe_does_not_run_in_the_engine(transpose, outside):
     """Own attack: escape the cell through its one open door, the pipe to the engine process
-    (which has the user's rights and the API key): only plain data is unpickled there."""
+    (which has the user's rights and the API key). The candidate runs in its own process,
+    which holds no handle on that pipe: the only pipe it finds is its reply channel to the
+    cell, and writing there fails the candidate."""
     canary = outside.path / "canary"
     result = attack(transpose, "pickle", pickle_bomb(canary))
-    assert not result.ok and result.reason == CRASH, (result.reason, result.detail)
-    assert "not plain data" in result.detail and "os.system" in result.detail
+    assert not result.ok and result.reason == RUNTIME_FAILED, (result.reason, result.detail)
+    assert "harness's channel" in result.detail, result.detail
+    assert not canary.exists() and outside.changed() == []
+
+
+class PickleSendingWorker:
+    """A worker whose own code is subverted: it writes a pickle calling os.system up its pipe."""
+
+    def __init__(self, canary: str) -> None:
+        self.payload = f"cos\nsystem\n(S'id > {canary}'\ntR.".encode()
+
+    def __call__(self, request, progress):
+        import stat
+
+        for fd in range(3, 256):
+            try:
+                if stat.S_ISSOCK(os.fstat(fd).st_mode):
+                    os.write(fd, len(self.payload).to_bytes(4, "big") + self.payload)
+            except OSError:
+                pass
+        time.sleep(1.0)
+        return {}
+
+
+def test_the_engine_unpickles_only_plain_data(outside):
+    """Behind the candidate's own process, the cell: even a subverted worker cannot make the
+    engine run code through its pipe."""
+    canary = outside.path / "canary"
+    pool = WorkerPool("test_sandbox_attacks:PickleSendingWorker", [(str(canary),)], name="pickle-")
+    try:
+        reply = pool.call(("anything",), Deadlines(run_s=10.0))
+    finally:
+        pool.close()
+    assert reply.fault is not None and reply.fault.reason == CRASH, reply
+    assert "not plain data" in reply.fault.detail and "os.system" in reply.fault.detail
     assert not canary.exists() and outside.changed() == []

@@ -17,6 +17,7 @@ import os
 import platform
 import random
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -35,15 +36,18 @@ from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace, config_key
 from app.core.types import (
     COMPILE_FAILED,
+    CRASH,
     INVALID,
     RESOURCE_LIMIT,
+    RUNTIME_FAILED,
+    SUSPECT,
     TIMEOUT,
     Candidate,
     Evaluation,
     Stage,
 )
 from app.goal import Goal, GoalError
-from app.gpu import c_checks, cpu_roof
+from app.gpu import c_checks, cpu_roof, sandbox
 from app.gpu.cascade import (
     Built,
     CascadeRequest,
@@ -52,6 +56,15 @@ from app.gpu.cascade import (
     evaluation_from_reply,
     run_cascade,
     scrub,
+)
+from app.gpu.kernel_host import (
+    ArrayArg,
+    ForgedTiming,
+    HostDied,
+    HostError,
+    KernelHost,
+    Scalar,
+    host_binary,
 )
 from app.gpu.timed_slots import TimedSlots
 from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
@@ -161,9 +174,10 @@ class CpuKernelBackend:
     xp = np
 
     def __init__(self, op: CpuOperator, tc: Toolchain, compile_timeout_s: float,
-                 flusher: CacheFlusher | None = None) -> None:
+                 flusher: CacheFlusher | None = None, host: KernelHost | None = None) -> None:
         self.op, self.tc, self.compile_timeout_s = op, tc, compile_timeout_s
         self.flusher = flusher
+        self.host = host  # where candidates run (app.gpu.kernel_host); None: in this process
 
     def static_check(self, source: str, config: dict[str, Any] | None = None,
                      shapes: Sequence[Sequence[int]] = ()) -> list[str]:
@@ -195,32 +209,57 @@ class CpuKernelBackend:
         return info
 
     def load(self, built: Built) -> KernelRunner:
-        return KernelRunner(_load_entry(built.artifact, self.op.entry(), self.op), self.op)
+        if self.host is None:
+            raise HostError("the kernel host did not start in this worker")
+        self.host.load(str(built.artifact), self.op.entry())
+        return KernelRunner(self.host, self.op)
 
     def timing_calls(self, runner: KernelRunner, inputs: dict[str, np.ndarray],
                      outputs: dict[str, GuardedOutput], shape: tuple[int, ...] = ()
                      ) -> dict[str, Callable[[], None]]:
-        fn = runner.fn
-        prepare = getattr(self.op, "prepare_call", None)
-        if prepare is not None:  # your own kernel (app.catalog.custom): its signature, no baseline
-            return {"candidate": prepare(fn, inputs, {k: o.view for k, o in outputs.items()}, shape)}
+        args = host_args(self.op, inputs, outputs, shape)  # resolved once, outside the timing
+        host = runner.host
+
+        def candidate() -> float:  # the candidate's own process times it (checked: timer)
+            return host.call(args, timed=True, flush=self.flusher is not None)
+
+        candidate.flushes_itself = True
+        if hasattr(self.op, "prepare_call"):  # your own kernel (app.catalog.custom): no baseline
+            return {"candidate": candidate}
         out = outputs[self.op.output_name]
-        args = _args(self.op, inputs, out.view)  # pointers resolved once, outside the timed call
         numpy_out = np.empty(out.shape, dtype=np.float32)
 
         def numpy_call() -> None:
             self.op.numpy_baseline(inputs, numpy_out)
 
         numpy_call.poison = lambda: numpy_out.fill(np.nan)  # same terms as the candidate's outputs
-        return {"candidate": lambda: fn(*args), "numpy": numpy_call}
+        return {"candidate": candidate, "numpy": numpy_call}
 
     def timer(self, calls: dict[str, Callable[[], None]], settings: TimingSettings | None,
               before: Callable[[str], None] | None = None) -> TimerResult:
-        return TimerResult(time_interleaved(calls, settings or TimingSettings(), self.flusher,
-                                            before))
+        stats = time_interleaved(calls, settings or TimingSettings(), self.flusher, before)
+        if self.host is not None:
+            try:
+                self.host.check_reports()
+            except ForgedTiming:  # measured again once: a loaded machine is not a cheat
+                stats = time_interleaved(calls, settings or TimingSettings(), self.flusher, before)
+                self.host.check_reports()
+        return TimerResult(stats)
 
     def fault(self, exc: BaseException) -> StageFailed | None:
-        return None  # a CPU kernel's failures are signals (the watchdog) or plain exceptions
+        """The candidate's own process died, or wrote to the harness, or lied about time."""
+        if isinstance(exc, HostDied):
+            if exc.signal_number == signal.SIGSYS:
+                return StageFailed(CRASH, "sandbox violation: the candidate made a forbidden system "
+                                   "call (starting a process or program, opening a socket or file, "
+                                   "making memory executable, signalling) and its process was "
+                                   "killed (SIGSYS)")
+            return StageFailed(CRASH, f"{exc} (its own process; the worker is unharmed)")
+        if isinstance(exc, ForgedTiming):
+            return StageFailed(SUSPECT, f"forged timing: {exc}")
+        if isinstance(exc, HostError):  # its channel is out of step: a fresh worker, fresh host
+            return StageFailed(RUNTIME_FAILED, f"kernel host: {exc}", restart=True)
+        return None
 
     def release(self) -> None:
         pass
@@ -243,29 +282,55 @@ def _args(op: CpuOperator, inputs: dict[str, np.ndarray], out: np.ndarray) -> tu
             *op.call_dims(shape))
 
 
-class KernelRunner:
-    """Calls a loaded kernel on host arrays (the verification runner)."""
+_SCALAR_KINDS = {"float32": "f", "float64": "d"}  # every other scalar dtype is a C integer
 
-    def __init__(self, fn: Any, op: CpuOperator) -> None:
-        self.fn, self.op = fn, op
+
+def host_args(op: CpuOperator, inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
+              shape: Sequence[int] = ()) -> list[ArrayArg | Scalar]:
+    """A call's arguments for the kernel host: outputs whole with their guards (the pointer is
+    the interior), inputs, dimensions; your own kernel in its declared order and roles."""
+    def guarded(out: GuardedOutput, preset: np.ndarray | None = None) -> ArrayArg:
+        return ArrayArg(out.buffer, out.guard * out.buffer.itemsize, copy_back=True, preset=preset)
+
+    spec = getattr(op, "spec", None)
+    if spec is not None and hasattr(op, "prepare_call"):
+        args: list[ArrayArg | Scalar] = []
+        for a in spec.args:
+            if a.role == "scalar":
+                args.append(Scalar(_SCALAR_KINDS.get(a.dtype, "l"), op.scalar(a, shape).item()))
+            elif a.role == "input":
+                args.append(ArrayArg(inputs[a.name]))
+            else:
+                args.append(guarded(outputs[a.name], inputs[a.name] if a.role == "inout" else None))
+        return args
+    dims = tuple(int(d) for d in op.shape_of(inputs))
+    return [guarded(outputs[op.output_name]),
+            *(ArrayArg(inputs[name]) for name in op.input_shapes(dims)),
+            *(Scalar("l", d) for d in op.call_dims(dims))]
+
+
+class KernelRunner:
+    """Calls the loaded candidate, in its own process, on host arrays (the verification runner)."""
+
+    def __init__(self, host: KernelHost, op: CpuOperator) -> None:
+        self.host, self.op = host, op
 
     def __call__(self, inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
                  shape: tuple[int, ...] = ()) -> None:
-        if hasattr(self.op, "prepare_call"):
-            self.op.prepare_call(self.fn, inputs, {k: o.view for k, o in outputs.items()}, shape)()
-            return
-        self.fn(*_args(self.op, inputs, outputs[self.op.output_name].view))
+        self.host.call(host_args(self.op, inputs, outputs, shape))
 
 
 class CpuWorker:
     """The request handler inside a CPU worker process (see app.gpu.worker)."""
 
-    def __init__(self, operator: Any, compiler: str, compile_timeout_s: float, flush_bytes: int) -> None:
+    def __init__(self, operator: Any, compiler: str, compile_timeout_s: float, flush_bytes: int,
+                 host_program: str = "") -> None:  # "": built here (outside a cell)
         # a catalog name, or your own kernel's operator object (app.catalog.custom, picklable)
         self.op: CpuOperator = get_operator("cpu", operator) if isinstance(operator, str) else operator
         self.tc = toolchain(compiler)
         self.flusher = CacheFlusher(flush_bytes) if flush_bytes > 0 else None
-        self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s, self.flusher)
+        self.host = _start_host(host_program or host_program_for(self.tc), flush_bytes)
+        self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s, self.flusher, self.host)
 
     def __call__(self, request: tuple, progress: Callable[[str], None]) -> dict[str, Any]:
         kind = request[0]
@@ -317,8 +382,10 @@ class CpuWorker:
                 return calls
 
             slots = TimedSlots(np, self.op, shape_t, "float32", request.seed, make_calls)
-            stats = time_interleaved(slots.calls(), request.timing or TimingSettings(),
-                                     self.flusher, slots.before)
+            try:
+                stats = self.backend.timer(slots.calls(), request.timing, slots.before).stats
+            except (HostDied, HostError, ForgedTiming) as exc:
+                return {"error": f"the candidate failed while timed: {exc}"}
             problem = slots.check(tolerance_for(self.op, shape_t, "float32", request.rtol,
                                                 request.atol))
             if problem:
@@ -350,6 +417,29 @@ class CpuWorker:
         copy = time_interleaved({"copy": lambda: np.copyto(dst, src)}, timing)["copy"]
         result["copy_gbs"] = 2 * src.nbytes / (copy.median_ms / 1000) / 1e9
         return result
+
+
+def _start_host(program: str, flush_bytes: int) -> KernelHost:
+    """The kernel host, started before the cell is sealed (it may start no process after).
+    Its children load the candidate filter unless the sandbox is switched off."""
+    plan = sandbox.current_plan()
+    filters = None
+    if plan is None or plan.enabled:
+        filters = tuple(os.path.join(tempfile.gettempdir(), f"candidate-{stage}.bpf")
+                        for stage in ("load", "run"))
+        line = sandbox.seccomp.export_candidate_filters(*filters)
+        if not line.startswith("on"):
+            sandbox.log.warning("sandbox: the candidate's process has no seccomp filter (%s)", line)
+            filters = None
+    return KernelHost(program, filters, flush_bytes)
+
+
+def host_program_for(tc: Toolchain) -> str:
+    """The kernel host for this compiler, built once into the cache (app/gpu/host)."""
+    try:
+        return str(host_binary(tc.compiler, tc.identity, cache_dir() / "cpu-host"))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        raise BackendUnavailable(f"the CPU backend's kernel host does not build: {exc}") from None
 
 
 # ---- the engine side ----------------------------------------------------------------------
@@ -418,11 +508,12 @@ class CpuEvaluator(Evaluator):
         self._validation = ValidationSet(validation_cases)
         self._lock = threading.Lock()
         memory = self.settings.memory_limit_bytes or _half_memory()
+        host = host_program_for(self.tc)
         self.pool = WorkerPool("app.gpu.cpu:CpuWorker",
                                [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
-                                 self.settings.flush_bytes)],
+                                 self.settings.flush_bytes, host)],
                                recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
-                               name=f"cpu-{self.op.name}-")
+                               name=f"cpu-{self.op.name}-", programs=[host])
         self._baselines: dict[str, Any] | None = None
         self._roofs: cpu_roof.Roofs | bool | None = None
         self._roof_lock = threading.Lock()

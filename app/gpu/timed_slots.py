@@ -83,15 +83,18 @@ class TimedSlots:
         slots = self.slots
         current = self.current
 
-        def candidate() -> None:
+        def candidate() -> float | None:  # a time taken in another process passes through
             k = current["candidate"]
             slots[k].written = True
-            slots[k].calls["candidate"]()
+            return slots[k].calls["candidate"]()
 
-        def other(name: str) -> Callable[[], None]:
+        def other(name: str) -> Callable[[], float | None]:
             return lambda: slots[current[name]].calls[name]()
 
-        return {name: candidate if name == "candidate" else other(name) for name in self.names}
+        calls = {name: candidate if name == "candidate" else other(name) for name in self.names}
+        for name, call in calls.items():  # a call that evicts caches itself (timing.py)
+            call.flushes_itself = getattr(self.slots[0].calls[name], "flushes_itself", False)
+        return calls
 
     def before(self, name: str) -> None:
         """Pick a slot for the next call of `name`; perturb and poison it (not timed)."""

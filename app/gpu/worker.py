@@ -217,12 +217,21 @@ class _CellProcess:
         return self.popen.poll()
 
 
-def _rss_bytes(pid: int) -> int:
+def _rss_bytes(pid: int, depth: int = 0) -> int:
+    """Resident memory of a process and its descendants (a CPU cell's kernel host and the
+    candidate's process are its children)."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+            total = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
+    if depth < 3:
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+                total += sum(_rss_bytes(int(c), depth + 1) for c in f.read().split())
+        except (OSError, ValueError):
+            pass
+    return total
 
 
 def _signal_name(code: int) -> str:
@@ -236,8 +245,10 @@ class Worker:
     """One spawned worker process and its pipe. Not thread-safe: the pool serialises use."""
 
     def __init__(self, factory: str, args: tuple = (), name: str = "worker",
-                 memory_limit_bytes: int | None = None, kind: str = "auto") -> None:
+                 memory_limit_bytes: int | None = None, kind: str = "auto",
+                 programs: Sequence[str] = ()) -> None:
         self.factory, self.args, self.name = factory, args, name
+        self.programs = tuple(programs)  # our own programs the cell may start (the kernel host)
         self.memory_limit_bytes = memory_limit_bytes
         # "gpu": host code is ours, the GPU driver needs devices and big address ranges
         self.kind = kind if kind != "auto" else ("gpu" if "cuda" in factory else "cpu")
@@ -259,7 +270,7 @@ class Worker:
         _LIVE_SCRATCH.add(self.scratch)
         cache = str(cache_dir())
         plan = sandbox.plan_cell(self.kind, self.scratch, sandbox.writable_caches(cache),
-                                 self.memory_limit_bytes)
+                                 self.memory_limit_bytes, self.programs)
         if self.via_multiprocessing:
             proc, parent = self._spawn(plan)
         else:
@@ -472,11 +483,11 @@ class WorkerPool:
 
     def __init__(self, factory: str, worker_args: Sequence[tuple], *, recycle_after: int = 50,
                  memory_limit_bytes: int | None = None, name: str = "worker",
-                 kind: str = "auto") -> None:
+                 kind: str = "auto", programs: Sequence[str] = ()) -> None:
         if not worker_args:
             raise ValueError("a worker pool needs at least one worker")
         self.recycle_after = recycle_after
-        self.workers = [Worker(factory, tuple(a), f"{name}{i}", memory_limit_bytes, kind)
+        self.workers = [Worker(factory, tuple(a), f"{name}{i}", memory_limit_bytes, kind, programs)
                         for i, a in enumerate(worker_args)]
         self._idle: queue.Queue[Worker] = queue.Queue()
         for w in self.workers:

@@ -125,7 +125,8 @@ def _python_read_paths(sys_path: Sequence[str], app_dir: str | None = None,
 
 
 def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
-              memory_limit_bytes: int | None = None) -> CellPlan:
+              memory_limit_bytes: int | None = None, own_programs: Sequence[str] = ()) -> CellPlan:
+    """own_programs: our programs the cell starts before its seal (the CPU kernel host)."""
     read, list_only = _python_read_paths(sys.path)
     read += list(_SYSTEM_READ) + (list(_GPU_READ) if kind == "gpu" else [])
     # the libraries the cell is told to load from (passed on in its environment)
@@ -139,7 +140,8 @@ def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
         read += [os.environ[k] for k in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(k)]
     programs = list(toolchain_programs()) if kind == "cpu" else []
     rules = landlock.FileRules(read=read, list_only=list_only, write=write,
-                               exec_files=programs, devices=devices)
+                               exec_files=programs + [os.path.realpath(p) for p in own_programs],
+                               devices=devices)
     sys_path = [p or os.getcwd() for p in sys.path]  # '' is the parent's directory, not the cell's
     return CellPlan(kind, scratch, rules, programs, memory_limit_bytes, sys_path, enabled())
 
@@ -197,6 +199,12 @@ def _switched_off() -> dict[str, str]:
 # ---- the cell's side ----------------------------------------------------------------------
 _tools: ToolClient | None = None
 _subprocess_run = subprocess.run
+_plan: CellPlan | None = None
+
+
+def current_plan() -> CellPlan | None:
+    """The plan of the cell this process is (None outside a cell)."""
+    return _plan
 
 
 def _threads() -> int:
@@ -209,7 +217,8 @@ def _threads() -> int:
 def enter_cell(plan: CellPlan) -> dict[str, str]:
     """Put this (single-threaded, freshly started) process into its cell, short of the final
     seal; what is on and off, one line each. Call before importing anything that starts threads."""
-    global _tools
+    global _tools, _plan
+    _plan = plan
     if not plan.enabled:
         log.warning("sandbox is OFF (%s=off): candidates run with the user's rights", SWITCH_ENV)
         return _switched_off()

@@ -49,7 +49,18 @@ def seal(kill: bool, allow_unix_sockets: bool) -> str:
     import pyseccomp as sc
 
     deny = sc.KILL_PROCESS if kill else sc.ERRNO(errno.EPERM)
-    me = os.getpid()
+    f = _threads_only(sc, deny, allow_unix_sockets)
+    # Signals only to itself: kill(-1), kill(parent) and friends are refused.
+    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
+        f.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
+    f.load()
+    mode = "killed (SIGSYS)" if kill else "refused (EPERM)"
+    return (f"on: seccomp; exec, fork, sockets{' (but unix)' if allow_unix_sockets else ''}, "
+            f"tracing and signals to others are {mode}")
+
+
+def _threads_only(sc, deny: int, allow_unix_sockets: bool):
+    """A filter that refuses new programs, processes (threads pass), sockets and tracing."""
     f = sc.SyscallFilter(sc.ALLOW)
     f.set_attr(sc.Attr.CTL_TSYNC, 1)
     _deny_all(f, deny, PROGRAMS + FORBIDDEN)
@@ -59,13 +70,43 @@ def seal(kill: bool, allow_unix_sockets: bool) -> str:
         f.add_rule(deny, "socket", sc.Arg(0, sc.NE, AF_UNIX))
     else:
         f.add_rule(deny, "socket")
-    # Signals only to itself: kill(-1), kill(parent) and friends are refused.
-    for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
-        f.add_rule(deny, name, sc.Arg(0, sc.NE, me))
-    f.load()
-    mode = "killed (SIGSYS)" if kill else "refused (EPERM)"
-    return (f"on: seccomp; exec, fork, sockets{' (but unix)' if allow_unix_sockets else ''}, "
-            f"tracing and signals to others are {mode}")
+    return f
+
+
+PROT_EXEC = 0x4
+SHM_EXEC = 0o100000
+OPEN_CALLS = ("open", "openat", "openat2", "creat", "memfd_create")
+
+
+def export_candidate_filters(load_path: str, run_path: str) -> str:
+    """Write the two filters of the process a CPU candidate runs in (app/gpu/host/
+    kernel_host.c) as BPF; a one-line description. The host loads `load_path` before it loads
+    the candidate's library (a constructor then meets the cell's seal: no programs, processes,
+    sockets, signals) and stacks `run_path` on it once the library is loaded: no file can be
+    opened (EPERM) and no memory made executable, so no code but the candidate's and the
+    libraries it linked can run."""
+    problem = available()
+    if problem:
+        return f"off: libseccomp is not usable ({problem})"
+    import pyseccomp as sc
+
+    load = _threads_only(sc, sc.KILL_PROCESS, allow_unix_sockets=False)
+    _deny_all(load, sc.KILL_PROCESS, ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
+                                      "personality"))  # READ_IMPLIES_EXEC: readable = executable
+    run = sc.SyscallFilter(sc.ALLOW)
+    run.set_attr(sc.Attr.CTL_TSYNC, 1)
+    _deny_all(run, sc.ERRNO(errno.EPERM), OPEN_CALLS)
+    for name, arg, bit in (("mmap", 2, PROT_EXEC), ("mprotect", 2, PROT_EXEC),
+                           ("pkey_mprotect", 2, PROT_EXEC), ("shmat", 2, SHM_EXEC)):
+        try:
+            run.add_rule(sc.KILL_PROCESS, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
+        except (OSError, ValueError, RuntimeError):
+            pass
+    for f, path in ((load, load_path), (run, run_path)):
+        with open(path, "wb") as out:
+            f.export_bpf(out)
+    return ("on: seccomp in the candidate's own process; exec, fork, sockets, signals and "
+            "executable memory kill it, files cannot be opened once it is loaded")
 
 
 def _deny_all(f, action: int, names: tuple[str, ...]) -> None:

@@ -1,0 +1,244 @@
+/* The process a CPU candidate runs in (see app/gpu/kernel_host.py).
+ *
+ * The worker cell that verifies and times candidates is a Python process with numpy, and so
+ * with numpy's BLAS mapped: a candidate loaded there can find the BLAS in memory and call it.
+ * This program has only libc, libdl and what the candidate itself links (libgomp, libm).
+ *
+ * It is a zygote: started once by the cell (inside the cell's namespaces, limits and Landlock),
+ * it forks one child per candidate. The child enters the first seccomp filter the cell built
+ * with libseccomp (no programs, processes, sockets, signals: what a constructor meets), loads
+ * the library, maps the arena (the memfd the cell copies inputs and outputs through), enters
+ * the second (no file opened, no memory made executable) and serves calls.
+ * The zygote waits for the child and reports how it ended. A fresh child per candidate: no
+ * state (OpenMP settings, heap, statics) survives from one candidate to the next.
+ *
+ * Protocol: one text line per command on COMMAND_FD, one line per answer on REPLY_FD (a
+ * candidate's own printing goes to stdout and stderr: the worker's log).
+ *   zygote:  load LIB ENTRY ARENA_FD ARENA_BYTES FLUSH_BYTES  -> (child) "ready" | "error ..."
+ *            then, when the child ends: "exit CODE" | "signal NUMBER"
+ *   child:   run SEQ N KIND VALUE ...        -> "SEQ NANOSECONDS"
+ *            null SEQ                        -> "SEQ NANOSECONDS" (an empty timed window)
+ *            flush SEQ                       -> "SEQ 0" once FLUSH_BYTES were written (caches evicted)
+ *            end                             -> the child exits 0
+ * KIND: p = arena offset (a pointer), l = integer (any C integer type), f = float, d = double.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_INT_ARGS 16
+#define MAX_FP_ARGS 8
+#define LINE_MAX_BYTES 8192
+
+/* Every integer-class argument in order, then every floating-point one: on x86-64 System V and
+ * AArch64 the callee reads its own integer and float arguments from these registers and stack
+ * slots whatever the real signature's interleaving (extra ones are ignored). A float travels
+ * in the low 32 bits of a double register. */
+typedef void (*kernel_fn)(long, long, long, long, long, long, long, long, long, long, long,
+                          long, long, long, long, long, double, double, double, double, double,
+                          double, double, double);
+
+static FILE *cmd_in, *cmd_out;  /* the cell's channel; stdout and stderr are the worker's log */
+struct filter {
+    unsigned char *bytes;
+    size_t len;
+};
+static struct filter load_filter, run_filter;  /* before and after loading the library */
+
+static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void say(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(cmd_out, fmt, ap);
+    va_end(ap);
+    fputc('\n', cmd_out);
+    fflush(cmd_out);
+}
+
+static long long now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int read_filter(const char *path, struct filter *out) {
+    if (strcmp(path, "-") == 0) return 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return -1;
+    unsigned char buf[65536];
+    out->len = fread(buf, 1, sizeof buf, f);
+    fclose(f);
+    if (out->len == 0 || out->len % sizeof(struct sock_filter)) return -1;
+    out->bytes = malloc(out->len);
+    if (!out->bytes) return -1;
+    memcpy(out->bytes, buf, out->len);
+    return 0;
+}
+
+static int install_filter(const struct filter *f) {
+    if (!f->bytes) return 0;
+    struct sock_fprog prog = {(unsigned short)(f->len / sizeof(struct sock_filter)),
+                              (struct sock_filter *)f->bytes};
+    if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)) return -1;
+    return (int)syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, SECCOMP_FILTER_FLAG_TSYNC, &prog);
+}
+
+static void flush_caches(volatile unsigned char *buf, size_t n) {
+    for (size_t i = 0; i < n; i += 64) buf[i] += 1;
+}
+
+static int serve(kernel_fn fn, unsigned char *arena, size_t arena_bytes, unsigned char *flush,
+                 size_t flush_bytes) {
+    char line[LINE_MAX_BYTES];
+    while (fgets(line, sizeof line, cmd_in)) {
+        char *save = NULL;
+        char *word = strtok_r(line, " \n", &save);
+        if (!word) continue;
+        if (strcmp(word, "end") == 0) return 0;
+        char *seq = strtok_r(NULL, " \n", &save);
+        if (!seq) return 2;
+        if (strcmp(word, "null") == 0) {
+            long long t0 = now_ns();
+            long long t1 = now_ns();
+            say("%s %lld", seq, t1 - t0);
+            continue;
+        }
+        if (strcmp(word, "flush") == 0) {
+            if (flush) flush_caches(flush, flush_bytes);
+            say("%s 0", seq);
+            continue;
+        }
+        if (strcmp(word, "run") != 0) return 2;
+        long ints[MAX_INT_ARGS] = {0};
+        double fps[MAX_FP_ARGS] = {0};
+        int n_int = 0, n_fp = 0;
+        int n = atoi(strtok_r(NULL, " \n", &save) ?: "-1");
+        if (n < 0) return 2;
+        for (int i = 0; i < n; i++) {
+            char *kind = strtok_r(NULL, " \n", &save);
+            char *value = strtok_r(NULL, " \n", &save);
+            if (!kind || !value) return 2;
+            if (*kind == 'p' || *kind == 'l') {
+                if (n_int == MAX_INT_ARGS) return 2;
+                long v = strtol(value, NULL, 10);
+                if (*kind == 'p') {
+                    if (v < 0 || (size_t)v > arena_bytes) return 2;
+                    v = (long)(uintptr_t)(arena + v);
+                }
+                ints[n_int++] = v;
+            } else if (*kind == 'f' || *kind == 'd') {
+                if (n_fp == MAX_FP_ARGS) return 2;
+                double d = strtod(value, NULL);
+                if (*kind == 'f') {
+                    union { double d; float f[2]; } bits = {0};
+                    bits.f[0] = (float)d;  /* little-endian: the low half is what the callee reads */
+                    d = bits.d;
+                }
+                fps[n_fp++] = d;
+            } else {
+                return 2;
+            }
+        }
+        long long t0 = now_ns();
+        fn(ints[0], ints[1], ints[2], ints[3], ints[4], ints[5], ints[6], ints[7], ints[8],
+           ints[9], ints[10], ints[11], ints[12], ints[13], ints[14], ints[15], fps[0], fps[1],
+           fps[2], fps[3], fps[4], fps[5], fps[6], fps[7]);
+        long long t1 = now_ns();
+        say("%s %lld", seq, t1 - t0);
+    }
+    return 0;
+}
+
+static int child(char *lib, char *entry, char *arena_fd, size_t arena_bytes,
+                 size_t flush_bytes) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (install_filter(&load_filter)) {  /* a constructor meets the seal too */
+        say("error the seccomp filter does not load (%s)", strerror(errno));
+        return 3;
+    }
+    void *handle = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) {
+        say("error the library does not load: %s", dlerror());
+        return 3;
+    }
+    kernel_fn fn = (kernel_fn)dlsym(handle, entry);
+    if (!fn) {
+        say("error the library has no function %s", entry);
+        return 3;
+    }
+    int fd = atoi(arena_fd);
+    unsigned char *arena = MAP_FAILED;
+    if (fd > 2 && arena_bytes > 0)
+        arena = mmap(NULL, arena_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (fd > 2) close(fd);  /* the mapping stays; the candidate gets no handle on the arena */
+    if (arena == MAP_FAILED) {
+        say("error the arena does not map (%s)", strerror(errno));
+        return 3;
+    }
+    unsigned char *flush = NULL;
+    if (flush_bytes) {
+        flush = malloc(flush_bytes);
+        if (flush) memset(flush, 1, flush_bytes);
+    }
+    if (install_filter(&run_filter)) {
+        say("error the seccomp filter does not load (%s)", strerror(errno));
+        return 3;
+    }
+    say("ready");
+    return serve(fn, arena, arena_bytes, flush, flush_bytes);
+}
+
+int main(int argc, char **argv) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);  /* the cell died: so do we */
+    if (argc != 5 || read_filter(argv[1], &load_filter) || read_filter(argv[2], &run_filter) ||
+        !(cmd_in = fdopen(atoi(argv[3]), "r")) || !(cmd_out = fdopen(atoi(argv[4]), "w"))) {
+        fprintf(stderr, "usage: kernel_host LOAD.bpf|- RUN.bpf|- COMMAND_FD REPLY_FD\n");
+        return 2;
+    }
+    char line[LINE_MAX_BYTES];
+    while (fgets(line, sizeof line, cmd_in)) {
+        char *save = NULL;
+        char *word = strtok_r(line, " \n", &save);
+        if (!word || strcmp(word, "load") != 0) return 2;
+        char *lib = strtok_r(NULL, " \n", &save);
+        char *entry = strtok_r(NULL, " \n", &save);
+        char *arena = strtok_r(NULL, " \n", &save);
+        char *arena_bytes = strtok_r(NULL, " \n", &save);
+        char *flush_bytes = strtok_r(NULL, " \n", &save);
+        if (!lib || !entry || !arena || !arena_bytes || !flush_bytes) return 2;
+        fflush(stdout);
+        fflush(cmd_out);
+        pid_t pid = fork();
+        if (pid < 0) {
+            say("error fork failed (%s)", strerror(errno));
+            continue;
+        }
+        if (pid == 0)
+            _exit(child(lib, entry, arena, strtoull(arena_bytes, NULL, 10),
+                        strtoull(flush_bytes, NULL, 10)));
+        int status = 0;
+        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        }
+        if (WIFSIGNALED(status))
+            say("signal %d", WTERMSIG(status));
+        else
+            say("exit %d", WEXITSTATUS(status));
+    }
+    return 0;
+}

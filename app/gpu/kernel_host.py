@@ -1,0 +1,352 @@
+"""CPU candidates run in their own small process, never in the worker cell.
+
+The cell is a Python process with numpy, so numpy's BLAS is mapped in it: a candidate loaded
+there could walk memory to the BLAS and call it, or overwrite what the cell reports. So the
+cell starts a zygote (app/gpu/host/kernel_host.c: libc and libdl only) before it is sealed,
+and the zygote forks one child per candidate that loads the candidate's library, maps the
+arena (a memfd the cell copies inputs and outputs through), under its own seccomp filters
+(app.gpu.sandbox.seccomp.export_candidate_filters): no programs, processes, sockets, signals,
+and once loaded no files or executable memory.
+
+The child reports each call's duration, taken around the call in C. A candidate shares that
+process, so the cell checks the report against its own clock around the whole exchange: a
+report shorter than the wall clock allows is refused (`ForgedTiming`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import mmap
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SOURCE = Path(__file__).with_name("host") / "kernel_host.c"
+ALIGN = 4096  # every array starts on its own page, as a fresh allocation would
+MAX_INT_ARGS, MAX_FP_ARGS = 16, 8
+NULL_CALLS = 25  # empty exchanges measured per candidate: the channel's own cost
+# Reports are checked on the call with the smallest gap between the cell's clock and the
+# report: load delays some wake-ups, never all, while a forged report shortens every call. It
+# may exceed the channel's cost by this much before it counts as forged.
+SLACK_NS = 100_000
+SLACK_FRACTION = 0.10
+
+
+class HostError(RuntimeError):
+    """The kernel host did something the protocol does not allow (a candidate wrote to it)."""
+
+
+class HostDied(RuntimeError):
+    """The candidate's process ended during a call."""
+
+    def __init__(self, signal_number: int | None, exit_code: int | None) -> None:
+        self.signal_number, self.exit_code = signal_number, exit_code
+        if signal_number is not None:
+            try:
+                name = signal.Signals(signal_number).name
+            except ValueError:
+                name = f"signal {signal_number}"
+            what = f"died with {name}"
+        else:
+            what = f"exited with code {exit_code}"
+        self.signal_name = what.split()[-1]
+        super().__init__(f"the candidate's process {what}")
+
+
+class ForgedTiming(RuntimeError):
+    """The durations the candidate's process reported are shorter than the cell's clock says."""
+
+
+# ---- building the host (parent side, once per compiler) ----------------------------------
+def host_binary(compiler: str, identity: str, directory: Path) -> Path:
+    """The zygote, built from SOURCE into `directory` (cached by source and compiler)."""
+    text = SOURCE.read_bytes()
+    digest = hashlib.sha256(text + identity.encode() + b"-lm -ldl").hexdigest()[:16]
+    out = directory / f"kernel_host-{digest}"
+    if out.exists():
+        return out
+    directory.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(f".tmp{os.getpid()}")
+    proc = subprocess.run([compiler, "-O2", "-std=gnu11", str(SOURCE), "-o", str(tmp),
+                           # libm in the global scope: candidate libraries use it unlinked
+                           "-Wl,--no-as-needed", "-lm", "-ldl"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the kernel host does not build: {proc.stderr.strip()[:400]}")
+    os.replace(tmp, out)
+    return out
+
+
+# ---- arguments -----------------------------------------------------------------------------
+@dataclass
+class ArrayArg:
+    """An array the kernel gets a pointer to. `buffer` is copied into the arena before each
+    call; the pointer is `offset` bytes into it (a guarded output's interior); `preset` (an
+    in/out array's input values) is then written over the interior; `copy_back`: the arena's
+    bytes return to `buffer` after the call."""
+
+    buffer: np.ndarray
+    offset: int = 0
+    copy_back: bool = False
+    preset: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class Scalar:
+    kind: str  # "l": any C integer, "f": float, "d": double
+    value: float | int
+
+    def text(self) -> str:
+        if self.kind == "l":
+            return str(int(self.value))
+        return repr(float(np.float32(self.value)) if self.kind == "f" else float(self.value))
+
+
+Arg = ArrayArg | Scalar
+
+
+def _bytes(a: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(a).reshape(-1).view(np.uint8)
+
+
+class _Arena:
+    """A memfd shared with the candidate's process; grows by replacing the child."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.fd = os.memfd_create("kernelswarm-arena", 0)
+        self.size = 0
+        self.map: mmap.mmap | None = None
+        self.view = np.empty(0, np.uint8)
+        self.resize(nbytes)
+
+    def resize(self, nbytes: int) -> None:
+        nbytes = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+        if self.map is not None:
+            del self.view
+            self.map.close()
+        os.ftruncate(self.fd, nbytes)
+        self.map = mmap.mmap(self.fd, nbytes)
+        self.view = np.frombuffer(self.map, np.uint8)
+        self.size = nbytes
+
+    def close(self) -> None:
+        if self.map is not None:
+            del self.view
+            self.map.close()
+            self.map = None
+        os.close(self.fd)
+
+
+def _layout(args: list[Arg]) -> tuple[list[int], int]:
+    offsets, end = [], 0
+    for a in args:
+        if isinstance(a, ArrayArg):
+            offsets.append(end)
+            end += -(-max(1, a.buffer.nbytes) // ALIGN) * ALIGN
+        else:
+            offsets.append(-1)
+    return offsets, end
+
+
+# ---- the cell's side ----------------------------------------------------------------------
+class KernelHost:
+    """The zygote (started by the cell before it is sealed) and the current candidate's child."""
+
+    def __init__(self, binary: str, filters: tuple[str, str] | None, flush_bytes: int,
+                 arena_bytes: int = 16 * 2**20) -> None:
+        self.flush_bytes = flush_bytes
+        self.arena = _Arena(arena_bytes)
+        cmd_read, cmd_write = os.pipe()
+        reply_read, reply_write = os.pipe()
+        try:
+            self.proc = subprocess.Popen([binary, *(filters or ("-", "-")), str(cmd_read), str(reply_write)],
+                                         stdin=subprocess.DEVNULL, close_fds=True,
+                                         pass_fds=(self.arena.fd, cmd_read, reply_write))
+        finally:
+            os.close(cmd_read)
+            os.close(reply_write)
+        self.commands = os.fdopen(cmd_write, "w", buffering=1)
+        self.replies = os.fdopen(reply_read, "r")
+        self.library: tuple[str, str] | None = None
+        self.child_alive = False
+        self._seq = 0
+        self.null_ns: list[int] = []
+        self.timed: list[tuple[int, int]] = []  # (cell's clock, child's report) per timed call
+
+    # ---- the protocol ----------------------------------------------------------------
+    def _send(self, line: str) -> None:
+        try:
+            self.commands.write(line + "\n")
+            self.commands.flush()
+        except (BrokenPipeError, OSError):
+            raise HostError("the kernel host is gone") from None
+
+    def _read(self) -> str:
+        line = self.replies.readline()
+        if not line:
+            raise HostError("the kernel host is gone")
+        return line.rstrip("\n")
+
+    def _child_ended(self) -> HostDied:
+        """The child stopped answering: the zygote's line says how it ended."""
+        self.child_alive = False
+        try:
+            words = self._read().split()
+        except HostError:
+            return HostDied(None, None)
+        while words and words[0] not in ("signal", "exit"):  # the candidate's own writes
+            try:
+                words = self._read().split()
+            except HostError:
+                return HostDied(None, None)
+        if len(words) == 2 and words[0] == "signal":
+            return HostDied(int(words[1]), None)
+        return HostDied(None, int(words[1]) if len(words) == 2 and words[1].isdigit() else None)
+
+    def _exchange(self, verb: str, rest: str = "") -> int:
+        """Send a child command; its reported nanoseconds."""
+        self._seq += 1
+        seq = str(self._seq)
+        self._send(f"{verb} {seq} {rest}".rstrip())
+        line = self._read()
+        words = line.split()
+        if len(words) == 2 and words[0] == seq and words[1].isdigit():
+            return int(words[1])
+        if len(words) == 2 and words[0] in ("signal", "exit"):
+            self.child_alive = False
+            return self._raise_died(words)
+        raise HostError("the candidate wrote to the harness's channel (the reply to call "
+                        f"{seq} was {line[:60]!r})")
+
+    def _raise_died(self, words: list[str]) -> int:
+        if words[0] == "signal":
+            raise HostDied(int(words[1]), None)
+        raise HostDied(None, int(words[1]) if words[1].isdigit() else None)
+
+    # ---- candidates ------------------------------------------------------------------
+    def load(self, library: str, entry: str) -> None:
+        """A fresh child for this library (the previous candidate's child ends first)."""
+        self.end()
+        self._start_child(library, entry)
+        self.null_ns = self._null_overheads()
+
+    def _start_child(self, library: str, entry: str) -> None:
+        self._send(f"load {library} {entry} {self.arena.fd} {self.arena.size} {self.flush_bytes}")
+        line = self._read()
+        if line == "ready":
+            self.library, self.child_alive = (library, entry), True
+            return
+        if line.startswith("error "):
+            self._read()  # the zygote's "exit 3"
+            raise HostError(line[len("error "):])
+        words = line.split()
+        if len(words) == 2 and words[0] in ("signal", "exit"):
+            self._raise_died(words)  # killed while loading (a constructor, say)
+        raise HostError(f"the kernel host answered {line[:60]!r} to load")
+
+    def _null_overheads(self) -> list[int]:
+        """The channel's cost: the cell's clock around empty exchanges."""
+        costs = []
+        for _ in range(NULL_CALLS):
+            t0 = time.perf_counter_ns()
+            self._exchange("null")
+            costs.append(time.perf_counter_ns() - t0)
+        return costs
+
+    def end(self) -> None:
+        """End the current child (its state goes with it)."""
+        if not self.child_alive:
+            return
+        self.child_alive = False
+        self._send("end")
+        words = self._read().split()
+        while words and words[0] not in ("signal", "exit"):
+            words = self._read().split()
+
+    def call(self, args: list[Arg], *, timed: bool = False, flush: bool = False) -> float:
+        """One call of the current candidate; the duration its process reported, in ms."""
+        if not self.child_alive:
+            if self.library is None:
+                raise HostError("no candidate is loaded")
+            self._start_child(*self.library)
+        offsets, need = _layout(args)
+        if need > self.arena.size:  # a bigger arena: a new child maps it
+            self.end()
+            self.arena.resize(max(need, 2 * self.arena.size))
+            self._start_child(*self.library)  # type: ignore[misc]
+        arena = self.arena.view
+        words = []
+        for a, off in zip(args, offsets):
+            if isinstance(a, ArrayArg):
+                raw = _bytes(a.buffer)
+                arena[off:off + raw.size] = raw
+                if a.preset is not None:
+                    pre = _bytes(a.preset)
+                    arena[off + a.offset:off + a.offset + pre.size] = pre
+                words.append(f"p {off + a.offset}")
+            else:
+                words.append(f"{a.kind} {a.text()}")
+        if len([w for w in words if w[0] in "pl"]) > MAX_INT_ARGS or \
+                len([w for w in words if w[0] in "fd"]) > MAX_FP_ARGS:
+            raise HostError(f"a CPU kernel may take at most {MAX_INT_ARGS} pointer/integer and "
+                            f"{MAX_FP_ARGS} floating-point arguments")
+        if flush and self.flush_bytes:
+            self._exchange("flush")
+        try:
+            t0 = time.perf_counter_ns()
+            reported = self._exchange("run", f"{len(args)} {' '.join(words)}")
+            wall = time.perf_counter_ns() - t0
+        except HostError:
+            if self.proc.poll() is None and self.child_alive:
+                raise
+            raise self._child_ended() from None
+        except HostDied:
+            raise
+        if timed:
+            self.timed.append((wall, reported))
+        for a, off in zip(args, offsets):
+            if isinstance(a, ArrayArg) and a.copy_back:
+                raw = a.buffer.reshape(-1).view(np.uint8)
+                raw[:] = arena[off:off + raw.size]
+        return reported / 1e6
+
+    def check_reports(self) -> None:
+        """Raise ForgedTiming when the child's reports undercut the cell's clock (by more than
+        the channel's own cost and a generous slack); then forget the timed calls."""
+        timed, self.timed = self.timed, []
+        if not timed or not self.null_ns:
+            return
+        gaps = np.array([w - r for w, r in timed], dtype=np.float64)
+        reports = np.array([r for _, r in timed], dtype=np.float64)
+        null = np.array(self.null_ns, dtype=np.float64)
+        allowed = np.percentile(null, 90) + SLACK_NS + SLACK_FRACTION * np.median(reports)
+        closest = int(np.argmin(gaps))
+        if gaps[closest] > allowed:
+            raise ForgedTiming(
+                f"the candidate's process reported {reports[closest] / 1e3:.1f} us for a call the "
+                f"cell's clock saw take {(gaps[closest] + reports[closest]) / 1e3:.1f} us (the "
+                f"channel costs {np.median(null) / 1e3:.1f} us)")
+
+    def close(self) -> None:
+        try:
+            self.end()
+        except (HostError, HostDied, OSError):
+            pass
+        for stream in (self.commands, self.replies):
+            try:
+                if stream is not None:
+                    stream.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            pass
+        self.arena.close()
