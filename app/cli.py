@@ -172,6 +172,10 @@ def _apply_overrides(goal: Goal, args: argparse.Namespace) -> Goal:
         goal.llm["base_url"] = args.llm_base_url
     if args.llm_model:
         goal.llm["model"] = args.llm_model
+    if getattr(args, "cluster", None):  # evaluate on a Ray cluster; Ray is imported only then
+        goal.cluster = {**goal.cluster, "address": args.cluster}
+    if getattr(args, "cluster_fallback", None) and goal.cluster:
+        goal.cluster["fallback"] = args.cluster_fallback
     return goal
 
 
@@ -442,6 +446,10 @@ def available_devices() -> list[tuple[str, bool, str]]:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
+    if getattr(args, "cluster", None):
+        from app.cluster.report import print_cluster_devices
+
+        return print_cluster_devices(args.cluster)
     from app.gpu.sandbox import sandbox_summary, status
 
     cell = sandbox_summary()  # backends that run candidate code do it in a sandbox cell
@@ -507,6 +515,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--resume", type=int, metavar="RUN_ID",
                      help="continue an interrupted run without re-evaluating anything")
+    run.add_argument("--cluster", metavar="ADDRESS",
+                     help="evaluate on a Ray cluster: auto, host:port or ray://host:10001")
+    run.add_argument("--cluster-fallback", choices=("wait", "local"),
+                     help="when the cluster disappears: wait for it, or go on here")
     run.set_defaults(func=cmd_run)
 
     hist = sub.add_parser("history", parents=[db], help="list recorded runs")
@@ -525,6 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
     exp.set_defaults(func=cmd_export)
 
     dev = sub.add_parser("devices", help="which backends can run here")
+    dev.add_argument("--cluster", metavar="ADDRESS", help="list a Ray cluster's nodes and devices")
     dev.set_defaults(func=cmd_devices)
 
     kt = sub.add_parser("import-kt", help="turn a Kernel Tuner script into a goal directory")

@@ -164,6 +164,8 @@ class Goal:
     # LLM endpoint settings (app.llm.settings.LLMSettings fields; never the API key)
     llm: dict[str, Any] = field(default_factory=dict)
     kernel: KernelTable | None = None  # your own kernel (app.catalog.custom) instead of `operator`
+    # [cluster]: run the evaluations on a Ray cluster (app.cluster); empty: here, no Ray at all
+    cluster: dict[str, Any] = field(default_factory=dict)
     source_path: str = ""  # where the goal was loaded from (not saved)
 
     # ---- validation -------------------------------------------------------------------
@@ -238,12 +240,18 @@ class Goal:
             raise GoalError("swarm.transfer", "must be true or false")
         if not isinstance(self.llm, dict):
             raise GoalError("llm", "must be a table of LLM endpoint settings")
+        if self.cluster:
+            from app.cluster.settings import check_cluster_table
+
+            check_cluster_table(self.cluster)  # the table's shape only; Ray is not imported
         return self
 
     # ---- TOML --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source_path", None)
+        if not data.get("cluster"):
+            data.pop("cluster", None)  # a local goal's TOML stays as it was
         if data.get("kernel"):  # only what the user set: the table stays short
             data["kernel"] = {k: v for k, v in data["kernel"].items()
                               if v not in ("", [], {}) and not (k == "deterministic" and v)}

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.evaluator import Evaluator
 from app.core.events import EventBus, Telemetry
 from app.goal import Goal
-from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
+from app.gpu.registry import BackendSpec, check_backend_fields, make_evaluator
 from app.swarm.agents import agent_spec, check_agents
 from app.swarm.coordinator import Coordinator, RunResult
 from app.swarm.transfer import evidence_from_store
@@ -41,7 +41,7 @@ def check_goal(goal: Goal) -> BackendSpec:
 def build_evaluator(goal: Goal, validation_cases: Sequence[dict] = ()) -> Evaluator:
     """The backend a goal asks for (a goal already checked by check_goal). Raises
     BackendUnavailable / CacheFileError / GoalError with a message that names the problem."""
-    return backend_spec(goal.backend).make_evaluator(goal, list(validation_cases))
+    return make_evaluator(goal, list(validation_cases))  # on a Ray cluster: goal.cluster
 
 
 def target_value(goal: Goal, baseline: float | None, limit: float | None) -> float | None:
