@@ -196,6 +196,25 @@ tune_kernel("twice", "__global__ void twice(float *y, const float *x) { y[thread
         assert np.array_equal(expected["y"], 2 * np.arange(8))
 
 
+def test_pycuda_gpuarrays_are_read_back(tmp_path):
+    """A PyCUDA GPUArray (it has .get(), as the real one does) becomes a stored numpy array."""
+    script = _script(tmp_path, FAKE_CUPY.replace("cupy._core.core", "pycuda.gpuarray").replace(
+        "class ndarray", "class GPUArray") + '''
+from kernel_tuner import tune_kernel
+x = GPUArray(np.arange(8, dtype=np.float32))
+y = GPUArray(np.zeros(8, np.float32))
+tune_kernel("twice", "__global__ void twice(float *y, const float *x) { y[threadIdx.x] = 2 * x[threadIdx.x]; }",
+            8, [y, x], {"block_size_x": [8]}, answer=[2 * x.get(), None])
+''')
+    done = import_script(script, tmp_path / "goal")
+    goal = Goal.load(done.goal_path)
+    check_goal(goal)
+    assert [a["name"] for a in goal.kernel.args] == ["y", "x"]
+    op = custom_operator(goal, "cuda")
+    inputs = op.make_inputs(np, [8], "float32", np.random.default_rng(0))
+    assert np.array_equal(inputs["x"], np.arange(8))  # the script's values, read back
+
+
 def test_lambda_restrictions_are_converted_or_refused():
     names = ["block_size_x", "block_size_y", "tile"]
     assert to_expressions([lambda p: p["block_size_x"] * p["block_size_y"] <= 1024], names) == \
