@@ -174,15 +174,6 @@ def test_a_blas_resolved_by_the_loader_is_refused(gemm):
     assert ev.reason == RESOURCE_LIMIT and "cblas_sgemm" in ev.detail, ev.detail
 
 
-@pytest.mark.xfail(reason="numpy's OpenBLAS is mapped in the CPU worker: a kernel that walks "
-                   "memory from an allowed libc function's address to the loader's link map "
-                   "can find and call sgemm without importing or naming it. Only a worker "
-                   "without numpy's BLAS mapped (or a separate runner process) stops it; "
-                   "seccomp and the checks here do not.", strict=False)
-def test_a_blas_found_by_walking_memory_cannot_pass():
-    pytest.fail("not stopped by the current measures (see the reason)")
-
-
 def test_a_figure_beyond_the_roof_is_retimed_then_refused(tmp_path):
     """(f) A measurement faster than the machine's roof for its working set is re-timed once and
     then refused as suspect (here the roofs are set absurdly low, so any honest kernel is)."""

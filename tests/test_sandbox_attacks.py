@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core.types import COMPILE_FAILED, CRASH, RUNTIME_FAILED, VERIFY_FAILED, Candidate
+from app.core.types import COMPILE_FAILED, CRASH, RUNTIME_FAILED, SUSPECT, VERIFY_FAILED, Candidate
 from app.goal import Goal
 from app.gpu import sandbox
 from app.gpu.cpu import CpuEvaluator, CpuSettings, CpuWorker, find_compiler, host_program_for
@@ -457,3 +457,120 @@ def test_the_engine_unpickles_only_plain_data(outside):
     assert reply.fault is not None and reply.fault.reason == CRASH, reply
     assert "not plain data" in reply.fault.detail and "os.system" in reply.fault.detail
     assert not canary.exists() and outside.changed() == []
+
+
+# Looks through every loaded object's dynamic symbols for a BLAS (any name holding "sgemm"),
+# with dl_iterate_phdr found by the libc walk above: no import names it.
+BLAS_WALK = LIBC_WALK + r"""
+struct phdr_info { uintptr_t addr; const char *name; const Phdr *phdr; uint16_t phnum; };
+static int look(struct phdr_info *info, size_t size, void *found) {
+    (void)size;
+    for (int i = 0; i < info->phnum; i++) {
+        if (info->phdr[i].p_type != 2) continue;
+        const Dyn *dyn = (const Dyn *)(info->addr + info->phdr[i].p_vaddr);
+        const Sym *symtab = 0; const char *strtab = 0; uint64_t strsz = 0;
+        const uint32_t *hash = 0, *gnu = 0;
+        for (; dyn->d_tag != 0; dyn++) {
+            uintptr_t v = dyn->d_val < info->addr ? info->addr + dyn->d_val : dyn->d_val;
+            if (dyn->d_tag == 6) symtab = (const Sym *)v;
+            if (dyn->d_tag == 5) strtab = (const char *)v;
+            if (dyn->d_tag == 10) strsz = dyn->d_val;
+            if (dyn->d_tag == 4) hash = (const uint32_t *)v;
+            if (dyn->d_tag == 0x6ffffef5) gnu = (const uint32_t *)v;
+        }
+        uint32_t count = 0;  /* the symbol count, from the loader's own hash tables */
+        if (hash) {
+            count = hash[1];
+        } else if (gnu) {
+            const uint32_t *buckets = gnu + 4 + 2 * gnu[2], *chain = buckets + gnu[0];
+            for (uint32_t b = 0; b < gnu[0]; b++) if (buckets[b] > count) count = buckets[b];
+            if (count >= gnu[1]) { while (!(chain[count - gnu[1]] & 1)) count++; count++; }
+        }
+        if (!symtab || !strtab) continue;
+        for (uint32_t k = 0; k < count; k++) {
+            const Sym *s = symtab + k;
+            if (s->st_name && s->st_name < strsz && s->st_value &&
+                strstr(strtab + s->st_name, "sgemm"))
+                ++*(int *)found;
+        }
+    }
+    return 0;
+}
+int ks_blas_symbols(void) {
+    int (*iterate)(int (*)(struct phdr_info *, size_t, void *), void *) =
+        (int (*)(int (*)(struct phdr_info *, size_t, void *), void *))libc_symbol("dl_iterate_phdr");
+    int found = 0;
+    if (iterate) iterate(look, &found);
+    return found;
+}
+"""
+
+
+def test_a_blas_found_by_walking_memory_is_out_of_reach(transpose, tmp_path):
+    """(c) of the issue, the way no import check sees: walk libc's symbols to dl_iterate_phdr,
+    then every loaded object's symbols to an sgemm. In the worker cell (numpy's BLAS mapped)
+    the walk finds one; in the candidate's own process there is none, so the kernel, which
+    writes NaN when it finds one, verifies."""
+    import ctypes
+
+    import numpy  # noqa: F401 - its BLAS is what the walk must find in this process
+
+    lib = tmp_path / "walk.so"
+    (tmp_path / "walk.c").write_text(BLAS_WALK)
+    subprocess.run([find_compiler(), "-O2", "-shared", "-fPIC", str(tmp_path / "walk.c"), "-o",
+                    str(lib)], check=True)
+    assert ctypes.CDLL(str(lib)).ks_blas_symbols() > 0  # the walk works where numpy lives
+    kernel = BLAS_WALK + """
+void ks_kernel(float *y, const float *x, long rows, long cols) {
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++) y[j * rows + i] = x[i * cols + j];
+    if (ks_blas_symbols() > 0) y[0] = 0.0f / 0.0f;
+}
+"""
+    result = attack(transpose, "blas-walk", kernel)
+    assert result.ok, (result.reason, result.detail)
+
+
+FORGED_DURATION = r"""
+#include <time.h>
+/* Works 3 ms, then rewrites every recent clock reading it finds on the stack above it (the
+   harness's start time, saved by its caller or spilled there) to "just now": the duration the
+   kernel's process reports shrinks to almost nothing. */
+__attribute__((noinline)) void ks_kernel(float *y, const float *x, long rows, long cols) {
+    __asm__ volatile("" ::: "rbx", "r12", "r13", "r14", "r15");  /* caller's values to the stack */
+    for (long i = 0; i < rows; i++)
+        for (long j = 0; j < cols; j++) y[j * rows + i] = x[i * cols + j];
+    struct timespec ts;
+    long long start, now;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    start = ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    do {
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        now = ts.tv_sec * 1000000000LL + ts.tv_nsec;
+    } while (now - start < 3000000);
+    volatile long long *p = (volatile long long *)__builtin_frame_address(0) - 64;
+    for (int i = 0; i < 1024; i++)
+        if (p[i] > now - 2000000000LL && p[i] < start) p[i] = now - 500;
+}
+"""
+
+
+def test_a_forged_duration_is_refused(transpose):
+    """Own attack: the kernel shares its process with the clock that times it, and rewrites the
+    start time on the stack. The cell's own clock around the call disagrees: refused."""
+    result = attack(transpose, "forged-duration", FORGED_DURATION)
+    assert not result.ok and result.reason == SUSPECT, (result.reason, result.detail,
+                                                        result.time_ms)
+    assert "forged timing" in result.detail and "cell's clock" in result.detail, result.detail
+
+
+def test_no_state_survives_from_one_candidate_to_the_next(transpose):
+    """A candidate leaves a mark in the OpenMP runtime (no global of its own); the next one,
+    in a fresh process, must not see it (it writes NaN if it does)."""
+    mark = "#include <omp.h>\n" + TRANSPOSE.replace(
+        "for (long i = 0;", "omp_set_default_device(4242);\n    for (long i = 0;", 1)
+    reader = "#include <omp.h>\n" + TRANSPOSE.replace(
+        "}\n", "    if (omp_get_default_device() == 4242) y[0] = 0.0f / 0.0f;\n}\n", 1)
+    assert attack(transpose, "mark", mark).ok
+    result = attack(transpose, "reader", reader)
+    assert result.ok, (result.reason, result.detail)
