@@ -201,7 +201,7 @@ def test_every_protection_is_on_here(cell):
 
 def test_status_names_every_protection():
     status = sandbox.status()
-    assert set(status) == set(sandbox.PROTECTIONS)
+    assert set(status) == set(sandbox.STATUS_NAMES)
     assert all(v.split(":")[0] in ("on", "off", "partial", "unknown") for v in status.values())
     assert status["environment"].startswith("on")
 

@@ -36,7 +36,8 @@ from app.gpu.sandbox import landlock, limits, namespaces, seccomp
 from app.gpu.sandbox.helper import ToolClient
 
 log = logging.getLogger("kernelswarm.sandbox")
-PROTECTIONS = ("environment", "network", "files", "limits", "processes")
+PROTECTIONS = ("environment", "network", "files", "limits", "processes")  # every cell's walls
+STATUS_NAMES = PROTECTIONS + ("candidates",)  # and where a CPU candidate runs
 SWITCH_ENV = "KERNELSWARM_SANDBOX"
 cell_environment = _env.cell_environment
 
@@ -47,6 +48,17 @@ _SYSTEM_READ = ("/usr", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/etc/ld.so
                 "/sys/devices/system/node", "/sys/fs/cgroup")
 _DEVICES = ("/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/dev/full")
 _GPU_READ = ("/sys", "/proc/driver/nvidia", "/proc/modules", "/proc/devices")
+
+
+CANDIDATE_LINE = ("on: each CPU candidate in its own process (libc only: no numpy or BLAS "
+                  "mapped, nothing kept from earlier candidates); seccomp before loading it, and "
+                  "after: no files, no executable memory")
+_notes: dict[str, str] = {}
+
+
+def note(name: str, line: str) -> None:
+    """A protection line from the cell's own handler (the kernel host), reported at the seal."""
+    _notes[name] = line
 
 
 def enabled() -> bool:
@@ -153,7 +165,7 @@ def status() -> dict[str, str]:
         return _switched_off()
     if getattr(sys, "frozen", False):  # the bundle's binary cannot run `-c`: no probe process
         return {p: "partial: frozen build (environment scrubbed in process; other walls as "
-                   "the platform allows)" for p in PROTECTIONS}
+                   "the platform allows)" for p in STATUS_NAMES}
     probe = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
              "from app.gpu.sandbox import probe_here; print(json.dumps(probe_here()))")
     try:
@@ -162,7 +174,7 @@ def status() -> dict[str, str]:
                              env=_env.cell_environment("/tmp"))
         found = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
-        return {p: f"unknown: probe failed ({exc})" for p in PROTECTIONS}
+        return {p: f"unknown: probe failed ({exc})" for p in STATUS_NAMES}
     return found
 
 
@@ -187,11 +199,16 @@ def probe_here() -> dict[str, str]:
         "limits": "on: address space, CPU time, file size, open files, no core dumps",
         "processes": ("on: seccomp (no exec, fork, sockets, ptrace; threads allowed)"
                       if not sc else f"off: libseccomp is not usable ({sc})"),
+        "candidates": CANDIDATE_LINE if not sc else (
+            "partial: each CPU candidate in its own process (no numpy or BLAS mapped), "
+            f"without seccomp filters ({sc})"),
     }
 
 
 def _switched_off() -> dict[str, str]:
-    off = {p: f"off: {SWITCH_ENV}=off" for p in PROTECTIONS}
+    off = {p: f"off: {SWITCH_ENV}=off" for p in STATUS_NAMES}
+    off["candidates"] = ("partial: each CPU candidate in its own process (no numpy or BLAS "
+                         "mapped), without seccomp filters")
     off["environment"] = "on: allow-list (always applied)"
     return off
 
@@ -260,6 +277,7 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
         except OSError as exc:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
             _tools = None
+    applied.update(_notes)
     if _tools is None and plan.kind == "cpu":  # no compile helper (frozen build): the cell
         # itself must still start the compiler, so it stays unsealed; the status says so
         applied["processes"] = "off: no compile helper in this build (the compiler runs here)"
