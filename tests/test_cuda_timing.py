@@ -186,3 +186,9 @@ def test_without_nvml_or_with_a_plain_mask_function(timer):
     assert throttled_between(a, ThrottleSnapshot(violation_ns={"thermal": 5})) == []
     assert throttled_between(a, ThrottleSnapshot(mask=0x4 | 0x80, violation_ns={"thermal": 6})) == [
         "power_brake", "thermal"]
+
+
+def test_graph_replays_are_off_unless_asked_for():
+    """A graph replays launches with no poisoning between them: the cascade never uses one by
+    default (and a library baseline could not be captured anyway)."""
+    assert Protocol().graph_below_ms == 0.0

@@ -125,7 +125,8 @@ def test_timing_protocol_and_copy_bandwidth():
     b = cp.empty_like(a)
     small = cp.ones(256, dtype=cp.float32)
     m = timer.measure({"copy": lambda: cp.copyto(b, a), "tiny": lambda: small.fill(2.0)},
-                      Protocol(max_samples=30, max_seconds=2.0), graphable=("tiny",))
+                      Protocol(max_samples=30, max_seconds=2.0, graph_below_ms=0.02),
+                      graphable=("tiny",))
     assert m.mode["copy"] == "events" and m.mode["tiny"].startswith("graph")
     st = m.stats["copy"]
     assert st.n >= 5 and st.p10 <= st.median <= st.p90
