@@ -251,7 +251,7 @@ class Timer:
                 hook(name)
                 try:
                     graph, stream = self.make_graph(fn, reps)
-                except Exception:  # some library calls cannot be captured: time them plainly
+                except Exception:  # noqa: BLE001 - some library calls cannot be captured: time them plainly
                     runners[name], modes[name], reps_of[name] = fn, "events", 1
                     continue
                 streams[name] = stream
