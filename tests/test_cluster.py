@@ -233,3 +233,81 @@ def test_cluster_code_never_imports_qt_or_sql():
         for name in _imports(path):
             assert not name.startswith(("PySide6", "pyqtgraph", "sqlite3", "sqlite_utils",
                                         "app.ui", "app.store")), (path.name, name)
+
+
+# ---- the cluster disappears --------------------------------------------------------------------
+GONE_DRIVER = r'''
+import json, os, signal, socket, subprocess, sys, tempfile, threading, time
+import app.gpu
+from app.cluster.pool import ClusterEvaluator
+from app.cluster.settings import check_cluster_table
+from app.goal import Goal
+from app.gpu.replay import make_replay_evaluator
+from app.session import RunSession
+from app.store import Store
+
+tmp = tempfile.mkdtemp(prefix="ksgone", dir="/tmp")
+with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
+                f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                "--disable-usage-stats", f"--temp-dir={tmp}"],
+               env={**os.environ, "RAY_TMPDIR": tmp}, check=True, capture_output=True)
+
+def kill_cluster():  # every process of this head: they all name its temp dir
+    for _ in range(3):
+        for pid in [int(p) for p in os.listdir("/proc") if p.isdigit()]:
+            try:
+                cmd = open(f"/proc/{pid}/cmdline", "rb").read().decode(errors="replace")
+            except OSError:
+                continue
+            if tmp in cmd and pid != os.getpid():
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+        time.sleep(0.2)
+
+goal = Goal(name="gone", space=sys.argv[1], backend="replay")
+goal.stop.max_evals = 20
+goal.swarm.workers = 2
+lines = []
+pool = ClusterEvaluator(goal, [], check_cluster_table(
+    {"address": f"127.0.0.1:{port}", "actors": 2, "fallback": "local"}),
+    local=lambda: make_replay_evaluator(goal), pace=1.0, notify=lines.append)
+store = Store(sys.argv[2])
+session = RunSession(goal, store=store, evaluator=pool)
+def killer():
+    while not pool.running():
+        time.sleep(0.01)
+    time.sleep(1.0)
+    kill_cluster()
+threading.Thread(target=killer, daemon=True).start()
+try:
+    result = session.run()
+    rows = store.evaluation_rows(session.run_id)
+    print(json.dumps({"reason": result.reason, "keys": [r["key"] for r in rows],
+                      "nodes": [r["resources"].get("node") for r in rows],
+                      "crashed": [r["key"] for r in rows if r["reason"] == "crash"],
+                      "told": lines}))
+finally:
+    kill_cluster()
+    sys.stdout.flush()
+    os._exit(0)  # Ray's exit hooks would wait for the dead head
+'''
+
+
+def test_the_cluster_going_away_continues_locally_when_chosen(tmp_path):
+    """Its own head (the module's stays up): killed mid-run; the run finishes here."""
+    out = subprocess.run([sys.executable, "-c", GONE_DRIVER, str(SMALL_SPACE),
+                          str(tmp_path / "h.db")], cwd=ROOT, capture_output=True, text=True,
+                         timeout=180, check=False)
+    import json
+
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["reason"] == "max_evals", got
+    assert len(got["keys"]) == 20 and len(set(got["keys"])) == 20  # nothing lost or twice
+    assert not got["crashed"]  # the cluster's death is no candidate's fault
+    assert "local" in got["nodes"] and socket.gethostname() in got["nodes"]
+    assert len(got["told"]) == 1 and "continuing on this machine" in got["told"][0]

@@ -8,6 +8,7 @@ ray.init itself runs under the same deadline.
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from typing import Any
@@ -59,6 +60,9 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
     if ray.is_initialized():
         return ray
     check_reachable(address, timeout_s)
+    # Ray ends a driver whose cluster head stays gone for a minute; this process is the run
+    # itself, so it must outlive the cluster and go on locally or wait (app.cluster.pool)
+    os.environ.setdefault("RAY_gcs_rpc_server_reconnect_timeout_s", str(7 * 24 * 3600))
     outcome: dict[str, Any] = {}
 
     def init() -> None:

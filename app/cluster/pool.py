@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # an actor builds its local evaluator (a worker process) before use
 WAIT_RETRY_S = 5.0  # how often a paused run asks the cluster for actors again
+WATCH_PERIOD_S = 1.0  # how often the head's port is tried while the run uses the cluster
+GONE_AFTER = 3  # failed tries in a row: the cluster is gone
 
 
 @dataclass
@@ -66,6 +68,7 @@ class ClusterEvaluator(Evaluator):
         self._alive = 0
         self._starting = 0
         self._closed = False
+        self._told = False  # the user was told the cluster is gone (once per outage)
         started = self._start_many(self.plan.count)
         if not started:
             raise ClusterUnavailable(f"no worker actor started on the cluster at "
@@ -75,6 +78,28 @@ class ClusterEvaluator(Evaluator):
         self._device = first.info
         self.devices = sorted({a.info["device_id"] for a in started})
         self.max_parallel = len(started)
+        self._gone = threading.Event()
+        self._head = self.ray.get_runtime_context().gcs_address  # "auto" resolved
+        threading.Thread(target=self._watch, name="cluster-watch", daemon=True).start()
+
+    def _watch(self) -> None:
+        """Try the head's port every second: a dead head never answers Ray's calls (they hang),
+        so the run learns it is gone here and stops waiting on them."""
+        from app.cluster.connect import check_reachable
+
+        misses = 0
+        while not self._closed and not self._gone.is_set():
+            try:
+                check_reachable(self._head, WATCH_PERIOD_S)
+                misses = 0
+            except ClusterUnavailable:
+                misses += 1
+                if misses >= GONE_AFTER:
+                    self._gone.set()
+                    with self._cond:
+                        self._cond.notify_all()
+                    return
+            time.sleep(WATCH_PERIOD_S)
 
     # ---- actors ---------------------------------------------------------------------------
     def _start_many(self, n: int) -> list[_Actor]:
@@ -121,7 +146,8 @@ class ClusterEvaluator(Evaluator):
             while True:
                 if self._idle:
                     return self._idle.pop(0)
-                if self._closed or (self._alive == 0 and self._starting == 0):
+                if self._closed or self._gone.is_set() or (
+                        self._alive == 0 and self._starting == 0):
                     return None
                 self._cond.wait(0.5)
 
@@ -145,8 +171,14 @@ class ClusterEvaluator(Evaluator):
             with self._cond:
                 self._busy[candidate.key] = actor
             try:
-                evaluation = self.ray.get(actor.handle.evaluate.remote(candidate))
-            except self._errors as exc:
+                evaluation = self._result(actor.handle.evaluate.remote(candidate))
+                if evaluation is None:  # the cluster went away meanwhile: not this candidate's fault
+                    return self._without_cluster(candidate)
+            except Exception as exc:  # sorted below: the cluster, the actor, or a bug
+                if not self._head_answers():  # the cluster died (a broken pipe to its raylet,
+                    return self._without_cluster(candidate)  # dead actors): not this candidate
+                if not isinstance(exc, self._errors):
+                    raise
                 self._died(actor)
                 deaths.append(actor.name)
                 log.warning("worker actor %s died evaluating %s: %s", actor.name, candidate.key,
@@ -162,6 +194,24 @@ class ClusterEvaluator(Evaluator):
                 evaluation.resources["requeued_after"] = deaths[0]
             return evaluation
 
+    def _head_answers(self) -> bool:
+        from app.cluster.connect import check_reachable
+
+        try:
+            check_reachable(self._head, WATCH_PERIOD_S)
+            return True
+        except ClusterUnavailable:
+            self._gone.set()
+            return False
+
+    def _result(self, ref: Any) -> Any:
+        """The task's result; None when the cluster is gone before it comes."""
+        while not self._gone.is_set():
+            ready, _ = self.ray.wait([ref], timeout=0.5)
+            if ready:
+                return self.ray.get(ready[0])
+        return None
+
     def _without_cluster(self, candidate: Candidate) -> Evaluation:
         if self.settings.fallback == "local" and self._local_factory is not None:
             with self._cond:
@@ -173,20 +223,58 @@ class ClusterEvaluator(Evaluator):
             evaluation.resources.update(node="local", device=self._local.device().name,
                                         device_id=f"local/{self._local.device().name}")
             return evaluation
-        self._notify(f"the Ray cluster at {self.settings.address} has no worker left; the run "
-                     "is paused until it takes actors again (Ctrl-C stops it, nothing "
-                     "committed is lost; --cluster-fallback local goes on here)")
-        while not self._closed:
+        with self._cond:
+            told, self._told = self._told, True
+        if not told:  # once per outage, not once per waiting evaluation
+            self._notify(f"the Ray cluster at {self.settings.address} is gone or has no worker "
+                         "left; the run is paused until it comes back (Ctrl-C stops it, nothing "
+                         "committed is lost; --cluster-fallback local goes on here)")
+        while not self._closed and not self._gone.is_set():
             try:
                 self._start_many(1)
                 return self.evaluate(candidate)
             except Exception as exc:  # noqa: BLE001 - still gone: wait and ask again
                 log.info("cluster still unavailable: %s", _first_line(exc))
                 time.sleep(WAIT_RETRY_S)
-        return Evaluation(key=candidate.key, config=dict(candidate.config), ok=False,
-                          reason=CRASH, detail="the run closed while the cluster was gone",
-                          agent=candidate.agent, source=candidate.source,
-                          parent_key=candidate.parent_key)
+        if self._gone.is_set():
+            self._wait_for_head()
+        return self.evaluate(candidate) if not self._closed else Evaluation(
+            key=candidate.key, config=dict(candidate.config), ok=False, reason=CRASH,
+            detail="the run closed while the cluster was gone", agent=candidate.agent,
+            source=candidate.source, parent_key=candidate.parent_key)
+
+    def _wait_for_head(self) -> None:
+        """Paused: wait for the head to answer again, then join it afresh with new actors."""
+        from app.cluster.connect import check_reachable
+
+        with self._cond:  # one thread rejoins; the others wait for it
+            while self._gone.is_set() and not self._closed:
+                try:
+                    check_reachable(self._head, WATCH_PERIOD_S)
+                    self._rejoin()
+                except ClusterUnavailable as exc:
+                    log.info("cluster still gone: %s", exc)
+                    self._cond.wait(WAIT_RETRY_S)
+
+    def _rejoin(self) -> None:
+        from app.cluster.connect import disconnect
+
+        disconnect()
+        self.ray = connect(self.settings.address, self.settings.connect_timeout_s)
+        self._remote = self.ray.remote(EvaluationActor).options(
+            max_restarts=0, max_task_retries=0, **self.plan.options)
+        self._idle.clear()
+        self._busy.clear()
+        self._alive = self._starting = 0
+        self._gone.clear()
+        self._told = False
+        self._cond.release()  # _start_many takes the lock itself
+        try:
+            self._start_many(self.plan.count)
+        finally:
+            self._cond.acquire()
+        threading.Thread(target=self._watch, name="cluster-watch", daemon=True).start()
+        self._notify(f"the Ray cluster at {self.settings.address} is back; the run goes on")
 
     def running(self) -> dict[str, dict[str, Any]]:
         """Candidate key -> info of the actor evaluating it now (progress views, tests)."""
@@ -198,7 +286,7 @@ class ClusterEvaluator(Evaluator):
         if actor is None:
             return None
         try:
-            result = self.ray.get(getattr(actor.handle, method).remote(*args))
+            result = self._result(getattr(actor.handle, method).remote(*args))
         except self._errors:
             self._died(actor)
             return None
@@ -230,7 +318,7 @@ class ClusterEvaluator(Evaluator):
             actors = list(self._idle) + list(self._busy.values())
             self._idle.clear()
             self._cond.notify_all()
-        for a in actors:
+        for a in actors if not self._gone.is_set() else []:  # a gone cluster has none to close
             try:
                 self.ray.get(a.handle.close.remote(), timeout=10)
             except Exception as exc:  # noqa: BLE001 - dead already, or the cluster is gone
