@@ -387,7 +387,8 @@ def test_llm_agent_rewrites_the_users_c_kernel(tmp_path, monkeypatch):
             evaluator.close()
     prompts = " ".join(m["content"] for body in server.requests for m in body["messages"])
     assert "void scale_add(float *out" in prompts  # the user's kernel is the current source
-    rewritten = [e for e in result.history if e.source and "rewritten by the LLM" in e.source]
+    # what runs is the rewrite's normal form (comments dropped): find it by its changed loop
+    rewritten = [e for e in result.history if e.source and "u = UNROLL - 1; u >= 0; u--" in e.source]
     assert rewritten and rewritten[0].ok, [(e.agent, e.reason, e.detail) for e in result.history]
 
 

@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from app.gpu.cuda.nvrtc import CompiledKernel
 
 COMPILE_CHECK_ARCH = "sm_80"  # without a GPU: an arch every supported device can run
-_LOADED: dict[tuple, Any] = {}  # per process: (digest, shape, arch) -> (function, launch)
+_LOADED: dict[tuple, Any] = {}  # per process: (digest, shape, arch) -> (function, launch, module)
 
 
 class ReferenceKernelError(RuntimeError):
@@ -64,8 +64,10 @@ def device_arch(cp: Any) -> str:
 def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[Any, Any]:
     from app.gpu.cuda import nvrtc
 
-    arch = device_arch(cp)
-    arch = nvrtc.target_arch(arch, op.spec.reference_source)
+    try:
+        arch = nvrtc.target_arch(device_arch(cp), op.spec.reference_source)
+    except nvrtc.CompileError as exc:  # Hopper-only instructions on another device
+        raise ReferenceKernelError(f"{op.spec.reference_source_name}: {exc}") from None
     key = (op.spec.digest, tuple(int(d) for d in shape), arch)
     found = _LOADED.get(key)
     if found is None:
@@ -74,8 +76,8 @@ def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[An
         with open(built.cubin_path, "rb") as fh:
             module.load(fh.read())
         launch = op.launch(reference_config(op), list(shape), op.spec.dtype)
-        found = _LOADED[key] = (module.get_function(op.spec.reference_entry), launch)
-    return found
+        found = _LOADED[key] = (module.get_function(op.spec.reference_entry), launch, module)
+    return found[0], found[1]
 
 
 def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
