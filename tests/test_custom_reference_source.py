@@ -148,3 +148,12 @@ def test_a_reference_source_that_does_not_compile_is_one_line_from_the_real_cli(
     assert proc.returncode == 1 and len(errors) == 1, proc.stderr
     assert "saxpy_ref.c" in errors[0] and "does not compile" in errors[0], errors[0]
     assert "Traceback" not in proc.stderr
+
+
+def test_the_preview_compiles_the_reference_kernel_too(tmp_path):
+    from app.catalog.custom.preview import preview
+
+    ok, text = preview(Goal.load(write_goal(tmp_path)))
+    assert ok and "compiled with" in text and "reference kernel saxpy_ref.c compiled" in text, text
+    ok, text = preview(Goal.load(write_goal(tmp_path, reference="void saxpy_ref(float *out) { oops }\n")))
+    assert not ok and "reference kernel saxpy_ref.c does not compile" in text and "oops" in text, text

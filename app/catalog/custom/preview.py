@@ -50,8 +50,19 @@ def preview(goal: Goal) -> tuple[bool, str]:
     tc = toolchain()
     with tempfile.TemporaryDirectory() as tmp:
         ok, log = compile_library(source, config, Path(tmp) / "kernel.so", tc, 120)
-    flags = " ".join(tc.flags)
-    return ok, head + (f"compiled with {tc.identity} ({flags})\n" if ok else "compile failed\n") + log
+        flags = " ".join(tc.flags)
+        text = head + (f"compiled with {tc.identity} ({flags})\n" if ok else "compile failed\n") + log
+        if ok and op.spec.reference_source:  # the reference kernel must compile too
+            from app.catalog.custom.reference_kernel import reference_defines
+
+            defines = reference_defines(op, goal.shapes[0])
+            ref_ok, ref_log = compile_library(op.spec.reference_source, defines,
+                                              Path(tmp) / "reference.so", tc, 120)
+            name = op.spec.reference_source_name
+            text += (f"reference kernel {name} compiled\n" if ref_ok
+                     else f"reference kernel {name} does not compile\n{ref_log}")
+            ok = ref_ok
+    return ok, text
 
 
 def main(argv: list[str]) -> int:
