@@ -121,7 +121,7 @@ def test_no_code_replies_are_fed_back_and_failures_listed():
         agent.close()
     assert got and agent.stats["no_code"] == 1
     second = srv.requests[1]["messages"][1]["content"]
-    assert "NO USABLE CODE" in second and "contains no code" in second
+    assert "PROBLEMS WITH YOUR RECENT REPLIES" in second and "contains no code" in second
     assert "wrong at [3, 7]" in second
 
 

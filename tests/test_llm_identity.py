@@ -52,7 +52,7 @@ def test_normal_forms_of_the_catalog_kernels_compile(tmp_path):
         src = tmp_path / f"{name}.c"
         src.write_text(normalise(op.template()))
         proc = subprocess.run(["cc", "-O2", "-std=c11", "-fopenmp", "-shared", "-fPIC", str(src),
-                               "-o", str(tmp_path / f"{name}.so")], capture_output=True, text=True)
+                               "-o", str(tmp_path / f"{name}.so")], capture_output=True, text=True, check=False)
         assert proc.returncode == 0, (name, proc.stderr)
 
 

@@ -35,7 +35,7 @@ from app.core.types import (
 )
 from app.goal import Goal
 from app.llm.client import BUDGET, REJECTED, LLMClient, LLMError
-from app.llm.extract import ExtractionError, extract
+from app.llm.extract import ExtractionError, extract, final_answer
 from app.llm.facts import is_measured_lesson
 from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
@@ -43,8 +43,10 @@ from app.llm.normal import normalise
 from app.llm.prompts import PromptContext, build_messages
 from app.llm.scrub import home_dirs, scrub
 from app.llm.spec import KernelSpec
+from app.llm.tunables import Declared, declared_tunables, used_params
 from app.llm.usage import UsageLog
 from app.swarm.agents.base import Agent
+from app.swarm.agents.llm_tuning import StructureTuning
 from app.swarm.blackboard import Blackboard
 
 log = logging.getLogger(__name__)
@@ -106,7 +108,10 @@ class LLMAgent(Agent):
         self._hard_failures = 0
         self._used_up_at: tuple[float, bool] = (float("-inf"), False)
         self.stopped_reason = ""
-        self.stats = {"requests": 0, "candidates": 0, "no_code": 0, "request_failed": 0}
+        self.stats = {"requests": 0, "candidates": 0, "no_code": 0, "request_failed": 0,
+                      "tunables_declared": 0, "tunables_refused": 0, "tuning_candidates": 0}
+        self._declared: dict[str, tuple[str, Declared]] = {}  # key -> (source, its tunables)
+        self.tunings: list[StructureTuning] = []
 
     # ---- the Agent interface ---------------------------------------------------------------
     def propose(self, board: Blackboard, n: int = 1) -> list[Candidate]:
@@ -116,6 +121,8 @@ class LLMAgent(Agent):
             self._harvest()
             if not self.stopped_reason:
                 self._submit(board)
+            if not self._ready:
+                self._ready.extend(self._tuning_proposals(board, n))
             if self._ready or not self._futures or not self._space_used_up(board):
                 break
             # Nothing else left to evaluate: waiting for a reply costs the run nothing.
@@ -130,12 +137,32 @@ class LLMAgent(Agent):
                 out.append(cand)
         return out
 
+    def _tuning_proposals(self, board: Blackboard, n: int) -> list[Candidate]:
+        """The classical search of declared tunables: no request, no cost."""
+        out: list[Candidate] = []
+        for tuning in self.tunings:
+            if len(out) >= n:
+                break
+            out += tuning.propose(board, n - len(out))
+        self.stats["tuning_candidates"] += len(out)
+        return out
+
     def pending(self) -> bool:
         """True while requests are in flight or replies wait to be proposed."""
         return bool(self._futures or self._ready)
 
     def observe(self, evaluation: Evaluation) -> None:
         self.book.observe(evaluation)
+        for tuning in self.tunings:
+            tuning.observe(evaluation)
+        declared = self._declared.pop(evaluation.key, None)
+        if declared is not None and evaluation.ok and evaluation.value is not None:
+            source, tun = declared
+            # the structure is correct: the swarm searches its numbers from here
+            self.tunings.append(StructureTuning(
+                evaluation, source, tun.params, tun.defaults, self.space,
+                random.Random(f"{self.name}:{evaluation.key}"), self.minimize, owner=self.name,
+                key_fn=self.key_fn, used=used_params(source, list(self.space.params))))
         if evaluation.ok or evaluation.source is None:
             return
         if evaluation.agent == self.name:
@@ -253,6 +280,7 @@ class LLMAgent(Agent):
             got = extract(reply.text, job.base_source, self.spec.entry, truncated=reply.truncated)
             # identity is the normal form: a reply that changes only comments or whitespace
             # is the kernel it started from, and is never evaluated again
+            raw = got.source  # with its comments: tunables are declared on comment lines
             source = normalise(got.source)
             if source == normalise(job.base_source):
                 raise ExtractionError("the reply repeats the current kernel (only comments or "
@@ -264,6 +292,13 @@ class LLMAgent(Agent):
             self._log_usage(reply.records, f"no_code: {exc}")
             return f"no_code: {exc}"
         key = self.key_fn(job.config, got.source)
+        tun = declared_tunables(final_answer(reply.text), raw, set(self.spec.params) | set(job.config))
+        self.stats["tunables_refused"] += len(tun.problems)
+        if tun.problems:
+            self._extraction_errors.append("kernel kept, but " + "; ".join(tun.problems)[:300])
+        if tun.params:
+            self.stats["tunables_declared"] += len(tun.params)
+            self._declared[key] = (got.source, tun)
         self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value,
                                        job.parent_p10_ms, job.parent_p90_ms))
         self._log_usage(reply.records, f"candidate {key}")

@@ -3,11 +3,18 @@
 Candidates that carry their own source are checked by app.llm.policy; a violation becomes a
 failed evaluation with reason `static_check` (stored like any other, reason and rule in the
 detail) without compiling anything. Template candidates pass straight through.
+
+Tunables an LLM kernel declared (app.llm.tunables) are not parameters of the backend's space:
+a candidate whose configuration carries them reaches the backend with the operator's own
+parameters as its configuration and each tunable as a `#define` line before its source (the
+kernel reads it under #ifndef, exactly as it would read -D); the evaluation comes back with the
+whole configuration, so what is stored and shown names the tunables' values.
 """
 
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from app.core.evaluator import Evaluator
@@ -29,7 +36,27 @@ class PolicyEvaluator(Evaluator):
         self.space = inner.space
         self.max_parallel = getattr(inner, "max_parallel", 1)
 
+    def _backend_form(self, item: Any) -> Any:
+        """`item` (a Candidate or an Evaluation) as the backend takes it: tunables outside
+        its space become #define lines before the source."""
+        extra = {k: v for k, v in item.config.items() if k not in self.space.params}
+        if not extra or item.source is None:
+            return item
+        defines = "".join(f"#define {k} {int(v)}\n" for k, v in extra.items())
+        return replace(item, config={k: v for k, v in item.config.items() if k not in extra},
+                       source=defines + item.source)
+
+    def _restored(self, evaluation: Evaluation | None, item: Any) -> Evaluation | None:
+        if evaluation is not None and evaluation.config != item.config:
+            evaluation.config = dict(item.config)
+            evaluation.source = item.source
+        return evaluation
+
     def evaluate(self, candidate: Candidate) -> Evaluation:
+        evaluation = self._evaluate(self._backend_form(candidate))
+        return self._restored(evaluation, candidate)
+
+    def _evaluate(self, candidate: Candidate) -> Evaluation:
         if candidate.source is not None:
             t0 = time.perf_counter()
             try:
@@ -45,7 +72,8 @@ class PolicyEvaluator(Evaluator):
         return self.inner.evaluate(candidate)
 
     def recheck(self, candidate: Candidate) -> Evaluation | None:
-        return self.inner.recheck(candidate)
+        return self._restored(self.inner.recheck(self._backend_form(candidate)), candidate)
+
 
     def baseline(self) -> float | None:
         return self.inner.baseline()
@@ -62,7 +90,10 @@ class PolicyEvaluator(Evaluator):
     def __getattr__(self, name: str) -> Any:  # sample_telemetry and other optional hooks
         if name == "inner":
             raise AttributeError(name)
-        return getattr(self.inner, name)
+        hook = getattr(self.inner, name)
+        if name in ("compare", "final_comparison"):  # they take a candidate or evaluation
+            return lambda item: hook(self._backend_form(item))
+        return hook
 
 
 def warm_start_refusal(source: str | None, spec: KernelSpec, goal: Goal) -> str:

@@ -11,6 +11,7 @@ from app.core.types import Evaluation
 from app.goal import Goal
 from app.llm.scrub import scrub
 from app.llm.spec import KernelSpec
+from app.llm.tunables import INSTRUCTIONS as TUNABLES
 
 MAX_SOURCE = 12_000
 MAX_LOG = 1_500
@@ -69,7 +70,7 @@ class PromptContext:
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
     title, brief = ROLE_BRIEFS[role]
     system = (f"You are a {title} in a team optimising one {ctx.spec.language.upper()} kernel. "
-              f"{brief}\n{RULES}\n{FORMAT}")
+              f"{brief}\n{RULES}\n{TUNABLES}\n{FORMAT}")
     parts = [_goal_section(ctx), _harness_section(ctx), _device_section(ctx)]
     if ctx.lessons:
         parts.append("LESSONS (from this run and earlier runs of similar goals):\n"
@@ -94,7 +95,7 @@ def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
             f"- {idea + ' -> ' if idea else ''}{_failure_text(e)}"
             for idea, e in ctx.failures[-MAX_FAILURES:]))
     if ctx.extraction_errors:
-        parts.append("YOUR RECENT REPLIES THAT HAD NO USABLE CODE:\n" + "\n".join(
+        parts.append("PROBLEMS WITH YOUR RECENT REPLIES:\n" + "\n".join(
             f"- {m}" for m in ctx.extraction_errors[-3:]))
     task = ("Repair CURRENT." if ctx.repair_target is not None else
             "Write a faster correct version of CURRENT.")

@@ -358,13 +358,17 @@ class Coordinator:
             self._recheck_best(evaluation)
         for agent in self.agents.values():
             agent.observe(evaluation)
-        with self._lock:
-            c = self._credits.setdefault(evaluation.agent, {"proposed": 0, "evaluated": 0,
-                                                            "failed": 0, "improvements": 0})
-            c["evaluated"] += 1
-            c["failed"] += 0 if evaluation.ok else 1
-            c["improvements"] += 1 if improved else 0
-        self.allocator.update(evaluation.agent, self._reward(evaluation, improved))
+        # "llm-memory+local": an LLM structure tuned by a classical agent credits both
+        names = [n for n in evaluation.agent.split("+") if n in self.agents] or [evaluation.agent]
+        reward = self._reward(evaluation, improved)
+        for name in names:
+            with self._lock:
+                c = self._credits.setdefault(name, {"proposed": 0, "evaluated": 0,
+                                                    "failed": 0, "improvements": 0})
+                c["evaluated"] += 1
+                c["failed"] += 0 if evaluation.ok else 1
+                c["improvements"] += 1 if improved else 0
+            self.allocator.update(name, reward)
         if improved:
             self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
         if self._index % LESSON_EVERY == 0:
