@@ -269,12 +269,13 @@ def kill_cluster():  # every process of this head: they all name its temp dir
                     pass
         time.sleep(0.2)
 
+fallback = sys.argv[3]
 goal = Goal(name="gone", space=sys.argv[1], backend="replay")
 goal.stop.max_evals = 20
 goal.swarm.workers = 2
 lines = []
 pool = ClusterEvaluator(goal, [], check_cluster_table(
-    {"address": f"127.0.0.1:{port}", "actors": 2, "fallback": "local"}),
+    {"address": f"127.0.0.1:{port}", "actors": 2, "fallback": fallback}),
     local=lambda: make_replay_evaluator(goal), pace=1.0, notify=lines.append)
 store = Store(sys.argv[2])
 session = RunSession(goal, store=store, evaluator=pool)
@@ -283,6 +284,14 @@ def killer():
         time.sleep(0.01)
     time.sleep(1.0)
     kill_cluster()
+    if fallback == "wait":  # the head comes back on the same port after a while
+        global tmp
+        time.sleep(4)
+        tmp = tempfile.mkdtemp(prefix="ksgone", dir="/tmp")
+        subprocess.run([os.path.join(os.path.dirname(sys.executable), "ray"), "start", "--head",
+                        f"--port={port}", "--num-cpus=2", "--include-dashboard=false",
+                        "--disable-usage-stats", f"--temp-dir={tmp}"],
+                       env={**os.environ, "RAY_TMPDIR": tmp}, check=True, capture_output=True)
 threading.Thread(target=killer, daemon=True).start()
 try:
     result = session.run()
@@ -298,16 +307,25 @@ finally:
 '''
 
 
-def test_the_cluster_going_away_continues_locally_when_chosen(tmp_path):
-    """Its own head (the module's stays up): killed mid-run; the run finishes here."""
+@pytest.mark.parametrize("fallback", ["local", "wait"])
+def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
+    """Its own head (the module's stays up), killed mid-run: with fallback "local" the run
+    finishes here; with "wait" it pauses until the head is back (4 s later), rejoins and
+    finishes there. About 15 s each."""
     out = subprocess.run([sys.executable, "-c", GONE_DRIVER, str(SMALL_SPACE),
-                          str(tmp_path / "h.db")], cwd=ROOT, capture_output=True, text=True,
-                         timeout=180, check=False)
+                          str(tmp_path / "h.db"), fallback], cwd=ROOT, capture_output=True,
+                         text=True, timeout=180, check=False)
     import json
 
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["reason"] == "max_evals", got
     assert len(got["keys"]) == 20 and len(set(got["keys"])) == 20  # nothing lost or twice
     assert not got["crashed"]  # the cluster's death is no candidate's fault
-    assert "local" in got["nodes"] and socket.gethostname() in got["nodes"]
-    assert len(got["told"]) == 1 and "continuing on this machine" in got["told"][0]
+    host = socket.gethostname()
+    if fallback == "local":
+        assert "local" in got["nodes"] and host in got["nodes"]
+        assert len(got["told"]) == 1 and "continuing on this machine" in got["told"][0]
+    else:
+        assert set(got["nodes"]) == {host}
+        assert len(got["told"]) == 2 and "paused until it comes back" in got["told"][0]
+        assert "is back" in got["told"][1]

@@ -224,7 +224,10 @@ class ClusterEvaluator(Evaluator):
                                         device_id=f"local/{self._local.device().name}")
             return evaluation
         with self._cond:
-            told, self._told = self._told, True
+            out = self._gone.is_set() or (self._alive == 0 and self._starting == 0)
+            told, self._told = self._told, self._told or out
+        if not out:  # another thread rejoined meanwhile
+            return self.evaluate(candidate)
         if not told:  # once per outage, not once per waiting evaluation
             self._notify(f"the Ray cluster at {self.settings.address} is gone or has no worker "
                          "left; the run is paused until it comes back (Ctrl-C stops it, nothing "
@@ -265,14 +268,15 @@ class ClusterEvaluator(Evaluator):
             max_restarts=0, max_task_retries=0, **self.plan.options)
         self._idle.clear()
         self._busy.clear()
-        self._alive = self._starting = 0
+        self._alive, self._starting = 0, 1  # starting: other threads wait for these actors
         self._gone.clear()
-        self._told = False
         self._cond.release()  # _start_many takes the lock itself
         try:
             self._start_many(self.plan.count)
         finally:
             self._cond.acquire()
+            self._starting -= 1
+            self._told = False
         threading.Thread(target=self._watch, name="cluster-watch", daemon=True).start()
         self._notify(f"the Ray cluster at {self.settings.address} is back; the run goes on")
 
