@@ -329,3 +329,28 @@ def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
         assert set(got["nodes"]) == {host}
         assert len(got["told"]) == 2 and "paused until it comes back" in got["told"][0]
         assert "is back" in got["told"][1]
+
+
+# ---- which actors a goal gets ------------------------------------------------------------------
+def test_actor_plans_follow_the_devices_and_never_mix_gpu_models():
+    from app.cluster.connect import ClusterUnavailable
+    from app.cluster.devices import NodeDevices, plan_actors
+    from app.cluster.settings import check_cluster_table
+
+    nodes = [NodeDevices("a", "10.0.0.1", 32, 4, ["A100"]), NodeDevices("b", "10.0.0.2", 16, 2,
+             ["H100"]), NodeDevices("c", "10.0.0.3", 8, 0)]
+    each = check_cluster_table({"address": "auto"})
+    with pytest.raises(ClusterUnavailable, match="2 models.*model:NAME"):
+        plan_actors(nodes, "cuda", each)
+    plan = plan_actors(nodes, "cuda", check_cluster_table({"address": "auto",
+                                                           "devices": "model:a100"}))
+    assert plan.count == 4 and plan.options["num_gpus"] == 1
+    assert plan.options["resources"] == {"accelerator_type:A100": 0.001}
+    assert plan_actors(nodes[:1], "cuda", each).count == 4
+    assert plan_actors(nodes, "cpu", each).count == 3  # one per node: timings share no cores
+    assert plan_actors(nodes, "replay", each).count == 56
+    assert plan_actors(nodes, "replay", check_cluster_table({"address": "auto", "actors": 8})
+                       ).count == 8
+    with pytest.raises(ClusterUnavailable, match="no GPU of model 'V100'"):
+        plan_actors(nodes, "cuda", check_cluster_table({"address": "auto",
+                                                        "devices": "model:V100"}))
