@@ -99,7 +99,7 @@ class KernelTable:
     args: list[dict[str, Any]] = field(default_factory=list)  # [[kernel.args]] in call order
     reference: str = ""  # "module.py:function" (numpy in, arrays out)
     expected: str = ""  # .npz of expected outputs (by argument name)
-    reference_source: str = ""  # C: a reference kernel with the kernel's signature
+    reference_source: str = ""  # C or CUDA: a reference kernel with the kernel's signature
     reference_entry: str = ""  # its function; empty: the kernel's entry
     deterministic: bool = True
     flops: str = ""  # expression of dims
