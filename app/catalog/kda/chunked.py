@@ -51,15 +51,62 @@ def gate_cumsum(g_chunk: np.ndarray) -> np.ndarray:
 
 # ---- stage 2: intra-chunk products and the WY/UT solve -----------------------------------------
 
-def gated_products(a: np.ndarray, b: np.ndarray, G: np.ndarray, *, diagonal: bool) -> np.ndarray:
+def gated_products(a: np.ndarray, b: np.ndarray, G: np.ndarray, *, diagonal: bool,
+                   sub_chunk: int | None = None) -> np.ndarray:
     """M[h, i, j] = sum_d a[h,i,d] b[h,j,d] exp(G[h,i,d] - G[h,j,d]) for j < i (j <= i with
-    `diagonal`), else 0. The exponent is masked before exp, so it is never positive (no overflow
-    however strong the decay; a kernel that factors exp(G_i) exp(-G_j) must bound the chunk)."""
+    `diagonal`), else 0. Pairwise, the exponent is masked before exp, so it is never positive (no
+    overflow however strong the decay). With `sub_chunk`, the tensor-core form instead."""
+    if sub_chunk is not None:
+        return gated_products_factored(a, b, G, diagonal=diagonal, sub_chunk=sub_chunk)
     n = G.shape[1]
     lower = np.tril(np.ones((n, n), dtype=bool), k=0 if diagonal else -1)
     diff = G[:, :, None, :] - G[:, None, :, :]                      # [H, i, j, K]
     decay = np.exp(np.where(lower[None, :, :, None], diff, -np.inf))
     return np.einsum("hid,hjd,hijd->hij", a, b, decay)
+
+
+def gated_products_factored(a: np.ndarray, b: np.ndarray, G: np.ndarray, *, diagonal: bool,
+                            sub_chunk: int) -> np.ndarray:
+    """The same products as matmuls, as a tensor-core kernel computes them: exp(G_i - G_j) =
+    exp(G_i - R) exp(R - G_j) for a per-channel reference R, block by block of `sub_chunk` rows.
+    Off-diagonal blocks (rows of sub-chunk p, columns of an earlier one c) take R = G at the last
+    row of c, so both factors are <= 1: always safe. Diagonal blocks take R = G at their first row,
+    so exp(R - G_j) grows up to the decay accumulated inside one sub-chunk: it overflows float32
+    once that exceeds about e^88 (why kernels use 16-row sub-chunks and a lower bound on g)."""
+    n = G.shape[1]
+    out = np.zeros((G.shape[0], n, n), dtype=G.dtype)
+    starts = range(0, n, sub_chunk)
+    for p in starts:
+        rows = slice(p, min(p + sub_chunk, n))
+        for c in starts:
+            if c > p:
+                break
+            cols = slice(c, min(c + sub_chunk, n))
+            ref = G[:, cols.stop - 1: cols.stop] if c < p else G[:, p:p + 1]   # [H, 1, K]
+            with np.errstate(over="ignore", invalid="ignore"):
+                left = a[:, rows] * np.exp(G[:, rows] - ref)
+                right = b[:, cols] * np.exp(ref - G[:, cols])
+                block = left @ np.swapaxes(right, 1, 2)
+            if c == p:
+                block = np.tril(block, k=0 if diagonal else -1)
+            out[:, rows, cols] = block
+    return out
+
+
+# The largest exponent each tensor-core operand type holds: log(max finite value).
+LOG_MAX = {"float32": 88.72, "bfloat16": 88.72, "float16": 11.09}
+
+
+def safe_sub_chunk(gate_lower_bound: float, operand_dtype: str = "bfloat16", limit: int = 64) -> int:
+    """The largest power-of-two sub-chunk whose diagonal blocks cannot overflow in the factored
+    form when every log-decay is >= `gate_lower_bound` (< 0): sub_chunk * |bound| < LOG_MAX. A
+    restriction for the CUDA kernel's search space (fp16 operands allow far less than bf16)."""
+    if gate_lower_bound >= 0:
+        raise ValueError(f"gate_lower_bound must be negative, got {gate_lower_bound}")
+    size = 1
+    while size * 2 <= limit and size * 2 * -gate_lower_bound < LOG_MAX[operand_dtype]:
+        size *= 2
+    return size
 
 
 def solve_unit_lower(M: np.ndarray, rhs: np.ndarray) -> np.ndarray:
@@ -71,11 +118,12 @@ def solve_unit_lower(M: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     return X
 
 
-def wy_transform(k: np.ndarray, v: np.ndarray, G: np.ndarray, beta: np.ndarray):
+def wy_transform(k: np.ndarray, v: np.ndarray, G: np.ndarray, beta: np.ndarray,
+                 sub_chunk: int | None = None):
     """k [H, n, K], v [H, n, V], G [H, n, K], beta [H, n] -> w [H, n, K], u [H, n, V]."""
-    n = G.shape[1]
-    M = np.eye(n)[None] + beta[:, :, None] * gated_products(k, k, G, diagonal=False)
-    Tm = solve_unit_lower(M, beta[:, :, None] * np.eye(n)[None])   # (I + diag(b) A)^-1 diag(b)
+    eye = np.eye(G.shape[1], dtype=G.dtype)[None]
+    M = eye + beta[:, :, None] * gated_products(k, k, G, diagonal=False, sub_chunk=sub_chunk)
+    Tm = solve_unit_lower(M, beta[:, :, None] * eye)              # (I + diag(b) A)^-1 diag(b)
     return Tm @ (np.exp(G) * k), Tm @ v
 
 
@@ -92,20 +140,22 @@ def advance_state(S0: np.ndarray, k: np.ndarray, G: np.ndarray, w: np.ndarray, u
 # ---- stage 4: output (parallel over chunks) ------------------------------------------------------
 
 def chunk_output(q: np.ndarray, k: np.ndarray, G: np.ndarray, S0: np.ndarray,
-                 delta: np.ndarray) -> np.ndarray:
+                 delta: np.ndarray, sub_chunk: int | None = None) -> np.ndarray:
     """o [H, n, V] = inter-chunk part (P q) S0 + intra-chunk part Aqk delta (q already scaled)."""
-    return (np.exp(G) * q) @ S0 + gated_products(q, k, G, diagonal=True) @ delta
+    Aqk = gated_products(q, k, G, diagonal=True, sub_chunk=sub_chunk)
+    return (np.exp(G) * q) @ S0 + Aqk @ delta
 
 
 def chunked_kda(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta: np.ndarray, *,
                 scale: float | None = None, initial_state: np.ndarray | None = None,
                 cu_seqlens=None, chunk_size: int = 64, dtype=np.float64,
                 store: Callable[[np.ndarray], np.ndarray] | None = None,
-                ) -> tuple[np.ndarray, np.ndarray]:
+                sub_chunk: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Same contract as recurrent_kda: o [B, T, H, V], final states [N, H, K, V]. `dtype` is the
     working precision (float32 to model a kernel's accumulators); `store` (e.g. round_to_bf16)
     models the precision of what a kernel writes to memory between stages: w, u, the chunk-start
-    states, the corrected values and o (the gate cumsum and the final state stay in `dtype`)."""
+    states, the corrected values and o (the gate cumsum and the final state stay in `dtype`);
+    `sub_chunk` computes the intra-chunk products in the factored, matmul form."""
     keep = store or (lambda x: x)
     B, T, H, K = q.shape
     V = v.shape[-1]
@@ -120,7 +170,7 @@ def chunked_kda(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
 
     G = [gate_cumsum(g[c.row, c.start:c.end]) for c in chunks]                       # stage 1
     wu = [tuple(keep(x) for x in wy_transform(heads_first(k, c), heads_first(v, c), G[i],
-                                               heads_first(beta, c)))
+                                               heads_first(beta, c), sub_chunk))
           for i, c in enumerate(chunks)]                                                # stage 2
     chunk_start_state, deltas = [], []
     for i, c in enumerate(chunks):                                                      # stage 3
@@ -130,6 +180,6 @@ def chunked_kda(q: np.ndarray, k: np.ndarray, v: np.ndarray, g: np.ndarray, beta
     o = np.zeros((B, T, H, V), dtype=dtype)
     for i, c in enumerate(chunks):                                                      # stage 4
         out = chunk_output(scale * heads_first(q, c), heads_first(k, c), G[i],
-                           chunk_start_state[i], deltas[i])
+                           chunk_start_state[i], deltas[i], sub_chunk)
         o[c.row, c.start:c.end] = np.moveaxis(keep(out), 0, 1)
     return o, states
