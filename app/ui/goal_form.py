@@ -344,6 +344,10 @@ class GoalForm(QWidget):
         self.workers.setValue(4)
         self.seed = QSpinBox()
         self.seed.setRange(-2**31, 2**31 - 1)
+        self.cluster = QLineEdit()  # the goal's [cluster] address; empty: this machine, no Ray
+        self.cluster.setPlaceholderText("this machine (or auto, host:port, ray://host:10001)")
+        self.cluster.setToolTip("Run the evaluations on a Ray cluster (pip install "
+                                "'kernelswarm[cluster]'); empty: here")
         self.simulate_time = QCheckBox("charge recorded times")
         self.simulate_time.setToolTip("Charge the recorded compile, verification and benchmark "
                                       "times to the run clock, so the time axis reads like a real run")
@@ -389,6 +393,7 @@ class GoalForm(QWidget):
             ("Agents", agents_widget, "swarm.agents"),
             ("Worker threads", self.workers, "swarm.workers"),
             ("Seed", self.seed, "swarm.seed"),
+            ("Cluster (Ray)", self.cluster, "cluster"),
             ("Replay clock", self.simulate_time, "simulate_time"),
         ])
 
@@ -416,7 +421,8 @@ class GoalForm(QWidget):
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(120)
         self._debounce.timeout.connect(self.revalidate)
-        for w in (self.name, self.rtol, self.atol, self.max_registers, self.max_shared, self.forbid):
+        for w in (self.name, self.rtol, self.atol, self.max_registers, self.max_shared, self.forbid,
+                  self.cluster):
             w.textChanged.connect(self._edited)
         for w in (self.kernel, self.dtype, self.objective_metric, self.direction, self.target_kind):
             w.currentIndexChanged.connect(self._edited)
@@ -595,6 +601,8 @@ class GoalForm(QWidget):
             swarm=edit(base.swarm, agents=self._checked_agents(),
                        workers=self.workers.value(), seed=self.seed.value()),
             simulate_time=self.simulate_time.isChecked(),
+            cluster={**base.cluster, "address": self.cluster.text().strip()}
+            if self.cluster.text().strip() else {},
             source_path=self._source_path,
         )
 
@@ -661,6 +669,7 @@ class GoalForm(QWidget):
             self.workers.setValue(goal.swarm.workers)
             self.seed.setValue(goal.swarm.seed)
             self.simulate_time.setChecked(goal.simulate_time)
+            self.cluster.setText(str(goal.cluster.get("address", "")))
         finally:
             self._loading = False
         self.revalidate()
