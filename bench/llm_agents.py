@@ -5,6 +5,9 @@
         python bench/llm_agents.py [--backend cuda|cpu] [--operators softmax,...]
                                    [--tune-evals 40] [--llm-evals 24]
 
+    python bench/llm_agents.py --base-url http://127.0.0.1:11434/v1 --model qwen2.5-coder \
+        --backend cpu --roles memory,tiling,fixer      # any endpoint named on the command line
+
     python bench/llm_agents.py --scripted   # plumbing check: loopback server, canned replies
 
 Per operator, in one process and on one device: first the classical agents tune the template
@@ -15,6 +18,10 @@ LLM candidates, how many compiled, verified, and beat the tuned template's best 
 protocol, same run), plus tokens and cost. The last line sums them up:
 
     llm candidates N: compiled X%, verified Y%, beat the tuned template Z%
+
+and a table per role (memory, tiling, fixer): candidates, compile / verify / beat-the-template
+rates, candidates of the role's kernels tuned by the swarm (declared tunables), improvements
+of the run's best, tokens, cost and cost per improvement.
 
 Without a reachable endpoint it prints how to point it at one and exits 2. `--scripted` runs the
 CPU softmax against tests/llm_server.py with fixed replies: it checks the harness, not a model.
@@ -101,13 +108,63 @@ def bench_operator(backend: str, operator: str, settings: LLMSettings, tune_eval
     beat = [e for e in llm if e.ok and base is not None and e.value is not None
             and (e.value < base if goal.objective.minimize else e.value > base)]
     best_llm = min((e.value for e in llm if e.ok and e.value is not None), default=None)
-    return {"operator": operator, "candidates": len(llm),
+    roles = _per_role(run.history, team, base, goal.objective.minimize, passed)
+    return {"operator": operator, "roles": roles, "candidates": len(llm),
             "compiled": sum(passed(e, "compile") for e in llm),
             "verified": sum(passed(e, "verify") and passed(e, "reverify") for e in llm),
             "beat": len(beat), "tuned": base, "best_llm": best_llm,
             "rejected": sum(e.reason == "static_check" for e in llm),
             "tokens": team.totals()["tokens"], "cost": team.totals()["cost"],
             "seconds": time.perf_counter() - t0}
+
+
+def _per_role(history: list, team, base: float | None, minimize: bool, passed) -> dict:
+    """Per LLM agent: candidates and rates, tuned variants, improvements, tokens and cost."""
+    better = lambda a, b: b is None or (a < b if minimize else a > b)
+    out: dict[str, dict] = {}
+    for agent in team.agents:
+        recs = [r for r in team.client.records if r.agent == agent.name]
+        out[agent.name] = {"candidates": 0, "compiled": 0, "verified": 0, "beat": 0, "tuned": 0,
+                           "improvements": 0, "tokens": sum(r.prompt_tokens + r.completion_tokens
+                                                            for r in recs),
+                           "cost": sum(r.cost for r in recs)}
+    best = base
+    for e in history:
+        role = e.agent.split("+")[0]
+        row = out.get(role)
+        ok = e.ok and e.value is not None
+        if row is not None and e.source is not None:
+            if "+" in e.agent:
+                row["tuned"] += 1
+            else:
+                row["candidates"] += 1
+                row["compiled"] += passed(e, "compile")
+                row["verified"] += passed(e, "verify") and passed(e, "reverify")
+                row["beat"] += ok and base is not None and better(e.value, base)
+        if ok and better(e.value, best):
+            best = e.value
+            if row is not None:
+                row["improvements"] += 1
+    return out
+
+
+def print_roles(rows: list[dict]) -> None:
+    totals: dict[str, dict] = {}
+    for r in rows:
+        for name, v in r.get("roles", {}).items():
+            t = totals.setdefault(name, dict.fromkeys(v, 0))
+            for k, x in v.items():
+                t[k] += x
+    if not totals:
+        return
+    print(f"\n{'role':<14} {'cands':>5} {'compile':>8} {'verify':>7} {'beat':>6} {'tuned':>5} "
+          f"{'impr':>4} {'tokens':>8} {'cost':>8} {'cost/impr':>9}")
+    for name, t in totals.items():
+        n = t["candidates"]
+        pct = lambda k: f"{100.0 * t[k] / n:.0f}%" if n else "-"
+        per = f"{t['cost'] / t['improvements']:.4f}" if t["improvements"] else "-"
+        print(f"{name:<14} {n:>5} {pct('compiled'):>8} {pct('verified'):>7} {pct('beat'):>6} "
+              f"{t['tuned']:>5} {t['improvements']:>4} {t['tokens']:>8} {t['cost']:>8.4f} {per:>9}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -117,12 +174,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tune-evals", type=int, default=40)
     parser.add_argument("--llm-evals", type=int, default=24)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--base-url", default="", help="OpenAI-compatible endpoint, e.g. "
+                        "http://127.0.0.1:11434/v1 (Ollama), :8000/v1 (vLLM), :1234/v1 (LM Studio)")
+    parser.add_argument("--model", default="")
+    parser.add_argument("--roles", default="", help="comma list of memory,tiling,fixer")
     parser.add_argument("--scripted", action="store_true",
                         help="CPU softmax against the loopback server with canned replies")
     args = parser.parse_args(argv)
     server = None
     try:
         settings = LLMSettings.from_env()
+        overrides = {k: v for k, v in (("base_url", args.base_url), ("model", args.model)) if v}
+        if args.roles:
+            overrides["roles"] = [r for r in args.roles.split(",") if r]
+        if overrides:
+            settings = LLMSettings(**{**settings.to_dict(), **overrides}).validate()
     except LLMSettingsError as exc:
         print(exc, file=sys.stderr)
         return 2
@@ -162,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['tokens']:>8} {r['cost']:>7.3f} {r['seconds']:>6.0f}")
     n = sum(r["candidates"] for r in rows)
     pct = lambda k: 100.0 * sum(r[k] for r in rows) / n if n else 0.0  # noqa: E731
+    print_roles(rows)
     print(f"\nllm candidates {n}: compiled {pct('compiled'):.0f}%, verified {pct('verified'):.0f}%, "
           f"beat the tuned template {pct('beat'):.0f}%")
     return 0
