@@ -257,3 +257,29 @@ def test_compare_times_candidate_numpy_and_c_reference_together(transpose):
     assert result["candidate_ms"] > 0 and result["numpy_ms"] > 0 and result["c_reference_ms"] > 0
     assert result["speedup_vs_c_reference"] == pytest.approx(
         result["c_reference_ms"] / result["candidate_ms"])
+
+
+@pytest.mark.parametrize("own_process", [True, False])
+def test_a_worker_runs_the_template_with_or_without_the_kernel_host(monkeypatch, own_process):
+    """Linux runs each candidate in the kernel host; elsewhere (no memfd or seccomp) the
+    candidate is loaded into the worker itself. Both verify and time the template."""
+    from app.catalog import get_operator
+    from app.gpu import cpu
+    from app.gpu.cascade import CascadeRequest
+    from app.gpu.kernel_host import InProcessHost, KernelHost
+
+    monkeypatch.setattr(cpu, "host_supported", lambda: own_process)
+    op = get_operator("cpu", "transpose")
+    request = CascadeRequest(key="t", config=TRANSPOSE_CFG, source=None, template=op.template(),
+                             goal_shapes=[[64, 96]], params=op.params(1), seed=3,
+                             timing=TimingSettings(min_samples=3, max_samples=5))
+    worker = cpu.CpuWorker("transpose", cpu.find_compiler(), 60.0, 0)
+    try:
+        assert isinstance(worker.host, KernelHost if own_process else InProcessHost)
+        reply = worker(("evaluate", request), lambda stage: None)
+    finally:
+        worker.host.close()
+    from app.core.types import Evaluation
+
+    ev = Evaluation.from_dict(reply["evaluation"])
+    assert ev.ok and ev.time_ms > 0, (ev.reason, ev.detail)

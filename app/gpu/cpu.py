@@ -62,9 +62,11 @@ from app.gpu.kernel_host import (
     ForgedTiming,
     HostDied,
     HostError,
+    InProcessHost,
     KernelHost,
     Scalar,
     host_binary,
+    host_supported,
 )
 from app.gpu.timed_slots import TimedSlots
 from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
@@ -174,7 +176,8 @@ class CpuKernelBackend:
     xp = np
 
     def __init__(self, op: CpuOperator, tc: Toolchain, compile_timeout_s: float,
-                 flusher: CacheFlusher | None = None, host: KernelHost | None = None) -> None:
+                 flusher: CacheFlusher | None = None,
+                 host: KernelHost | InProcessHost | None = None) -> None:
         self.op, self.tc, self.compile_timeout_s = op, tc, compile_timeout_s
         self.flusher = flusher
         self.host = host  # where candidates run (app.gpu.kernel_host); None: in this process
@@ -220,10 +223,10 @@ class CpuKernelBackend:
         args = host_args(self.op, inputs, outputs, shape)  # resolved once, outside the timing
         host = runner.host
 
-        def candidate() -> float:  # the candidate's own process times it (checked: timer)
+        def candidate() -> float | None:  # the candidate's own process times it (see timer)
             return host.call(args, timed=True, flush=self.flusher is not None)
 
-        candidate.flushes_itself = True
+        candidate.flushes_itself = isinstance(host, KernelHost)
         if hasattr(self.op, "prepare_call"):  # your own kernel (app.catalog.custom): no baseline
             return {"candidate": candidate}
         out = outputs[self.op.output_name]
@@ -312,7 +315,7 @@ def host_args(op: CpuOperator, inputs: dict[str, np.ndarray], outputs: dict[str,
 class KernelRunner:
     """Calls the loaded candidate, in its own process, on host arrays (the verification runner)."""
 
-    def __init__(self, host: KernelHost, op: CpuOperator) -> None:
+    def __init__(self, host: KernelHost | InProcessHost, op: CpuOperator) -> None:
         self.host, self.op = host, op
 
     def __call__(self, inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
@@ -329,7 +332,9 @@ class CpuWorker:
         self.op: CpuOperator = get_operator("cpu", operator) if isinstance(operator, str) else operator
         self.tc = toolchain(compiler)
         self.flusher = CacheFlusher(flush_bytes) if flush_bytes > 0 else None
-        self.host = _start_host(host_program or host_program_for(self.tc), flush_bytes)
+        if host_supported():
+            host_program = host_program or host_program_for(self.tc)
+        self.host = _start_host(host_program, flush_bytes)
         self.backend = CpuKernelBackend(self.op, self.tc, compile_timeout_s, self.flusher, self.host)
 
     def __call__(self, request: tuple, progress: Callable[[str], None]) -> dict[str, Any]:
@@ -419,9 +424,13 @@ class CpuWorker:
         return result
 
 
-def _start_host(program: str, flush_bytes: int) -> KernelHost:
+def _start_host(program: str, flush_bytes: int) -> KernelHost | InProcessHost:
     """The kernel host, started before the cell is sealed (it may start no process after).
     Its children load the candidate filter unless the sandbox is switched off."""
+    if not host_supported():
+        sandbox.note("candidates", "off: candidates run in the worker itself (no kernel host on "
+                     "this platform)")
+        return InProcessHost()
     plan = sandbox.current_plan()
     filters = None
     if plan is None or plan.enabled:
@@ -511,12 +520,12 @@ class CpuEvaluator(Evaluator):
         self._validation = ValidationSet(validation_cases)
         self._lock = threading.Lock()
         memory = self.settings.memory_limit_bytes or _half_memory()
-        host = host_program_for(self.tc)
+        host = host_program_for(self.tc) if host_supported() else ""
         self.pool = WorkerPool("app.gpu.cpu:CpuWorker",
                                [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
                                  self.settings.flush_bytes, host)],
                                recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
-                               name=f"cpu-{self.op.name}-", programs=[host])
+                               name=f"cpu-{self.op.name}-", programs=[host] if host else [])
         self._baselines: dict[str, Any] | None = None
         self._roofs: cpu_roof.Roofs | bool | None = None
         self._roof_lock = threading.Lock()

@@ -15,11 +15,13 @@ report shorter than the wall clock allows is refused (`ForgedTiming`).
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import mmap
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -350,3 +352,47 @@ class KernelHost:
         except subprocess.TimeoutExpired:
             pass
         self.arena.close()
+
+
+_CTYPES = {"l": ctypes.c_long, "f": ctypes.c_float, "d": ctypes.c_double}
+
+
+class InProcessHost:
+    """Where there is no kernel host (not Linux: no memfd, seccomp or PR_SET_PDEATHSIG): the
+    candidate is loaded into the worker itself, as before the host existed; the sandbox status
+    says so. Same interface as KernelHost; calls are timed by the worker's own clock."""
+
+    def __init__(self) -> None:
+        self.fn = None
+
+    def load(self, library: str, entry: str) -> None:
+        self.fn = getattr(ctypes.CDLL(library), entry)
+        self.fn.restype = None
+
+    def call(self, args: list[Arg], *, timed: bool = False, flush: bool = False) -> None:
+        values, types = [], []
+        for a in args:
+            if isinstance(a, ArrayArg):
+                if a.preset is not None:
+                    interior = _bytes(a.buffer)[a.offset:a.offset + a.preset.nbytes]
+                    interior[:] = _bytes(a.preset)
+                values.append(a.buffer.ctypes.data + a.offset)
+                types.append(ctypes.c_void_p)
+            else:
+                values.append(a.value)
+                types.append(_CTYPES[a.kind])
+        self.fn.argtypes = types
+        self.fn(*values)
+
+    def check_reports(self) -> None:
+        pass
+
+    def end(self) -> None:
+        self.fn = None
+
+    def close(self) -> None:
+        self.fn = None
+
+
+def host_supported() -> bool:
+    return sys.platform.startswith("linux") and hasattr(os, "memfd_create")
