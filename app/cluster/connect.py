@@ -15,6 +15,8 @@ from typing import Any
 
 from app.core.evaluator import BackendUnavailable
 
+_joined = ""  # the address this process joined (one cluster at a time, as Ray allows)
+
 
 class ClusterUnavailable(BackendUnavailable):
     """The Ray cluster cannot be used (not installed, unreachable, refused); the message says
@@ -56,9 +58,12 @@ def check_reachable(address: str, timeout_s: float) -> None:
 
 def connect(address: str, timeout_s: float = 10.0) -> Any:
     """The ray module, connected to the cluster at `address` (reused when already connected)."""
+    global _joined
     ray = import_ray()
-    if ray.is_initialized():
+    if ray.is_initialized() and _joined == address:
         return ray
+    if ray.is_initialized():  # another cluster than the one this goal names
+        ray.shutdown()
     check_reachable(address, timeout_s)
     # Ray ends a driver whose cluster head stays gone for a minute; this process is the run
     # itself, so it must outlive the cluster and go on locally or wait (app.cluster.pool)
@@ -77,6 +82,7 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
     thread.start()
     thread.join(timeout_s)
     if "ok" in outcome:
+        _joined = address
         return ray
     if "error" in outcome:
         first = str(outcome["error"]).strip().splitlines()[0] if str(outcome["error"]).strip() \
