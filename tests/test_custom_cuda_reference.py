@@ -70,7 +70,7 @@ def write_goal(tmp_path: Path, goal: str = GOAL_TOML, reference: str = REFERENCE
 
 
 def test_a_cuda_goal_with_a_reference_source_parses_and_its_reference_compiles(tmp_path):
-    from app.catalog.custom.reference_cuda import (
+    from app.gpu.custom_reference.cuda_kernel import (
         compile_reference,
         reference_config,
         render_reference,
@@ -116,7 +116,7 @@ def test_a_broken_cuda_reference_is_one_line_from_the_real_cli(tmp_path):
 
 
 def test_the_reference_probe_compile_checks_in_a_worker(tmp_path):
-    from app.catalog.custom.reference import probe_reference
+    from app.gpu.custom_reference.probe import probe_reference
 
     good = custom_operator(Goal.load(write_goal(tmp_path)), "cuda")
     assert probe_reference(good, [3000]) is None
@@ -127,7 +127,7 @@ def test_the_reference_probe_compile_checks_in_a_worker(tmp_path):
 
 
 def test_the_preview_compiles_the_reference_kernel_too(tmp_path):
-    from app.catalog.custom.preview import preview
+    from app.gpu.custom_reference.preview import preview
 
     ok, text = preview(Goal.load(write_goal(tmp_path)))
     assert ok and "reference kernel ref.cu compiled for sm_80" in text, text
@@ -167,7 +167,7 @@ def test_the_cuda_worker_verifies_candidates_against_the_reference_kernel(fake_c
 
 
 def test_the_reference_kernel_refuses_to_run_off_the_gpu(tmp_path):
-    from app.catalog.custom.reference_cuda import ReferenceKernelError
+    from app.gpu.custom_reference.cuda_kernel import ReferenceKernelError
 
     op = custom_operator(Goal.load(write_goal(tmp_path)), "cuda")
     inputs = op.make_inputs(np, [3000], "float32", np.random.default_rng(0))
@@ -176,7 +176,7 @@ def test_the_reference_kernel_refuses_to_run_off_the_gpu(tmp_path):
 
 
 def test_a_first_configuration_over_the_thread_limit_is_named(tmp_path):
-    from app.catalog.custom.reference_cuda import ReferenceKernelError, compile_reference
+    from app.gpu.custom_reference.cuda_kernel import ReferenceKernelError, compile_reference
 
     goal = Goal.load(write_goal(tmp_path, GOAL_TOML.replace("[64, 128, 256]", "[2048, 128]")))
     op = custom_operator(goal, "cuda")

@@ -151,7 +151,7 @@ def test_a_reference_source_that_does_not_compile_is_one_line_from_the_real_cli(
 
 
 def test_the_preview_compiles_the_reference_kernel_too(tmp_path):
-    from app.catalog.custom.preview import preview
+    from app.gpu.custom_reference.preview import preview
 
     ok, text = preview(Goal.load(write_goal(tmp_path)))
     assert ok and "compiled with" in text and "reference kernel saxpy_ref.c compiled" in text, text

@@ -63,8 +63,8 @@ def _custom_evaluator(goal: Goal, backend: str, live: Any) -> Evaluator:
     """Your own kernel: replayed from its recorded space where the GPU is missing, otherwise
     measured live once its reference has run cleanly (in a worker, never here)."""
     from app.catalog.custom import custom_operator
-    from app.catalog.custom.reference import probe_reference
     from app.core.evaluator import BackendUnavailable
+    from app.gpu.custom_reference.probe import probe_reference
 
     op = custom_operator(goal, backend)
     if backend == "cuda" and op.spec.recorded_space:
@@ -193,3 +193,6 @@ register_backend(BackendSpec(
     name="cuda", label="cuda — NVIDIA GPU", make_evaluator=_make_cuda, probe=_probe_cuda,
     check_goal=_check_operator_goal("cuda"), unit=_operator_unit("cuda"), language="cuda",
     source_suffix=".cu", dtypes=DTYPES, compiles=True, selects_device=True))
+
+# the runners a custom goal's reference kernel source needs (the catalog never imports app.gpu)
+import app.gpu.custom_reference  # noqa: F401

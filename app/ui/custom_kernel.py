@@ -4,7 +4,7 @@ Pick the source (the entry is offered from the functions it defines), list the t
 parameters (a name and a Python list of values per row), restrictions (checked as you type by
 the safe parser), the kernel's arguments in call order, the CUDA launch geometry and how outputs are checked
 (a Python reference, a reference kernel source, stored expected outputs, or not at all). "Compile one configuration" compiles a sampled configuration in a subprocess
-(app.catalog.custom.preview) and shows the compiler's output; "Save as TOML" writes the goal
+(app.gpu.custom_reference.preview) and shows the compiler's output; "Save as TOML" writes the goal
 with paths relative to the file; "Use in the window" hands the goal to the main goal form.
 """
 
@@ -444,7 +444,7 @@ class CustomKernelPage(QDialog):
         process.setProcessChannelMode(QProcess.MergedChannels)
         process.setWorkingDirectory(str(Path(__file__).resolve().parents[2]))
         process.finished.connect(self._preview_finished)
-        process.start(sys.executable, ["-m", "app.catalog.custom.preview", self._preview_goal])
+        process.start(sys.executable, ["-m", "app.gpu.custom_reference.preview", self._preview_goal])
         return True
 
     def _preview_finished(self, code: int, _status: Any) -> None:

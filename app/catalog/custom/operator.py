@@ -19,8 +19,6 @@ import numpy as np
 
 from app.catalog.custom import expr
 from app.catalog.custom.reference import run_reference
-from app.catalog.custom.reference_cuda import run_reference_cuda
-from app.catalog.custom.reference_kernel import run_reference_kernel
 from app.catalog.custom.spec import Arg, KernelSpec, load_spec
 from app.core.space import SearchSpace
 from app.goal import Goal
@@ -28,6 +26,19 @@ from app.goal import Goal
 Shape = tuple[int, ...]
 DEFAULT_RTOL = {"float32": 1e-4, "float64": 1e-10}
 TABLE_RTOL = {"float32": 1e-5, "float64": 1e-12}  # app.gpu.verify.RTOL (scaled away, see above)
+# Reference kernel sources are built and run by the backends (app.gpu.custom_reference
+# registers its runners here when app.gpu is imported; workers always import it).
+REFERENCE_KERNEL_RUNNERS: dict[str, Callable[..., Any]] = {}
+
+
+def _reference_runner(language: str) -> Callable[..., Any]:
+    try:
+        return REFERENCE_KERNEL_RUNNERS[language]
+    except KeyError:
+        raise RuntimeError(f"no runner for a {language} reference kernel in this process "
+                           "(import app.gpu first)") from None
+
+
 C_TYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes.c_int8,
            "uint8": ctypes.c_uint8, "int16": ctypes.c_int16, "int32": ctypes.c_int32,
            "uint32": ctypes.c_uint32, "int64": ctypes.c_int64, "uint64": ctypes.c_uint64}
@@ -138,9 +149,10 @@ class CustomOperator:
                          for a in self.spec.args if a.is_input and a.data is not None)
             got = {k: np.asarray(v, dtype=np.float64) for k, v in self.spec.expected.items()} if stored else {}
         elif self.spec.reference_source and self.language == "cuda":
-            got = {k: _numpy(v) for k, v in run_reference_cuda(self, xp, inputs, shape).items()}
+            run = _reference_runner("cuda")
+            got = {k: _numpy(v) for k, v in run(self, xp, inputs, shape).items()}
         elif self.spec.reference_source:
-            got = run_reference_kernel(self, {k: _numpy(v) for k, v in inputs.items()}, shape)
+            got = _reference_runner("c")(self, {k: _numpy(v) for k, v in inputs.items()}, shape)
         else:
             args = {a.name: _numpy(inputs[a.name]).astype(a.dtype) for a in self.spec.args if a.is_input}
             args.update({a.name: self.scalar(a, shape).item() for a in self.spec.args

@@ -243,7 +243,7 @@ def _check_reference(spec: KernelSpec, table: KernelTable, base: Path) -> None:
 
 def _check_reference_source(spec: KernelSpec, table: KernelTable, base: Path) -> None:
     """A reference kernel with the kernel's signature: read here, built and run only in a worker
-    (C: reference_kernel.py; CUDA: reference_cuda.py, NVRTC and the goal's launch geometry)."""
+    (app.gpu.custom_reference: C in the CPU worker; CUDA with NVRTC and the goal's geometry)."""
     path = _read(base, table.reference_source, "reference_source")
     text = path.read_text(encoding="utf-8")
     entry = table.reference_entry or spec.entry
