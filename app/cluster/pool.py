@@ -104,11 +104,16 @@ class ClusterEvaluator(Evaluator):
     # ---- actors ---------------------------------------------------------------------------
     def _start_many(self, n: int) -> list[_Actor]:
         handles = [self._remote.remote(*self._args) for _ in range(n)]
+        refs = [h.info.remote() for h in handles]
+        # one deadline for all: an actor the cluster cannot place (too few GPUs) is left out
+        ready, _ = self.ray.wait(refs, num_returns=len(refs), timeout=START_TIMEOUT_S)
         started: list[_Actor] = []
-        first_error = ""
-        for h in handles:
+        first_error = "" if len(ready) == n else f"{n - len(ready)} of {n} never started"
+        for h, ref in zip(handles, refs):
             try:
-                started.append(_Actor(h, self.ray.get(h.info.remote(), timeout=START_TIMEOUT_S)))
+                if ref not in ready:
+                    raise TimeoutError(f"not placed within {START_TIMEOUT_S:g} s")
+                started.append(_Actor(h, self.ray.get(ref)))
             except Exception as exc:  # noqa: BLE001 - an actor that cannot start is left out
                 first_error = first_error or _first_line(exc)
                 self.ray.kill(h)
