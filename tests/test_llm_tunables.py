@@ -109,3 +109,35 @@ def test_a_declared_tunable_is_searched_in_the_same_run_and_the_tuned_structure_
     # the credit goes to both: the LLM agent and the classical agent that tuned it
     assert result.credits["llm-memory"]["improvements"] >= 1
     assert result.credits["local"]["improvements"] >= 1
+
+
+def test_a_tuned_cuda_candidate_reaches_nvrtc_with_its_tunables_as_defines(tmp_path):
+    """The guard turns tunables outside the backend's space into #define lines before the
+    source; after the harness prefix that compiles with NVRTC (no GPU needed)."""
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    from app.catalog import get_operator
+    from app.core.types import Candidate
+    from app.gpu.cuda import nvrtc
+    from app.llm.guard import PolicyEvaluator
+    from app.llm.spec import kernel_spec
+
+    class Space:  # the backend's space is all the guard reads of its inner evaluator here
+        params = get_operator("cuda", "softmax").space("float32").params
+
+    class Backend:
+        space = Space()
+        max_parallel = 1
+
+    op = get_operator("cuda", "softmax")
+    shape = [64, 1024]
+    goal = Goal(name="t", operator="softmax", backend="cuda", shapes=[shape])
+    spec = kernel_spec(goal)
+    source = ("#ifndef UNROLL_ROWS\n#define UNROLL_ROWS 1\n#endif\n"
+              "static_assert(UNROLL_ROWS == 4, \"the tuned value arrives\");\n" + spec.template)
+    config = {**op.recommended("float32", shape)[0], "UNROLL_ROWS": 4}
+    guard = PolicyEvaluator(Backend(), spec)
+    form = guard._backend_form(Candidate(config=config, key="k", source=source))
+    assert "UNROLL_ROWS" not in form.config and form.source.startswith("#define UNROLL_ROWS 4\n")
+    built = nvrtc.compile_source(op.render(form.config, shape, "float32", source=form.source),
+                                 spec.entry, "sm_90", cache=tmp_path)
+    assert built.resource(spec.entry).registers > 0

@@ -237,11 +237,19 @@ class LLMAgent(Agent):
             failures=[(idea, _scrubbed(e)) for idea, e in self._failures],
             lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
             extraction_errors=[scrub(m) for m in self._extraction_errors],
-            repair_target=repair and _scrubbed(repair), config=dict(config))
+            repair_target=repair and _scrubbed(repair), config=dict(config),
+            tunables=self._tunables_of(best))
         job = _Job(base_source, config, (repair or best).key if (repair or best) else None,
                    best.value if best else None, best.p10_ms if best else None,
                    best.p90_ms if best else None)
         return _without_home(build_messages(self.role, ctx)), job
+
+    def _tunables_of(self, best: Evaluation | None) -> dict[str, list[int]]:
+        """The tunables the best kernel's structure declared (comments are not in its source)."""
+        for tuning in self.tunings:
+            if best is not None and (best.key == tuning.seed_key or tuning.owns(best.key)):
+                return dict(tuning.tunables)
+        return {}
 
     def _pick_near_miss(self, board: Blackboard) -> Evaluation | None:
         for e in reversed(self._near_misses):

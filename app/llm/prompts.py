@@ -21,15 +21,15 @@ MAX_LESSONS = 12
 
 ROLE_BRIEFS = {
     "memory": ("memory-access specialist",
-               "Make memory access cheaper: contiguous and aligned loads/stores, vector width, "
+               ("Make memory access cheaper: contiguous and aligned loads/stores, vector width, "
                "fewer passes over the data, reuse of loaded values, prefetching, avoiding "
-               "false sharing and bank conflicts."),
+               "false sharing and bank conflicts.")),
     "tiling": ("tiling specialist",
-               "Restructure the loop nest: blocking/tiling for the cache (or shared memory), "
-               "register blocking, loop order, unrolling, work split across threads."),
+               ("Restructure the loop nest: blocking/tiling for the cache (or shared memory), "
+               "register blocking, loop order, unrolling, work split across threads.")),
     "fixer": ("repair engineer",
-              "A recent candidate came close but failed. Fix exactly what broke (compiler "
-              "error, wrong result, resource overrun, rejected construct) and keep its idea."),
+              ("A recent candidate came close but failed. Fix exactly what broke (compiler "
+              "error, wrong result, resource overrun, rejected construct) and keep its idea.")),
 }
 
 FORMAT = (
@@ -65,6 +65,7 @@ class PromptContext:
     extraction_errors: list[str] = field(default_factory=list)  # replies with no usable code
     repair_target: Evaluation | None = None  # fixer: the near miss to repair
     config: dict[str, Any] = field(default_factory=dict)  # the configuration CURRENT runs with
+    tunables: dict[str, list[int]] = field(default_factory=dict)  # CURRENT's declared tunables
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
@@ -84,6 +85,10 @@ def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
         parts.append("CURRENT (the best correct kernel so far"
                      + (f"; {_eval_line(ctx.current, ctx)}" if ctx.current else "") + "):\n"
                      + _code(ctx.current_source, ctx))
+        if ctx.tunables:
+            parts.append("CURRENT's declared tunables (the swarm searches them; keep the "
+                         "#ifndef defaults and redeclare the ones you keep): " + "; ".join(
+                             f"{k} = {v}" for k, v in ctx.tunables.items()))
     for e in ctx.elites[:MAX_ELITES]:
         if e.source:
             parts.append("ANOTHER GOOD KERNEL for inspiration (" + _eval_line(e, ctx) + "):\n"
