@@ -14,20 +14,16 @@ else:  # pragma: no cover
     import tomli as tomllib
 import tomli_w
 
+from app.core.cluster_settings import check_cluster_table
+from app.core.errors import GoalError
+
+__all__ = ["GoalError"]  # raised here; defined in app.core so every layer may raise it
+
 OBJECTIVES = ("time", "throughput", "energy")
 DIRECTIONS = ("minimize", "maximize")
 TARGET_KINDS = ("none", "speedup", "fraction_of_limit", "absolute")
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
 DEFAULT_AGENTS = ["explorer", "local", "evolution", "model"]
-
-
-class GoalError(ValueError):
-    """A goal is invalid. `field` names the offending field (dotted), `problem` says why."""
-
-    def __init__(self, field_name: str, problem: str) -> None:
-        super().__init__(f"{field_name}: {problem}")
-        self.field = field_name
-        self.problem = problem
 
 
 @dataclass
@@ -241,8 +237,6 @@ class Goal:
         if not isinstance(self.llm, dict):
             raise GoalError("llm", "must be a table of LLM endpoint settings")
         if self.cluster:
-            from app.cluster.settings import check_cluster_table
-
             check_cluster_table(self.cluster)  # the table's shape only; Ray is not imported
         return self
 

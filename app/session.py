@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from app.core.evaluator import Evaluator
 from app.core.events import EventBus, Telemetry
 from app.goal import Goal
-from app.gpu.registry import BackendSpec, check_backend_fields, make_evaluator
+from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
 from app.swarm.agents import agent_spec, check_agents
 from app.swarm.coordinator import Coordinator, RunResult
 from app.swarm.transfer import evidence_from_store
@@ -42,6 +42,19 @@ def build_evaluator(goal: Goal, validation_cases: Sequence[dict] = ()) -> Evalua
     """The backend a goal asks for (a goal already checked by check_goal). Raises
     BackendUnavailable / CacheFileError / GoalError with a message that names the problem."""
     return make_evaluator(goal, list(validation_cases))  # on a Ray cluster: goal.cluster
+
+
+def make_evaluator(goal: Goal, cases: Sequence[dict]) -> Evaluator:
+    """The evaluator a goal runs on: its backend's, on a Ray cluster when the goal has a
+    [cluster] table (Ray is imported only then; app.cluster sits above the backends)."""
+    spec = backend_spec(goal.backend)
+    if not goal.cluster:
+        return spec.make_evaluator(goal, cases)
+    from app.cluster.pool import ClusterEvaluator
+    from app.core.cluster_settings import check_cluster_table
+
+    return ClusterEvaluator(goal, cases, check_cluster_table(goal.cluster),
+                            local=lambda: spec.make_evaluator(goal, cases))
 
 
 def target_value(goal: Goal, baseline: float | None, limit: float | None) -> float | None:

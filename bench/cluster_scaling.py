@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT))
 
 import app.gpu  # noqa: F401 - registers the backends
 from app.cluster.pool import ClusterEvaluator
-from app.cluster.settings import check_cluster_table
+from app.core.cluster_settings import check_cluster_table
 from app.core.types import Candidate
 from app.goal import Goal
 from app.gpu.replay import make_replay_evaluator

@@ -162,7 +162,7 @@ def _paced_session(ray_head, tmp_path, max_evals: int):
     (about 0.25 s), recorded in a real store."""
     import app.gpu  # noqa: F401
     from app.cluster.pool import ClusterEvaluator
-    from app.cluster.settings import check_cluster_table
+    from app.core.cluster_settings import check_cluster_table
     from app.session import RunSession
     from app.store import Store
 
@@ -240,7 +240,7 @@ GONE_DRIVER = r'''
 import json, os, signal, socket, subprocess, sys, tempfile, threading, time
 import app.gpu
 from app.cluster.pool import ClusterEvaluator
-from app.cluster.settings import check_cluster_table
+from app.core.cluster_settings import check_cluster_table
 from app.goal import Goal
 from app.gpu.replay import make_replay_evaluator
 from app.session import RunSession
@@ -335,7 +335,7 @@ def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
 def test_actor_plans_follow_the_devices_and_never_mix_gpu_models():
     from app.cluster.connect import ClusterUnavailable
     from app.cluster.devices import NodeDevices, plan_actors
-    from app.cluster.settings import check_cluster_table
+    from app.core.cluster_settings import check_cluster_table
 
     nodes = [NodeDevices("a", "10.0.0.1", 32, 4, ["A100"]), NodeDevices("b", "10.0.0.2", 16, 2,
              ["H100"]), NodeDevices("c", "10.0.0.3", 8, 0)]

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from app.cluster.connect import ClusterUnavailable
-from app.cluster.settings import ClusterSettings
+from app.core.cluster_settings import ClusterSettings
 
 ACCEL = "accelerator_type:"
 

@@ -24,7 +24,7 @@ from typing import Any
 from app.cluster.actor import EvaluationActor
 from app.cluster.connect import ClusterUnavailable, connect
 from app.cluster.devices import ActorPlan, cluster_nodes, plan_actors
-from app.cluster.settings import ClusterSettings
+from app.core.cluster_settings import ClusterSettings
 from app.core.evaluator import DeviceInfo, Evaluator
 from app.core.types import CRASH, Candidate, Evaluation
 from app.goal import Goal

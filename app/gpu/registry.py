@@ -77,17 +77,3 @@ def check_backend_fields(goal: Goal) -> BackendSpec:
                         f"not {goal.dtype!r}")
     spec.check_goal(goal)
     return spec
-
-
-def make_evaluator(goal: Goal, cases: Sequence[dict]) -> Evaluator:
-    """The evaluator a goal runs on: its backend's, on a Ray cluster when the goal has a
-    [cluster] table (Ray is imported only then)."""
-    spec = backend_spec(goal.backend)
-    if not goal.cluster:
-        return spec.make_evaluator(goal, cases)
-    from app.cluster.pool import ClusterEvaluator
-    from app.cluster.settings import check_cluster_table
-
-    settings = check_cluster_table(goal.cluster)
-    return ClusterEvaluator(goal, cases, settings,
-                            local=lambda: spec.make_evaluator(goal, cases))

@@ -1,6 +1,7 @@
 """The goal's [cluster] table: where the cluster is and which of its devices to use.
 
-Checked without Ray, so a goal file with a bad table is refused the same everywhere.
+Checked without Ray (by app.goal, and by app.cluster when it connects), so a goal file with a
+bad table is refused the same everywhere.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.goal import GoalError
+from app.core.errors import GoalError
 
 FALLBACKS = ("wait", "local")  # the cluster disappears: wait for it, or go on here
 KNOWN = ("address", "devices", "actors", "fallback", "connect_timeout_s")
