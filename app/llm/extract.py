@@ -117,7 +117,7 @@ def _labelled_before(preceding: str) -> bool:
     """Whether the prose just before a block introduces it as the old code."""
     lines = [ln for ln in preceding.rstrip().splitlines() if ln.strip()]
     return bool(lines) and BEFORE_LABEL.search(lines[-1].strip("*#: ").strip() + ":") is not None \
-        and not re.search(r"\b(after|new|improved|optimi[sz]ed|final|updated)\b", lines[-1], re.I)
+        and not re.search(r"\b(after|new|improved|optimi[sz]ed|final|updated)\b", lines[-1], re.IGNORECASE)
 
 
 def _is_diff(body: str) -> bool:
@@ -143,7 +143,7 @@ def _diff_edits(body: str) -> list[tuple[str, str]]:
         elif line.startswith("+"):
             replace.append(line[1:] + "\n")
         else:
-            ctx = (line[1:] if line.startswith(" ") else line) + "\n"
+            ctx = (line.removeprefix(" ")) + "\n"
             search.append(ctx)
             replace.append(ctx)
     if search or replace:
