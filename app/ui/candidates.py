@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QLineEdit,
     QSizePolicy,
+    QSplitter,
     QTableView,
     QTabWidget,
     QTextBrowser,
@@ -42,13 +43,16 @@ from PySide6.QtWidgets import (
 
 from app.core.types import Evaluation
 from app.core.units import format_value, fraction_of_limit, gain
+from app.ui.device_progress import DeviceProgress, device_label
+from app.ui.device_summary import DeviceSummary
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, label_font, style_plot
 
 log = logging.getLogger(__name__)
 
 SORT_ROLE = Qt.UserRole + 1
 COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of limit", "parameters",
-           "registers", "shared mem")
+           "registers", "shared mem", "device")
+DEVICE_COLUMN = 9  # where a cluster evaluation ran; hidden while no evaluation says
 def shared_memory_bytes(resources: dict) -> int | None:
     """Shared memory per block as the CUDA backend records it (static + dynamic)."""
     parts = [resources.get(k) for k in ("static_shared_bytes", "dynamic_shared_bytes")]
@@ -148,6 +152,7 @@ class CandidateModel(QAbstractTableModel):
         self.status = "all"
         self._needle = ""
         self.param_order: list[str] | None = None  # the space's order (parameter_order)
+        self.progress = DeviceProgress()  # per-device tallies of a cluster run
 
     # ---- data in ------------------------------------------------------------------------
     def set_unit(self, unit: str) -> None:
@@ -172,6 +177,7 @@ class CandidateModel(QAbstractTableModel):
         self.minimize, self.baseline, self.limit, self.unit = minimize, baseline, limit, unit
         self._first_ok = None
         self.best = None
+        self.progress.reset(minimize)
         self._cache, self._accepted, self._view = [], [], []
         self.endResetModel()
 
@@ -188,6 +194,7 @@ class CandidateModel(QAbstractTableModel):
             ev = row[1]
             self.rows.append(row)
             self.by_key[ev.key] = ev
+            self.progress.add(ev)
             if ev.ok and ev.value is not None:
                 if self._first_ok is None:
                     self._first_ok = ev.value
@@ -219,6 +226,7 @@ class CandidateModel(QAbstractTableModel):
             ok = [e for _, e, _ in self.rows if e.ok and e.value is not None]
             pick = min if self.minimize else max
             self.best = pick(ok, key=lambda e: e.value) if ok else None
+            self.progress.rebuild(e for _, e, _ in self.rows)
             self._relayout()
             return True
         return False
@@ -246,7 +254,8 @@ class CandidateModel(QAbstractTableModel):
             return False
         if not self._needle:
             return True
-        hay = f"{ev.agent} {'ok' if ev.ok else ev.reason} {params_text(ev.config)} {ev.detail}".lower()
+        hay = (f"{ev.agent} {'ok' if ev.ok else ev.reason} {params_text(ev.config)} {ev.detail} "
+               f"{device_label(ev)}").lower()
         return all(part in hay for part in self._needle.split())
 
     def _refilter(self) -> None:
@@ -350,6 +359,8 @@ class CandidateModel(QAbstractTableModel):
                                  ordered_config(ev.config, self.param_order).items())
             if col == 3 and ev.ok:
                 return measurement_note(ev)
+            if col == DEVICE_COLUMN:
+                return device_note(ev)
         return None
 
     def _value(self, i: int, ev: Evaluation, col: int):
@@ -371,6 +382,8 @@ class CandidateModel(QAbstractTableModel):
             return ev.resources.get("registers")
         if col == 8:
             return shared_memory_bytes(ev.resources)
+        if col == DEVICE_COLUMN:
+            return device_label(ev)  # '' when not recorded: sorts as text with the others
         return None
 
     @staticmethod
@@ -388,6 +401,17 @@ class CandidateModel(QAbstractTableModel):
         if col == 5:  # above the roof is a suspect measurement, never a plain percentage
             return f"{value:.1f}%" if value <= 100.0 else "above roof ⚠"
         return str(value)
+
+
+def device_note(ev: Evaluation) -> str:
+    """Node, device and the pool's notes on a cluster evaluation (a requeue, dead workers)."""
+    r = ev.resources
+    lines = [f"{k}: {r[k]}" for k in ("node", "device", "device_id") if r.get(k)]
+    if r.get("requeued_after"):
+        lines.append(f"ran again after its first worker died: {r['requeued_after']}")
+    if r.get("killed_workers"):
+        lines.append("killed its workers: " + "; ".join(map(str, r["killed_workers"])))
+    return "\n".join(lines)
 
 
 def measurement_note(ev: Evaluation) -> str:
@@ -440,11 +464,26 @@ class CandidateTable(QWidget):
         self.view.setWordWrap(False)
         header = self.view.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.Interactive)
-        for col, width in enumerate((60, 80, 130, 110, 80, 90, 420, 80, 90)):
+        for col, width in enumerate((60, 80, 130, 110, 80, 90, 420, 80, 90, 230)):
             self.view.setColumnWidth(col, width)
         header.moveSection(6, len(COLUMNS) - 1)  # parameters last: it takes the spare width
+        header.moveSection(header.visualIndex(DEVICE_COLUMN), 2)  # device beside the agent
         header.setStretchLastSection(True)
+        self.view.setColumnHidden(DEVICE_COLUMN, True)  # until an evaluation names its device
         self.view.selectionModel().currentRowChanged.connect(self._current_changed)
+        # Per-device progress beside the table, shown when evaluations come from several devices.
+        self.devices = DeviceSummary()
+        self.devices.setVisible(False)
+        self.split = QSplitter(Qt.Horizontal)
+        self.split.setChildrenCollapsible(False)
+        self.split.addWidget(self.view)
+        self.split.addWidget(self.devices)
+        self.split.setStretchFactor(0, 1)
+        self.split.setStretchFactor(1, 0)
+        self.split.setSizes([900, 360])
+        # a revoked best (model.replace) or the run's unit arriving changes the tallies' text
+        self.model.layoutChanged.connect(lambda *_: self._update_devices())
+        self.model.headerDataChanged.connect(lambda *_: self._update_devices())
 
         bar = QHBoxLayout()
         bar.addWidget(self.filter, 1)
@@ -453,7 +492,7 @@ class CandidateTable(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
-        layout.addWidget(self.view)
+        layout.addWidget(self.split)
 
         self._pending: list[tuple[int, Evaluation, float]] = []
         self._timer = QTimer(self)
@@ -465,6 +504,7 @@ class CandidateTable(QWidget):
         self._pending.clear()
         self.model.reset(**kwargs)
         self.count.setText("0 candidates")
+        self._update_devices()
 
     def add(self, rows: list[tuple[int, Evaluation, float]]) -> None:
         self._pending.extend(rows)
@@ -491,6 +531,16 @@ class CandidateTable(QWidget):
     def _update_count(self) -> None:
         n, shown = len(self.model.rows), self.model.rowCount()
         self.count.setText(f"{n:,} candidates" if n == shown else f"{shown:,} of {n:,} candidates")
+        self._update_devices()
+
+    def _update_devices(self) -> None:
+        """The device column once an evaluation names its device; the per-device summary
+        once there are several devices (a local run shows neither)."""
+        progress = self.model.progress
+        self.view.setColumnHidden(DEVICE_COLUMN, not progress.devices)
+        self.devices.setVisible(progress.several)
+        if progress.several:
+            self.devices.show_tallies(progress.tallies(), self.model.unit)
 
     def _current_changed(self, current: QModelIndex, _previous: QModelIndex) -> None:
         if current.isValid():
