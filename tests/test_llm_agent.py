@@ -138,3 +138,23 @@ def test_budget_and_a_rejecting_endpoint_stop_the_agent():
         _until(agent, board, seconds=2.0)
         agent.close()
     assert "rejecting" in agent.stopped_reason and len(srv.requests) == 3
+
+
+def test_a_model_that_repeats_itself_is_asked_less_and_less_then_not_at_all():
+    """The same kernel in every reply: after the first it brings nothing new, so the agent
+    backs off (doubling waits) and stops after a streak instead of asking as fast as the
+    endpoint answers (thousands of requests in a short run before)."""
+    with ChatServer(default=Reply(FASTER)) as srv:
+        agent, board = _agent(srv)
+        first = _until(agent, board)
+        assert first
+        _record(board, agent, Evaluation(key=first[0].key, config=first[0].config, ok=True,
+                                         value=1.0, source=first[0].source, agent=agent.name))
+        t_end = time.monotonic() + 4.0
+        while time.monotonic() < t_end:
+            agent.propose(board, 1)
+            time.sleep(0.01)
+        agent.close()
+    # 0.5 + 1 + 2 s of waits fit in 4 s: a handful of requests, not hundreds
+    assert 3 <= len(srv.requests) <= 7, len(srv.requests)
+    assert agent._idle_replies >= 2

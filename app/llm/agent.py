@@ -54,6 +54,12 @@ log = logging.getLogger(__name__)
 NEAR_MISS_REASONS = {COMPILE_FAILED, VERIFY_FAILED, RESOURCE_LIMIT, STATIC_CHECK, RUNTIME_FAILED}
 HARD_FAILURES_TO_STOP = 3  # consecutive rejected requests (bad key, unknown model): stop asking
 USED_UP_MEMO_S = 0.25  # how long a "space used up" answer holds
+# A reply with no code, or with a kernel the run already evaluated, gains nothing: after the
+# first, the agent waits before asking again (doubling, capped), and stops after a streak.
+# Without this a model that repeats itself is asked as fast as the endpoint answers.
+IDLE_BACKOFF_S = 0.5
+IDLE_BACKOFF_MAX_S = 30.0
+IDLE_REPLIES_TO_STOP = 12
 
 
 def candidate_key(config: dict[str, Any], source: str) -> str:
@@ -106,6 +112,8 @@ class LLMAgent(Agent):
         self._near_misses: deque[Evaluation] = deque(maxlen=16)
         self._repaired: set[str] = set()
         self._hard_failures = 0
+        self._idle_replies = 0  # consecutive replies that brought nothing new
+        self._quiet_until = 0.0  # no new request before this (time.monotonic())
         self._used_up_at: tuple[float, bool] = (float("-inf"), False)
         self.stopped_reason = ""
         self.stats = {"requests": 0, "candidates": 0, "no_code": 0, "request_failed": 0,
@@ -135,7 +143,22 @@ class LLMAgent(Agent):
             cand = self._ready.popleft()
             if not board.known(cand.key):
                 out.append(cand)
+                if cand.note != "warm start":
+                    self._idle_replies = 0
+            elif cand.note != "warm start":
+                self._idle_reply("a kernel the run already evaluated")
         return out
+
+    def _idle_reply(self, what: str) -> None:
+        """A reply that brought nothing new: back off, and stop after a streak."""
+        self._idle_replies += 1
+        k = self._idle_replies
+        if k >= IDLE_REPLIES_TO_STOP:
+            self.stopped_reason = (f"the model answered {k} times in a row with nothing new "
+                                   f"(last: {what})")
+        elif k >= 2:
+            wait = min(IDLE_BACKOFF_MAX_S, IDLE_BACKOFF_S * 2 ** (k - 2))
+            self._quiet_until = max(self._quiet_until, time.monotonic() + wait)
 
     def _tuning_proposals(self, board: Blackboard, n: int) -> list[Candidate]:
         """The classical search of declared tunables: no request, no cost."""
@@ -203,6 +226,8 @@ class LLMAgent(Agent):
                                          source=source, note="warm start"))
 
     def _submit(self, board: Blackboard) -> None:
+        if time.monotonic() < self._quiet_until:
+            return
         while len(self._futures) < self.max_in_flight:
             prepared = self._prepare(board)
             if prepared is None:
@@ -352,6 +377,7 @@ class LLMAgent(Agent):
             else:
                 self.stats["no_code"] += 1
                 self._extraction_errors.append(result)
+                self._idle_reply("no code")
 
 
 def _scrubbed(e: Evaluation) -> Evaluation:
