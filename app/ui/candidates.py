@@ -255,7 +255,7 @@ class CandidateModel(QAbstractTableModel):
         if not self._needle:
             return True
         hay = (f"{ev.agent} {'ok' if ev.ok else ev.reason} {params_text(ev.config)} {ev.detail} "
-               f"{device_label(ev)}").lower()
+               f"{ev.resources.get('device_id') or device_label(ev)}").lower()
         return all(part in hay for part in self._needle.split())
 
     def _refilter(self) -> None:
@@ -464,7 +464,7 @@ class CandidateTable(QWidget):
         self.view.setWordWrap(False)
         header = self.view.horizontalHeader()
         header.setSectionResizeMode(QHeaderView.Interactive)
-        for col, width in enumerate((60, 80, 130, 110, 80, 90, 420, 80, 90, 230)):
+        for col, width in enumerate((60, 80, 130, 110, 80, 90, 420, 80, 90, 140)):
             self.view.setColumnWidth(col, width)
         header.moveSection(6, len(COLUMNS) - 1)  # parameters last: it takes the spare width
         header.moveSection(header.visualIndex(DEVICE_COLUMN), 2)  # device beside the agent
@@ -480,7 +480,7 @@ class CandidateTable(QWidget):
         self.split.addWidget(self.devices)
         self.split.setStretchFactor(0, 1)
         self.split.setStretchFactor(1, 0)
-        self.split.setSizes([900, 360])
+        self.split.setSizes([1000, 290])  # the summary: short device names and three figures
         # a revoked best (model.replace) or the run's unit arriving changes the tallies' text
         self.model.layoutChanged.connect(lambda *_: self._update_devices())
         self.model.headerDataChanged.connect(lambda *_: self._update_devices())

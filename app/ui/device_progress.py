@@ -16,13 +16,14 @@ WORKERS_DIED = "none: killed its workers"  # the pool's verdict on a kernel that
 
 
 def device_label(ev: Evaluation) -> str:
-    """Where `ev` ran, as the pool names it ("host/gpu 0/NVIDIA A100"); '' when not recorded."""
+    """Where `ev` ran, short: the pool's device id ("host/gpu 0/NVIDIA A100") without the
+    model name, which is the same on every device of a CUDA search and made the column three
+    times wider ("host/gpu 0"; "local" for the fallback). '' when not recorded."""
     r = ev.resources
-    ident = r.get("device_id")
+    ident, device = str(r.get("device_id") or ""), str(r.get("device") or "")
     if ident:
-        return str(ident)
-    node, device = r.get("node") or "", r.get("device") or ""
-    return "/".join(str(p) for p in (node, device) if p)
+        return ident.removesuffix(f"/{device}") if device and ident != device else ident
+    return "/".join(p for p in (str(r.get("node") or ""), device) if p)
 
 
 def _natural(label: str) -> list:
@@ -35,6 +36,7 @@ class DeviceTally:
     """One device's share of a run: evaluations done (correct or not), failed, its best."""
 
     label: str
+    ident: str = ""  # the pool's full device id (with the model name), for a tooltip
     done: int = 0
     failed: int = 0
     best: float | None = None
@@ -62,7 +64,8 @@ class DeviceProgress:
                                      else NO_DEVICE)
         tally = self._tallies.get(label)
         if tally is None:
-            tally = self._tallies[label] = DeviceTally(label)
+            tally = self._tallies[label] = DeviceTally(label, str(ev.resources.get("device_id")
+                                                                  or label))
         tally.done += 1
         if not ev.ok or ev.value is None:
             tally.failed += 1

@@ -41,13 +41,13 @@ class DeviceSummary(QTableWidget):
             return
         self._shown = texts
         self.setRowCount(len(texts))
-        for row, cells in enumerate(texts):
+        for row, (tally, cells) in enumerate(zip(tallies, texts)):
             for col, text in enumerate(cells):
                 item = QTableWidgetItem(text)
                 if col:
                     item.setTextAlignment(_RIGHT)
                 else:
-                    item.setToolTip(text)  # a long host/gpu/model name is cut in a narrow dock
+                    item.setToolTip(tally.ident)  # host/gpu N/model, as the pool names it
                 self.setItem(row, col, item)
 
     def rows_text(self) -> list[tuple[str, ...]]:

@@ -12,11 +12,12 @@ from app.goal import Goal, StopRules
 from app.ui.candidates import COLUMNS, DEVICE_COLUMN, CandidateTable
 from app.ui.device_progress import WORKERS_DIED
 
-GPU0 = "node-a/gpu 0/NVIDIA A100"
-GPU1 = "node-b/gpu 1/NVIDIA A100"
+GPU0_ID, GPU1_ID = "node-a/gpu 0/NVIDIA A100", "node-b/gpu 1/NVIDIA A100"  # as the pool records
+GPU0, GPU1 = "node-a/gpu 0", "node-b/gpu 1"  # as the table shows them: the model is in the tooltip
 
 
-def _on(device_id: str | None, i: int, value: float | None, **resources) -> Evaluation:
+def _on(where: str | None, i: int, value: float | None, **resources) -> Evaluation:
+    device_id = {GPU0: GPU0_ID, GPU1: GPU1_ID}.get(where, where)
     if device_id:
         node, _, rest = device_id.partition("/")
         resources.update(node=node, device=rest.rsplit("/", 1)[-1], device_id=device_id)
@@ -62,7 +63,11 @@ def test_a_cluster_run_shows_each_candidates_device_and_a_per_device_summary(qtb
     k7 = table.model.view_row_of("k7")
     tip = table.model.data(table.model.index(k7, DEVICE_COLUMN), Qt.ToolTipRole)
     assert "killed its workers: node-a pid 1; node-b pid 2" in tip
-    table.filter.setText("node-b")
+    k1 = table.model.view_row_of("k1")
+    assert f"device_id: {GPU0_ID}" in table.model.data(table.model.index(k1, DEVICE_COLUMN),
+                                                        Qt.ToolTipRole)
+    assert table.devices.item(0, 0).toolTip() == GPU0_ID
+    table.filter.setText("node-b")  # (the model name is searched too: "a100" finds all)
     assert {table.model.evaluation(r).key for r in range(table.model.rowCount())} == \
         {"k2", "k5", "k6"}
     table.filter.setText("")
