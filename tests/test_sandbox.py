@@ -12,6 +12,7 @@ import socket
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 import textwrap
 
 import pytest
@@ -338,3 +339,17 @@ def test_python_paths_readable_but_not_a_checkout_or_the_home():
     assert "/srv/checkout" in checkout_list and "/srv/checkout/app" in checkout_read
     assert "/home" in checkout_list and "/" in checkout_list and site in checkout_read
     assert "/home/me/project" in installed_read  # below the home is fine, the home itself is not
+
+
+@pytest.mark.parametrize("entry", ["from app.gpu.worker import _cell_main",
+                                   "from app.gpu.sandbox import probe_here"])
+def test_a_cell_is_single_threaded_until_it_enters_its_sandbox(entry):
+    """A user namespace needs a single-threaded process: what a cell imports before
+    enter_cell must not load numpy (OpenBLAS starts its threads at import). An eager import
+    of the custom-goal reference runners in app.gpu once did, and the cell fell back to a
+    network namespace alone (as root) or none (as a user)."""
+    code = (f"import sys, os; sys.path[:0] = [{str(Path(__file__).resolve().parents[1])!r}]; "
+            f"{entry}; print('numpy' in sys.modules, len(os.listdir('/proc/self/task')))")
+    out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()
+    assert out == ["False", "1"], out

@@ -193,6 +193,3 @@ register_backend(BackendSpec(
     name="cuda", label="cuda — NVIDIA GPU", make_evaluator=_make_cuda, probe=_probe_cuda,
     check_goal=_check_operator_goal("cuda"), unit=_operator_unit("cuda"), language="cuda",
     source_suffix=".cu", dtypes=DTYPES, compiles=True, selects_device=True))
-
-# the runners a custom goal's reference kernel source needs (the catalog never imports app.gpu)
-import app.gpu.custom_reference  # noqa: F401

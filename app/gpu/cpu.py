@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
 from app.catalog import get_operator
 from app.catalog.cpu.operator import ENTRY_SYMBOL, REFERENCE_SOURCE, CpuOperator, kernel_source
 from app.catalog.custom import custom_operator

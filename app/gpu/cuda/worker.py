@@ -17,6 +17,7 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator, Launch
 from app.core.types import COMPILE_FAILED, OUT_OF_MEMORY, RESOURCE_LIMIT, RUNTIME_FAILED

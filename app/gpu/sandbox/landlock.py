@@ -13,6 +13,7 @@ environ or mem of any process outside it.
 
 from __future__ import annotations
 
+import ctypes
 import os
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -36,10 +37,18 @@ class FileRules:
     devices: list[str] = field(default_factory=list)  # device files, read and write
 
 
+def _clear_errno() -> None:
+    """The landlock package judges a system call by ctypes' saved errno, not by its result: a
+    stale errno from an earlier failed call (the namespace fallback leaves EINVAL) would turn
+    a successful call into an error. Cleared before every use."""
+    ctypes.set_errno(0)
+
+
 def abi_version() -> int:
     """0 when the kernel has no Landlock (or it is disabled)."""
     try:
         import landlock as ll
+        _clear_errno()
         return int(ll.landlock_abi_version())
     except Exception:  # noqa: BLE001 - any failure means: not available
         return 0
@@ -61,6 +70,7 @@ def restrict(rules: FileRules) -> str:
         return "off: Landlock is not available (Linux >= 5.13 with landlock in the LSM list)"
     import landlock as ll
 
+    _clear_errno()
     write_rights = READ_FILE | READ_DIR | WRITE_FILE | MAKE_ALL
     if abi >= 2:
         write_rights |= REFER
