@@ -12,8 +12,8 @@ import socket
 import subprocess
 import sys
 import sysconfig
-from pathlib import Path
 import textwrap
+from pathlib import Path
 
 import pytest
 
