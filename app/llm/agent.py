@@ -9,6 +9,11 @@ is used up does `propose` wait for a reply in flight, so a short run is not ende
 
 A candidate keeps the configuration of the kernel it started from (the tuning parameters still
 arrive as -D macros) and carries its own source; its key hashes both.
+
+A prompt's inspirations are the best kernels of other structural niches than CURRENT's
+(app.llm.niches); the fixer's request is a conversation that continues the failed attempt (its
+code as the model's turn, then the measured failure). `tokens_spent` feeds the coordinator's
+budget allocation (cost per improvement).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import concurrent.futures as cf
 import hashlib
 import logging
 import random
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -39,8 +45,9 @@ from app.llm.extract import ExtractionError, extract, final_answer
 from app.llm.facts import is_measured_lesson
 from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
+from app.llm.niches import Structure, niche_elites, pick_inspirations, structure
 from app.llm.normal import normalise
-from app.llm.prompts import PromptContext, build_messages
+from app.llm.prompts import MAX_ELITES, PromptContext, build_messages, build_repair_messages
 from app.llm.scrub import home_dirs, scrub
 from app.llm.spec import KernelSpec
 from app.llm.tunables import Declared, declared_tunables, used_params
@@ -111,13 +118,16 @@ class LLMAgent(Agent):
         self._extraction_errors: deque[str] = deque(maxlen=3)
         self._near_misses: deque[Evaluation] = deque(maxlen=16)
         self._repaired: set[str] = set()
+        self._niches: dict[str, Structure] = {}  # source -> its structural niche
         self._hard_failures = 0
         self._idle_replies = 0  # consecutive replies that brought nothing new
         self._quiet_until = 0.0  # no new request before this (time.monotonic())
         self._used_up_at: tuple[float, bool] = (float("-inf"), False)
         self.stopped_reason = ""
         self.stats = {"requests": 0, "candidates": 0, "no_code": 0, "request_failed": 0,
-                      "tunables_declared": 0, "tunables_refused": 0, "tuning_candidates": 0}
+                      "tunables_declared": 0, "tunables_refused": 0, "tuning_candidates": 0,
+                      "tokens": 0}
+        self._tokens_lock = threading.Lock()
         self._declared: dict[str, tuple[str, Declared]] = {}  # key -> (source, its tunables)
         self.tunings: list[StructureTuning] = []
 
@@ -237,20 +247,27 @@ class LLMAgent(Agent):
 
     def _prepare(self, board: Blackboard) -> tuple[list[dict[str, str]], _Job] | None:
         best = board.best
-        # Model-written sources are shown (and edited) without their comments: a comment is
-        # free text that would otherwise ride along into every later prompt.
-        elites = [replace(e, source=_code_only(e.source)) if e.source else e
-                  for e in board.elites(4) if best is None or e.key != best.key]
-        base_source = _code_only(best.source) if best and best.source else self.spec.template
+        start = best  # the kernel CURRENT shows: the best, or what a repaired attempt started from
         repair: Evaluation | None = None
         if self.role == "fixer":
             repair = self._pick_near_miss(board)
             if repair is None:
                 return None  # nothing to repair yet
             self._repaired.add(repair.key)
-            base_source = _code_only(repair.source) if repair.source else base_source
-        if best is not None:
-            config = dict((repair or best).config)
+            parent = board.get(repair.parent_key) if repair.parent_key else None
+            if parent is not None and parent.ok:
+                start = parent
+        # Model-written sources are shown (and edited) without their comments: a comment is
+        # free text that would otherwise ride along into every later prompt.
+        current_source = (_code_only(start.source) if start and start.source
+                          else self.spec.template)
+        inspirations, structures = self._inspirations(board, start)
+        elites = [replace(e, source=_code_only(e.source)) if e.source else e
+                  for e in inspirations]
+        if repair is not None:
+            config = dict(repair.config)
+        elif best is not None:
+            config = dict(best.config)
         else:
             sampled = self.space.sample(self.rng)
             if sampled is None:
@@ -258,16 +275,44 @@ class LLMAgent(Agent):
             config = sampled
         ctx = PromptContext(
             goal=self.goal, spec=self.spec, device=self.device, limits=self.limits,
-            current_source=base_source, current=best and _scrubbed(best), elites=elites,
-            failures=[(idea, _scrubbed(e)) for idea, e in self._failures],
+            current_source=current_source, current=start and _scrubbed(start), elites=elites,
+            failures=[(idea, _scrubbed(e)) for idea, e in self._failures
+                      if repair is None or e.key != repair.key],
             lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
             extraction_errors=[scrub(m) for m in self._extraction_errors],
-            repair_target=repair and _scrubbed(repair), config=dict(config),
-            tunables=self._tunables_of(best))
-        job = _Job(base_source, config, (repair or best).key if (repair or best) else None,
+            config=dict(config), tunables=self._tunables_of(start), structures=structures)
+        if repair is not None:
+            # a conversation: the task, the failed attempt's code as the model's turn, what
+            # measuring it showed; the reply's edits apply to the attempt
+            attempt = _code_only(repair.source)
+            job = _Job(attempt, config, repair.key, best.value if best else None,
+                       best.p10_ms if best else None, best.p90_ms if best else None)
+            return _without_home(build_repair_messages(ctx, attempt, _scrubbed(repair))), job
+        job = _Job(current_source, config, best.key if best else None,
                    best.value if best else None, best.p10_ms if best else None,
                    best.p90_ms if best else None)
         return _without_home(build_messages(self.role, ctx)), job
+
+    def _inspirations(self, board: Blackboard, current: Evaluation | None
+                      ) -> tuple[list[Evaluation], dict[str, str]]:
+        """Elites of structural niches other than CURRENT's (MAP-Elites style), and the
+        structure label of each kernel the prompt shows."""
+        archive = niche_elites(board.successes(), self._niche, board.sort_key)
+        picked = pick_inspirations(
+            archive, self._niche(current) if current else None, current and current.key,
+            MAX_ELITES, self.rng, board.sort_key, fallback=board.elites(MAX_ELITES + 1))
+        shown = picked + ([current] if current is not None else [])
+        return picked, {e.key: self._niche(e).label for e in shown}
+
+    def _niche(self, e: Evaluation) -> Structure:
+        """The structural niche of an evaluation's source (the template's when it has none)."""
+        source = e.source or ""
+        got = self._niches.get(source)
+        if got is None:
+            got = structure(source or self.spec.template, self.spec.language)
+            if len(self._niches) < 4096:  # a run's distinct sources; the bound is a safeguard
+                self._niches[source] = got
+        return got
 
     def _tunables_of(self, best: Evaluation | None) -> dict[str, list[int]]:
         """The tunables the best kernel's structure declared (comments are not in its source)."""
@@ -338,7 +383,15 @@ class LLMAgent(Agent):
         return Candidate(config=dict(job.config), key=key, agent=self.name, source=got.source,
                          parent_key=job.parent_key, note=got.idea)
 
+    @property
+    def tokens_spent(self) -> int:
+        """Prompt and completion tokens of every request so far, failed ones included: the
+        budget allocator weighs an agent's improvements by what they cost."""
+        return self.stats["tokens"]
+
     def _log_usage(self, records: list, outcome: str) -> None:
+        with self._tokens_lock:  # pool threads: one request each
+            self.stats["tokens"] += sum(r.prompt_tokens + r.completion_tokens for r in records)
         if self.usage is None:
             return
         for i, rec in enumerate(records):

@@ -1,10 +1,12 @@
 """Prompts for LLM agents: the goal, its constraints, the device and its limits, the current
-best kernel with its metrics, a few other elites, what recent attempts broke, and the lessons
-of this and earlier runs. Each section is capped so a prompt stays within a small context."""
+best kernel with its metrics, a few elites of other structural niches (app.llm.niches), what
+recent attempts broke, and the lessons of this and earlier runs. Each section is capped so a
+prompt stays within a small context. A repair is a conversation that ends with the failed
+attempt's code and its measured failure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.types import Evaluation
@@ -66,12 +68,43 @@ class PromptContext:
     repair_target: Evaluation | None = None  # fixer: the near miss to repair
     config: dict[str, Any] = field(default_factory=dict)  # the configuration CURRENT runs with
     tunables: dict[str, list[int]] = field(default_factory=dict)  # CURRENT's declared tunables
+    structures: dict[str, str] = field(default_factory=dict)  # evaluation key -> niche label
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
+    _, brief = ROLE_BRIEFS[role]
+    task = ("Repair CURRENT." if ctx.repair_target is not None else
+            "Write a faster correct version of CURRENT.")
+    return [{"role": "system", "content": _system(role, ctx)},
+            {"role": "user", "content": _user_prompt(ctx, f"{task} {brief}")}]
+
+
+def build_repair_messages(ctx: PromptContext, attempt_source: str,
+                          failure: Evaluation) -> list[dict[str, str]]:
+    """The fixer's request as a conversation: the task the failed attempt answered (`ctx`,
+    CURRENT being the kernel it started from), the attempt as the assistant's turn (its code
+    only, in normal form: the model's prose is never fed back), then what measuring it showed
+    and what to fix. Edits apply to the attempt."""
+    ctx = replace(ctx, repair_target=None)
+    lines = ["YOUR KERNEL ABOVE FAILED: " + _eval_line(failure, ctx), _failure_text(failure),
+             ("TASK: Repair YOUR KERNEL ABOVE: fix exactly what broke (compiler error, wrong "
+              "result, resource overrun, rejected construct) and keep its idea. Answer as before: "
+              "the whole file, or SEARCH/REPLACE edit blocks against YOUR KERNEL ABOVE (not "
+              "against CURRENT).")]
+    return [{"role": "system", "content": _system("fixer", ctx)},
+            {"role": "user", "content": _user_prompt(
+                ctx, "Write a faster correct version of CURRENT.")},
+            {"role": "assistant", "content": _code(attempt_source, ctx)},
+            {"role": "user", "content": "\n".join(lines)}]
+
+
+def _system(role: str, ctx: PromptContext) -> str:
     title, brief = ROLE_BRIEFS[role]
-    system = (f"You are a {title} in a team optimising one {ctx.spec.language.upper()} kernel. "
-              f"{brief}\n{RULES}\n{TUNABLES}\n{FORMAT}")
+    return (f"You are a {title} in a team optimising one {ctx.spec.language.upper()} kernel. "
+            f"{brief}\n{RULES}\n{TUNABLES}\n{FORMAT}")
+
+
+def _user_prompt(ctx: PromptContext, task: str) -> str:
     parts = [_goal_section(ctx), _harness_section(ctx), _device_section(ctx)]
     if ctx.lessons:
         parts.append("LESSONS (from this run and earlier runs of similar goals):\n"
@@ -83,7 +116,8 @@ def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
             parts.append("The best correct kernel so far: " + _eval_line(ctx.current, ctx))
     else:
         parts.append("CURRENT (the best correct kernel so far"
-                     + (f"; {_eval_line(ctx.current, ctx)}" if ctx.current else "") + "):\n"
+                     + (f"; {_eval_line(ctx.current, ctx)}" if ctx.current else "")
+                     + _structure_note(ctx.current, ctx) + "):\n"
                      + _code(ctx.current_source, ctx))
         if ctx.tunables:
             parts.append("CURRENT's declared tunables (the swarm searches them; keep the "
@@ -91,10 +125,12 @@ def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
                              f"{k} = {v}" for k, v in ctx.tunables.items()))
     for e in ctx.elites[:MAX_ELITES]:
         if e.source:
-            parts.append("ANOTHER GOOD KERNEL for inspiration (" + _eval_line(e, ctx) + "):\n"
+            parts.append("ANOTHER GOOD KERNEL for inspiration (" + _eval_line(e, ctx)
+                         + _structure_note(e, ctx) + "):\n"
                          + _code(e.source, ctx, limit=MAX_SOURCE // 3))
         else:
-            parts.append("ANOTHER GOOD CONFIGURATION of the template: " + _eval_line(e, ctx))
+            parts.append("ANOTHER GOOD CONFIGURATION of the template: " + _eval_line(e, ctx)
+                         + _structure_note(e, ctx))
     if ctx.failures:
         parts.append("RECENT FAILED ATTEMPTS (do not repeat):\n" + "\n".join(
             f"- {idea + ' -> ' if idea else ''}{_failure_text(e)}"
@@ -102,10 +138,14 @@ def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
     if ctx.extraction_errors:
         parts.append("PROBLEMS WITH YOUR RECENT REPLIES:\n" + "\n".join(
             f"- {m}" for m in ctx.extraction_errors[-3:]))
-    task = ("Repair CURRENT." if ctx.repair_target is not None else
-            "Write a faster correct version of CURRENT.")
-    parts.append(f"TASK: {task} {brief}")
-    return [{"role": "system", "content": system}, {"role": "user", "content": "\n\n".join(parts)}]
+    parts.append(f"TASK: {task}")
+    return "\n\n".join(parts)
+
+
+def _structure_note(e: Evaluation | None, ctx: PromptContext) -> str:
+    """Its structural niche (app.llm.niches), when the agent labelled it."""
+    label = ctx.structures.get(e.key) if e is not None else None
+    return f"; structure: {label}" if label else ""
 
 
 def _goal_section(ctx: PromptContext) -> str:
