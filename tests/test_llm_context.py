@@ -9,6 +9,7 @@ from __future__ import annotations
 import random
 import re
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -112,3 +113,16 @@ def test_protocol_units_roof_fraction_and_tolerance_are_stated():
     assert "25% of the roof" in text and "1.5x as good as the baseline" in text
     assert "p10..p90 1.9..2.2 ms" in text and "registers 40" in text
     assert re.search(r"\|got - ref\| <= [0-9.e+-]+ \+ [0-9.e+-]+ \* \|ref\|", text)
+
+
+def test_a_user_kernel_prompt_states_each_outputs_own_tolerance():
+    """Your own kernel is checked per output (rtol/atol in [[kernel.args]], else the dtype's
+    default rtol with atol = rtol * max|ref|): the prompt says exactly that, not the catalog's
+    table formula."""
+    from app.catalog.custom import custom_operator
+    from app.goal import Goal
+    from app.llm.spec import _tolerance_text
+
+    goal = Goal.load(Path(__file__).resolve().parents[1] / "resources/goals/custom/conv2d_c/goal.toml")
+    text = _tolerance_text(custom_operator(goal, "cpu"), list(goal.shapes[0]), goal.dtype)
+    assert "per output" in text and "out: |got - ref| <= 1.0e-04 * max|ref| + 1.0e-04 * |ref|" in text, text

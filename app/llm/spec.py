@@ -165,6 +165,9 @@ def _isa_text() -> str:
 
 
 def _tolerance_text(op: Any, shape: list[int], dtype: str) -> str:
+    custom = getattr(op, "spec", None)
+    if custom is not None and hasattr(custom, "args"):  # your own kernel: per output
+        return _custom_tolerance_text(custom)
     try:
         from app.gpu.verify import tolerance_for
 
@@ -174,3 +177,21 @@ def _tolerance_text(op: Any, shape: list[int], dtype: str) -> str:
     return (f"verification: dtype {dtype}; |got - ref| <= {tol.atol:.1e} + {tol.rtol:.1e} * "
             "|ref| per element (float64 reference), on the goal shapes and edge shapes that are "
             "not multiples of any tile, with several input distributions")
+
+
+def _custom_tolerance_text(spec: Any) -> str:
+    """A user kernel's outputs each have their own tolerance (app.catalog.custom.operator)."""
+    from app.catalog.custom.operator import DEFAULT_RTOL
+
+    parts = []
+    for a in spec.args:
+        if not a.is_output:
+            continue
+        if not a.check:
+            parts.append(f"{a.name}: not checked")
+            continue
+        rtol = a.rtol if a.rtol is not None else DEFAULT_RTOL.get(spec.dtype, 1e-4)
+        atol = f"{a.atol:.1e}" if a.atol is not None else f"{rtol:.1e} * max|ref|"
+        parts.append(f"{a.name}: |got - ref| <= {atol} + {rtol:.1e} * |ref| per element")
+    return ("verification against the user's reference, per output: " + "; ".join(parts)
+            + "; on the goal's shapes")
