@@ -128,19 +128,16 @@ class _Arena:
 
     def resize(self, nbytes: int) -> None:
         nbytes = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
-        if self.map is not None:
-            del self.view
-            self.map.close()
+        # the old mapping is dropped, not closed: a view of it may live on in a traceback's
+        # frame (mmap.close would raise BufferError); it is unmapped with its last reference
+        self.view, self.map = np.empty(0, np.uint8), None
         os.ftruncate(self.fd, nbytes)
         self.map = mmap.mmap(self.fd, nbytes)
         self.view = np.frombuffer(self.map, np.uint8)
         self.size = nbytes
 
     def close(self) -> None:
-        if self.map is not None:
-            del self.view
-            self.map.close()
-            self.map = None
+        self.view, self.map = np.empty(0, np.uint8), None
         os.close(self.fd)
 
 

@@ -136,7 +136,8 @@ static int serve(kernel_fn fn, unsigned char *arena, size_t arena_bytes, unsigne
             if (!kind || !value) return 2;
             if (*kind == 'p' || *kind == 'l') {
                 if (n_int == MAX_INT_ARGS) return 2;
-                long v = strtol(value, NULL, 10);
+                /* unsigned 64-bit scalars above LONG_MAX keep their bits */
+                long v = *value == '-' ? strtol(value, NULL, 10) : (long)strtoull(value, NULL, 10);
                 if (*kind == 'p') {
                     if (v < 0 || (size_t)v > arena_bytes) return 2;
                     v = (long)(uintptr_t)(arena + v);
