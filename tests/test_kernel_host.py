@@ -29,7 +29,8 @@ void crash(float *out) { out[-1000000000L] = 1.0f; }
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    d = tmp_path_factory.mktemp("host")
+    d = tmp_path_factory.mktemp("host") / "a path with spaces"  # a user's home may have them
+    d.mkdir()
     (d / "k.c").write_text(MIXED)
     subprocess.run([find_compiler(), "-O2", "-shared", "-fPIC", str(d / "k.c"), "-o",
                     str(d / "k.so")], check=True)

@@ -235,7 +235,8 @@ class KernelHost:
         self.null_ns = self._null_overheads()
 
     def _start_child(self, library: str, entry: str) -> None:
-        self._send(f"load {library} {entry} {self.arena.fd} {self.arena.size} {self.flush_bytes}")
+        self._send(f"load {library.encode().hex()} {entry} {self.arena.fd} {self.arena.size} "
+                   f"{self.flush_bytes}")
         line = self._read()
         if line == "ready":
             self.library, self.child_alive = (library, entry), True

@@ -14,7 +14,7 @@
  *
  * Protocol: one text line per command on COMMAND_FD, one line per answer on REPLY_FD (a
  * candidate's own printing goes to stdout and stderr: the worker's log).
- *   zygote:  load LIB ENTRY ARENA_FD ARENA_BYTES FLUSH_BYTES  -> (child) "ready" | "error ..."
+ *   zygote:  load LIB_HEX ENTRY ARENA_FD ARENA_BYTES FLUSH_BYTES (the path in hex: any byte)  -> (child) "ready" | "error ..."
  *            then, when the child ends: "exit CODE" | "signal NUMBER"
  *   child:   run SEQ N KIND VALUE ...        -> "SEQ NANOSECONDS"
  *            null SEQ                        -> "SEQ NANOSECONDS" (an empty timed window)
@@ -166,6 +166,18 @@ static int serve(kernel_fn fn, unsigned char *arena, size_t arena_bytes, unsigne
     return 0;
 }
 
+static int unhex(const char *hex, char *out, size_t cap) {
+    size_t n = strlen(hex);
+    if (n % 2 || n / 2 >= cap) return -1;
+    for (size_t i = 0; i < n / 2; i++) {
+        unsigned int byte;
+        if (sscanf(hex + 2 * i, "%2x", &byte) != 1) return -1;
+        out[i] = (char)byte;
+    }
+    out[n / 2] = 0;
+    return 0;
+}
+
 static int child(char *lib, char *entry, char *arena_fd, size_t arena_bytes,
                  size_t flush_bytes) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -222,7 +234,10 @@ int main(int argc, char **argv) {
         char *arena = strtok_r(NULL, " \n", &save);
         char *arena_bytes = strtok_r(NULL, " \n", &save);
         char *flush_bytes = strtok_r(NULL, " \n", &save);
-        if (!lib || !entry || !arena || !arena_bytes || !flush_bytes) return 2;
+        static char path[4096];
+        if (!lib || !entry || !arena || !arena_bytes || !flush_bytes ||
+            unhex(lib, path, sizeof path))
+            return 2;
         fflush(stdout);
         fflush(cmd_out);
         pid_t pid = fork();
@@ -231,7 +246,7 @@ int main(int argc, char **argv) {
             continue;
         }
         if (pid == 0)
-            _exit(child(lib, entry, arena, strtoull(arena_bytes, NULL, 10),
+            _exit(child(path, entry, arena, strtoull(arena_bytes, NULL, 10),
                         strtoull(flush_bytes, NULL, 10)));
         int status = 0;
         while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
