@@ -1,5 +1,6 @@
 """The timing protocol: CUDA events per sample, L2 flushed before each sample, warm-up, adaptive
-sample count, CUDA graphs for kernels too short for event timing, baselines interleaved with the
+sample count, CUDA graphs on request only (Protocol.graph_below_ms; off by default: no poisoning
+between replays, and baselines cannot be captured), baselines interleaved with the
 candidate, batches throttled by heat, hardware slowdown or power brake discarded and retaken (not
 the software power cap), the SM clock recorded per batch.
 
