@@ -88,6 +88,17 @@ class FakeEvent:
         pass
 
 
+# What CuPy's getDeviceProperties says on an H200 (sm_90; the per-SM limits are the CUDA
+# Programming Guide's for compute capability 9.0), except a small L2 (1 MiB) so the timer's
+# flush buffer stays small on the host.
+H200_PROPERTIES = {"name": b"NVIDIA H200", "major": 9, "minor": 0, "multiProcessorCount": 132,
+                   "l2CacheSize": 1 << 20, "sharedMemPerBlock": 49152, "sharedMemPerBlockOptin": 232448,
+                   "regsPerBlock": 65536, "totalGlobalMem": 141 << 30, "warpSize": 32,
+                   "maxThreadsPerBlock": 1024, "maxThreadsPerMultiProcessor": 2048,
+                   "regsPerMultiprocessor": 65536, "sharedMemPerMultiprocessor": 233472,
+                   "maxBlocksPerMultiProcessor": 32, "reservedSharedMemPerBlock": 1024}
+
+
 def make_fake_cupy():
     # NVRTC is real: load it (and CuPy's include paths) before "cupy" becomes the fake.
     from app.gpu.cuda import nvrtc
@@ -111,10 +122,7 @@ def make_fake_cupy():
                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
         runtime=types.SimpleNamespace(
             CUDARuntimeError=CUDARuntimeError,
-            getDeviceProperties=lambda i: {"name": b"NVIDIA H200", "major": 9, "minor": 0,
-                                           "multiProcessorCount": 132, "l2CacheSize": 1 << 20,
-                                           "sharedMemPerBlock": 49152, "sharedMemPerBlockOptin": 232448,
-                                           "regsPerBlock": 65536, "totalGlobalMem": 141 << 30},
+            getDeviceProperties=lambda i: dict(H200_PROPERTIES),
             driverGetVersion=lambda: 12090, runtimeGetVersion=lambda: 12090),
         function=types.SimpleNamespace(Module=FakeModule),
     )

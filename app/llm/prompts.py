@@ -222,7 +222,22 @@ def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
               "dynamic_shared_bytes", "threads_per_block"):
         if isinstance(res.get(k), (int, float)) and not isinstance(res.get(k), bool):
             bits.append(f"{k} {res[k]:.4g}" if isinstance(res[k], float) else f"{k} {res[k]}")
+    occupancy = occupancy_text(res)
+    if occupancy:
+        bits.append(occupancy)
     return ", ".join(bits)
+
+
+def occupancy_text(resources: dict[str, Any]) -> str:
+    """'occupancy 50% (limited by registers), 32 active warps/SM': the CUDA backend's theoretical
+    occupancy (app.gpu.cuda.occupancy) and what limits it, or '' when not recorded."""
+    occ = resources.get("occupancy")
+    if not isinstance(occ, (int, float)) or isinstance(occ, bool):
+        return ""
+    limit = resources.get("occupancy_limit")
+    warps = resources.get("active_warps_per_sm")
+    return (f"occupancy {100 * occ:.0f}%" + (f" (limited by {limit})" if limit else "")
+            + (f", {warps} active warps/SM" if isinstance(warps, int) and not isinstance(warps, bool) else ""))
 
 
 def _failure_text(e: Evaluation) -> str:

@@ -43,6 +43,7 @@ from PySide6.QtWidgets import (
 
 from app.core.types import Evaluation
 from app.core.units import format_value, fraction_of_limit, gain
+from app.llm.prompts import occupancy_text
 from app.ui.device_progress import DeviceProgress, device_label
 from app.ui.device_summary import DeviceSummary
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, label_font, style_plot
@@ -361,6 +362,8 @@ class CandidateModel(QAbstractTableModel):
                 return measurement_note(ev)
             if col == DEVICE_COLUMN:
                 return device_note(ev)
+            if col in (7, 8):  # registers, shared memory: the occupancy they allow (CUDA)
+                return occupancy_text(ev.resources) or None
         return None
 
     def _value(self, i: int, ev: Evaluation, col: int):

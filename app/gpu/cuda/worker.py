@@ -23,6 +23,7 @@ from app.catalog.cuda.base import CudaOperator, Launch
 from app.core.types import COMPILE_FAILED, OUT_OF_MEMORY, RESOURCE_LIMIT, RUNTIME_FAILED
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
 from app.gpu.cuda import nvrtc, telemetry
+from app.gpu.cuda.occupancy import device_limits, occupancy, occupancy_problem
 from app.gpu.cuda.roofline import cached_copy_bandwidth, device_key, measure_copy_bandwidth
 from app.gpu.cuda.timing import Protocol, Timer
 from app.gpu.timing import TimingStats
@@ -89,8 +90,14 @@ class CudaKernelBackend:
                      "static_shared_bytes": res.shared_bytes, "dynamic_shared_bytes": launch.shared_bytes,
                      "threads_per_block": _threads(launch), "arch": first["arch"],
                      "artifact_key": first["built"].key}
-        for key, b in builds.items():
+        limits = device_limits(info)
+        for i, (key, b) in enumerate(builds.items()):
             r, threads = b["built"].resource(kernel), _threads(b["launch"])
+            occ = occupancy(r.registers, threads, r.shared_bytes, b["launch"].shared_bytes, limits)
+            if i == 0:  # theoretical occupancy, for the prompt (hardware feedback) and the views
+                resources.update(occupancy=round(occ.occupancy, 4),
+                                 active_warps_per_sm=occ.active_warps_per_sm,
+                                 occupancy_limit=occ.limit)
             problem = nvrtc.check_limits(
                 r, dynamic_shared=b["launch"].shared_bytes,
                 max_registers=self.options.get("max_registers"),
@@ -105,6 +112,8 @@ class CudaKernelBackend:
             if problem is None and r.registers * threads > info["regs_per_block"]:
                 problem = (f"{r.registers} registers x {threads} threads exceeds the "
                            f"{info['regs_per_block']} registers a block may use")
+            if problem is None:  # what the launch would refuse: per-warp register allocation, ...
+                problem = occupancy_problem(occ, limits)
             if problem:
                 raise StageFailed(RESOURCE_LIMIT, f"shape {key}: {problem}")
         return resources
@@ -209,6 +218,21 @@ def _threads(launch: Launch) -> int:
     return launch.block[0] * launch.block[1] * launch.block[2]
 
 
+# cudaDeviceProp names (CuPy's getDeviceProperties keys) -> the worker's info keys; the last two
+# exist from CUDA 11 on. A device that does not report one gets app.gpu.cuda.occupancy's table.
+SM_PROPS = {"maxThreadsPerMultiProcessor": "max_threads_per_sm",
+            "maxThreadsPerBlock": "max_threads_per_block", "warpSize": "warp_size",
+            "regsPerMultiprocessor": "regs_per_sm", "sharedMemPerMultiprocessor": "shared_per_sm",
+            "sharedMemPerBlock": "shared_per_block",
+            "maxBlocksPerMultiProcessor": "max_blocks_per_sm",
+            "reservedSharedMemPerBlock": "reserved_shared_per_block"}
+
+
+def sm_limits(props: dict[str, Any]) -> dict[str, int]:
+    """The per-SM limits occupancy is computed against, as the device reports them."""
+    return {key: int(props[name]) for name, key in SM_PROPS.items() if props.get(name) is not None}
+
+
 class CudaWorker:
     def __init__(self, device_index: int) -> None:
         import cupy as cp
@@ -227,6 +251,7 @@ class CudaWorker:
             "l2_bytes": int(props["l2CacheSize"]),
             "shared_per_block_optin": int(props.get("sharedMemPerBlockOptin", props["sharedMemPerBlock"])),
             "regs_per_block": int(props["regsPerBlock"]),
+            **sm_limits(props),
             "memory_bytes": int(props["totalGlobalMem"]),
             "driver": ident.get("driver") or str(cp.cuda.runtime.driverGetVersion()),
             "runtime": str(cp.cuda.runtime.runtimeGetVersion()),
