@@ -70,13 +70,15 @@ from app.gpu.kernel_host import (
     host_supported,
 )
 from app.gpu.timed_slots import TimedSlots
-from app.gpu.timing import CacheFlusher, TimingSettings, time_interleaved
+from app.gpu.timing import CacheFlusher, TimingSettings, summarize, time_interleaved
 from app.gpu.verify import CheckCase, GuardedOutput, ValidationSet, make_inputs, tolerance_for
 from app.gpu.worker import Deadlines, WorkerPool
 from app.paths import cache_dir
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
 MAX_SOURCE_BYTES = 200_000
+# Re-timing two candidates (CpuEvaluator.retime_pair): blocks per candidate, in ABBA order.
+RETIME_BLOCKS = 4
 # ---- the compiler -------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Toolchain:
@@ -347,6 +349,8 @@ class CpuWorker:
         if kind == "compare":
             progress("time")
             return self.compare(request[1])
+        if kind == "retime":
+            return self.retime(request[1], request[2], progress)
         if kind == "baselines":
             progress("baselines")
             return self.baselines(request[1], request[2])
@@ -398,6 +402,64 @@ class CpuWorker:
                 return {"error": f"outputs of a timed call were wrong: {problem}"}
             for name, st in stats.items():
                 totals[name] += st.median_ms
+        return totals
+
+    def retime(self, first: CascadeRequest, second: CascadeRequest,
+               progress: Callable[[str], None]) -> dict[str, Any]:
+        """Two verified candidates timed again in one measurement, interleaved. The kernel host
+        runs one candidate's process at a time, so they alternate in blocks, ABBA order (drift
+        in machine load hits both alike), each block after an untimed warm-up call; the input
+        slots are shared, outputs poisoned before every call and checked after every block
+        (app.gpu.timed_slots). {"a": first's, "b": second's figures: median, p10, p90 in ms
+        summed over the goal's shapes, samples per shape}, or {"error": ...}."""
+        progress("compile")  # both were built when evaluated: normally from the cache
+        built = {name: self.backend.build(r.source if r.source is not None else r.template,
+                                          r.config, r.goal_shapes)
+                 for name, r in (("a", first), ("b", second))}
+        timing = first.timing or TimingSettings()
+        per_block = max(3, -(-timing.max_samples // RETIME_BLOCKS))
+        block = TimingSettings(warmup=1, min_samples=per_block, max_samples=per_block,
+                               target_spread=0.0,  # a block takes all its samples
+                               max_seconds=timing.max_seconds / RETIME_BLOCKS,
+                               flush_bytes=timing.flush_bytes)
+        runner = KernelRunner(self.host, self.op)  # calls whichever candidate is loaded
+        totals = {n: {"median_ms": 0.0, "p10_ms": 0.0, "p90_ms": 0.0, "samples": 0}
+                  for n in built}
+        loaded = ""
+        for shape in first.goal_shapes:
+            shape_t = tuple(int(d) for d in shape)
+
+            def make_calls(inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
+                           s: tuple[int, ...] = shape_t) -> dict[str, Callable[[], None]]:
+                return {"candidate": self.backend.timing_calls(runner, inputs, outputs, s)["candidate"]}
+
+            slots = TimedSlots(np, self.op, shape_t, "float32", first.seed, make_calls)
+            tol = tolerance_for(self.op, shape_t, "float32", first.rtol, first.atol)
+            samples: dict[str, list[float]] = {n: [] for n in built}
+            for i in range(RETIME_BLOCKS):
+                for name in ("a", "b") if i % 2 == 0 else ("b", "a"):
+                    progress("time")
+                    try:
+                        if loaded != name:
+                            self.backend.load(built[name])
+                            loaded = name
+                        stats = self.backend.timer(slots.calls(), block, slots.before).stats
+                    except (HostDied, HostError, ForgedTiming) as exc:
+                        return {"error": f"candidate {name} failed while timed: {exc}"}
+                    problem = slots.check(tol)
+                    if problem:
+                        return {"error": f"outputs of a timed call of candidate {name} were "
+                                         f"wrong: {problem}"}
+                    for slot in slots.slots:  # the next block's check covers its own calls
+                        slot.written = False
+                    samples[name] += stats["candidate"].samples_ms
+            for name, got in samples.items():
+                st = summarize(got)
+                t = totals[name]
+                t["median_ms"] += st.median_ms
+                t["p10_ms"] += st.p10_ms
+                t["p90_ms"] += st.p90_ms
+                t["samples"] = len(got) if not t["samples"] else min(t["samples"], len(got))
         return totals
 
     def baselines(self, shapes: list[list[int]], timing: TimingSettings) -> dict[str, Any]:
@@ -643,6 +705,22 @@ class CpuEvaluator(Evaluator):
         return {**{f"{k}_ms": v for k, v in t.items()},
                 "speedup_vs_numpy": t["numpy"] / t["candidate"],
                 "speedup_vs_c_reference": t["c_reference"] / t["candidate"]}
+
+    def retime_pair(self, a: Candidate | Evaluation, b: Candidate | Evaluation
+                    ) -> dict[str, dict[str, float]] | None:
+        """Two verified kernels (an LLM rewrite and the kernel it started from, say) timed
+        again in one measurement, interleaved in ABBA blocks in the worker: {"a": ..., "b": ...}
+        each with median_ms, p10_ms, p90_ms (summed over the goal's shapes) and samples. None
+        on a fault or when a timed output was wrong. Thread-safe: the worker pool serves one
+        request at a time, so a re-timing never overlaps an evaluation's timing."""
+        reply = self.pool.call(("retime", self._request(a), self._request(b)),
+                               self.settings.deadlines)
+        if reply.fault is not None:
+            return None
+        t = reply.result
+        if not isinstance(t, dict) or "error" in t or not {"a", "b"} <= set(t):
+            return None
+        return {k: dict(t[k]) for k in ("a", "b")}
 
     # ---- baselines and limits -------------------------------------------------------------
     def _ensure_baselines(self) -> dict[str, Any] | None:

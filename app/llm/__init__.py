@@ -41,10 +41,11 @@ class LLMTeam:
 def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings | None = None,
                   bus: "EventBus | None" = None, run_id: int | None = None,
                   db_path: str | Path | None = None, client: "LLMClient | None" = None,
-                  seed: int | None = None) -> LLMTeam:
+                  seed: int | None = None, retime: Any = None) -> LLMTeam:
     """LLM agents for a goal, one per configured role, sharing one client (so the concurrency
     limit and the run's token/cost budget hold across them), one lesson book, and the usage
-    log and warm start of the history database at `db_path` (when given)."""
+    log and warm start of the history database at `db_path` (when given). `retime`: the
+    backend's retime_pair, when the session offers it (the lesson book re-times close calls)."""
     from app.llm.agent import LLMAgent
     from app.llm.client import LLMClient
     from app.llm.guard import PolicyEvaluator
@@ -67,7 +68,7 @@ def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings
             bus.publish(LessonLearned(lesson=lesson, run_id=run_id))
 
     book = LessonBook(goal, device.summary(), minimize=goal.objective.minimize, publish=publish,
-                      prior_lessons=prior.lessons if prior else [])
+                      prior_lessons=prior.lessons if prior else [], retime=retime)
     usage = UsageLog(db_path, run_id) if db_path else None
     base_seed = goal.swarm.seed if seed is None else seed
     from app.llm.agent import candidate_key

@@ -84,6 +84,7 @@ class _Job:
     parent_value: float | None
     parent_p10_ms: float | None = None  # the parent's timing spread: lessons claim a
     parent_p90_ms: float | None = None  # difference only outside it
+    parent: Evaluation | None = None  # the kernel of those figures: re-timed when close
 
 
 class LLMAgent(Agent):
@@ -286,11 +287,11 @@ class LLMAgent(Agent):
             # measuring it showed; the reply's edits apply to the attempt
             attempt = _code_only(repair.source)
             job = _Job(attempt, config, repair.key, best.value if best else None,
-                       best.p10_ms if best else None, best.p90_ms if best else None)
+                       best.p10_ms if best else None, best.p90_ms if best else None, best)
             return _without_home(build_repair_messages(ctx, attempt, _scrubbed(repair))), job
         job = _Job(current_source, config, best.key if best else None,
                    best.value if best else None, best.p10_ms if best else None,
-                   best.p90_ms if best else None)
+                   best.p90_ms if best else None, best)
         return _without_home(build_messages(self.role, ctx)), job
 
     def _inspirations(self, board: Blackboard, current: Evaluation | None
@@ -378,7 +379,7 @@ class LLMAgent(Agent):
             self.stats["tunables_declared"] += len(tun.params)
             self._declared[key] = (got.source, tun)
         self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value,
-                                       job.parent_p10_ms, job.parent_p90_ms))
+                                       job.parent_p10_ms, job.parent_p90_ms, job.parent))
         self._log_usage(reply.records, f"candidate {key}")
         return Candidate(config=dict(job.config), key=key, agent=self.name, source=got.source,
                          parent_key=job.parent_key, note=got.idea)

@@ -7,12 +7,21 @@ device and shape), which were correct but slower, and what keeps failing and why
 on the blackboard and out as LessonLearned events, which the Store commits to its `lessons`
 table (so the GUI shows them with the run's other lessons).
 
+A rewrite whose timing spread overlaps its parent's is close: when the book has a re-timer (the
+session passes the backend's `retime_pair`, CPU only), the two kernels are timed again,
+interleaved in one measurement, on the book's own thread (the coordinator's loop never waits
+on it; the backend's worker serves one request at a time), and the lesson is decided on that
+re-timing. At most once per attempt and RETIMES_PER_RUN times per run; without a re-timer, or
+when the re-timing fails, the lesson says "within the measurement spread" as before.
+
 A new run of the same or a similar goal (same operator and backend) reads those lessons and the
 best kernels earlier runs found (warm start) from the same database, through the Store.
 """
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
@@ -25,7 +34,15 @@ from app.goal import Goal, GoalError
 from app.llm.facts import category, config_text, is_measured_lesson
 from app.store import Store, StoreError, goal_key
 
+log = logging.getLogger(__name__)
+
 LLM_KINDS = ("llm_transformation", "llm_no_gain", "llm_failure")
+RETIMES_PER_RUN = 8  # close calls re-timed per run: each costs about two timings
+RETIMED = " (re-timed interleaved with it)"  # ends the text of a lesson decided on a re-timing
+
+# (rewrite, parent) -> {"a": rewrite's, "b": parent's figures: median_ms, p10_ms, p90_ms,
+# samples} from one interleaved measurement, or None (CpuEvaluator.retime_pair)
+Retimer = Callable[[Evaluation, Evaluation], "dict[str, dict[str, float]] | None"]
 
 
 @dataclass
@@ -37,12 +54,14 @@ class Attempt:
     parent_value: float | None
     parent_p10_ms: float | None = None  # the parent's timing spread (p10..p90 of its samples)
     parent_p90_ms: float | None = None
+    parent: Evaluation | None = None  # the kernel those figures are of (re-timed when close)
 
 
 class LessonBook:
     def __init__(self, goal: Goal, device: str, *, minimize: bool = True, generation: int = 4,
                  publish: Callable[[Lesson], None] | None = None,
-                 prior_lessons: list[str] | None = None) -> None:
+                 prior_lessons: list[str] | None = None, retime: Retimer | None = None,
+                 max_retimes: int = RETIMES_PER_RUN) -> None:
         self.goal = goal
         self.device = device
         self.minimize = minimize
@@ -58,6 +77,11 @@ class LessonBook:
         self._seen: set[str] = set(self._texts)
         self._failure_counts: Counter = Counter()
         self._failure_reported: dict[tuple, int] = {}
+        self._retime = retime
+        self._retimes_left = max(0, max_retimes) if retime is not None else 0
+        self._retimer: cf.ThreadPoolExecutor | None = None
+        self._retiming: list[cf.Future] = []
+        self.retimed: list[str] = []  # keys of the attempts re-timed (at most once each)
 
     def note_attempt(self, attempt: Attempt) -> None:
         with self._lock:
@@ -85,10 +109,26 @@ class LessonBook:
         return self._emit(self._distil(batch))
 
     def flush(self) -> list[Lesson]:
-        """Distil what is left (end of run)."""
+        """Distil what is left (end of run), and wait for the re-timings under way (at most
+        RETIMES_PER_RUN in a run); returns the lessons distilled here."""
         with self._lock:
             batch, self._pending = self._pending, []
-        return self._emit(self._distil(batch)) if batch else []
+        out = self._emit(self._distil(batch)) if batch else []
+        self.wait_retimed()
+        with self._lock:  # its thread ends; a later re-timing would start another
+            retimer, self._retimer = self._retimer, None
+        if retimer is not None:
+            retimer.shutdown(wait=False)
+        return out
+
+    def wait_retimed(self) -> None:
+        """Until every re-timing asked for so far has given its lesson."""
+        while True:
+            with self._lock:
+                futures, self._retiming = self._retiming, []
+            if not futures:
+                return
+            cf.wait(futures)
 
     # ---- distillation ---------------------------------------------------------------------
     def _context(self) -> dict[str, Any]:
@@ -109,35 +149,11 @@ class LessonBook:
             a = self._attempts[key]
             shown = {"idea": a.idea} if a.idea else {}
             if e.ok and e.value is not None:
-                if a.parent_value:
-                    ratio = a.parent_value / e.value if self.minimize else e.value / a.parent_value
-                else:
-                    ratio = None
-                evidence = {**self._context(), **shown, "key": key,
-                            "spread_ms": [e.p10_ms, e.p90_ms],
-                            "parent_spread_ms": [a.parent_p10_ms, a.parent_p90_ms]}
-                verdict = _compare(e, a)
-                if ratio is not None and verdict == "faster":
-                    lessons.append(Lesson(
-                        "llm_transformation",
-                        f"an LLM rewrite ({config_text(e.config)}) made {self.goal.operator} "
-                        f"{self.goal.dtype} [{self._shape_text()}] {ratio:.2f}x faster than the "
-                        f"kernel it started from on {self.device}",
-                        {**evidence, "speedup": round(ratio, 4)}, a.agent))
-                elif ratio is not None and verdict == "slower":
-                    lessons.append(Lesson(
-                        "llm_no_gain",
-                        f"an LLM rewrite ({config_text(e.config)}) was correct but not faster "
-                        f"({ratio:.2f}x) for {self.goal.operator} [{self._shape_text()}] on "
-                        f"{self.device}",
-                        {**evidence, "speedup": round(ratio, 4)}, a.agent))
-                elif ratio is not None:
-                    lessons.append(Lesson(
-                        "llm_no_gain",
-                        f"an LLM rewrite ({config_text(e.config)}) timed within the measurement "
-                        f"spread of the kernel it started from for {self.goal.operator} "
-                        f"[{self._shape_text()}] on {self.device}",
-                        {**evidence, "speedup": round(ratio, 4)}, a.agent))
+                if _compare(e, a) == "same" and self._claim_retime(e, a):
+                    continue  # its lesson comes from the re-timing (_retimed_lesson)
+                lesson = self._measured_lesson(e, a)
+                if lesson is not None:
+                    lessons.append(lesson)
             else:
                 rule = category((e.resources or {}).get("policy_rule") or "")
                 reason = category(e.reason or "") or "failed"
@@ -153,6 +169,90 @@ class LessonBook:
                         {**self._context(), **shown, "reason": reason, "rule": rule, "count": n},
                         a.agent))
         return lessons
+
+    def _measured_lesson(self, e: Evaluation, a: Attempt,
+                         retimed: dict[str, dict[str, float]] | None = None,
+                         tried: bool = False) -> Lesson | None:
+        """The lesson of a correct rewrite against its parent: from the first figures, or from
+        `retimed` (both timed again, interleaved: "a" the rewrite's, "b" the parent's)."""
+        if a.parent_value:
+            ratio = a.parent_value / e.value if self.minimize else e.value / a.parent_value
+        else:
+            ratio = None
+        shown = {"idea": a.idea} if a.idea else {}
+        evidence: dict[str, Any] = {**self._context(), **shown, "key": e.key,
+                                    "spread_ms": [e.p10_ms, e.p90_ms],
+                                    "parent_spread_ms": [a.parent_p10_ms, a.parent_p90_ms]}
+        verdict = _compare(e, a)
+        suffix = ""
+        if retimed is not None:
+            r, p = retimed["a"], retimed["b"]
+            verdict = _separate(r["p10_ms"], r["p90_ms"], p["p10_ms"], p["p90_ms"])
+            ratio = p["median_ms"] / r["median_ms"] if r["median_ms"] > 0 else ratio
+            suffix = RETIMED
+            evidence.update(retimed=True, retimed_median_ms=r["median_ms"],
+                            retimed_spread_ms=[r["p10_ms"], r["p90_ms"]],
+                            retimed_parent_median_ms=p["median_ms"],
+                            retimed_parent_spread_ms=[p["p10_ms"], p["p90_ms"]],
+                            retimed_samples=int(min(r.get("samples", 0), p.get("samples", 0))))
+        elif tried:
+            evidence["retimed"] = False  # asked for, but the re-timing gave no figures
+        if ratio is None:
+            return None
+        evidence["speedup"] = round(ratio, 4)
+        cfg = config_text(e.config)
+        if verdict == "faster":
+            return Lesson(
+                "llm_transformation",
+                f"an LLM rewrite ({cfg}) made {self.goal.operator} {self.goal.dtype} "
+                f"[{self._shape_text()}] {ratio:.2f}x faster than the kernel it started from on "
+                f"{self.device}{suffix}", evidence, a.agent)
+        if verdict == "slower":
+            return Lesson(
+                "llm_no_gain",
+                f"an LLM rewrite ({cfg}) was correct but not faster ({ratio:.2f}x) for "
+                f"{self.goal.operator} [{self._shape_text()}] on {self.device}{suffix}",
+                evidence, a.agent)
+        return Lesson(
+            "llm_no_gain",
+            f"an LLM rewrite ({cfg}) timed within the measurement spread of the kernel it "
+            f"started from for {self.goal.operator} [{self._shape_text()}] on "
+            f"{self.device}{suffix}", evidence, a.agent)
+
+    # ---- re-timing close calls --------------------------------------------------------------
+    def _claim_retime(self, e: Evaluation, a: Attempt) -> bool:
+        """Queue a re-timing of a close call (both kernels correct, both spreads known), once
+        per attempt and within the run's cap; False when it is not re-timed."""
+        p = a.parent
+        if (self._retime is None or p is None or not p.ok or p.value is None or p.key == e.key
+                or None in (e.p10_ms, e.p90_ms, a.parent_p10_ms, a.parent_p90_ms)):
+            return False
+        with self._lock:
+            if self._retimes_left <= 0 or e.key in self.retimed:
+                return False
+            self._retimes_left -= 1
+            self.retimed.append(e.key)
+            if self._retimer is None:
+                self._retimer = cf.ThreadPoolExecutor(1, thread_name_prefix="lesson-retime")
+            self._retiming.append(self._retimer.submit(self._retimed_lesson, e, a))
+        return True
+
+    def _retimed_lesson(self, e: Evaluation, a: Attempt) -> None:
+        """On the book's thread: time both again, then emit the lesson that re-timing decides
+        (the first figures' lesson when it gave none)."""
+        figures = None
+        retime, parent = self._retime, a.parent
+        try:
+            if retime is not None and parent is not None:
+                figures = retime(e, parent)
+        except Exception:  # a failed re-timing leaves the first figures' lesson
+            log.exception("re-timing %s against the kernel it started from failed", e.key)
+        try:
+            lesson = self._measured_lesson(e, a, figures, tried=True)
+            if lesson is not None:
+                self._emit([lesson])
+        except Exception:  # on this thread nobody else would see it
+            log.exception("the lesson of re-timing %s was lost", e.key)
 
     def _emit(self, lessons: list[Lesson]) -> list[Lesson]:
         out = []
@@ -172,8 +272,12 @@ class LessonBook:
 def _compare(e: Evaluation, a: Attempt) -> str:
     """"faster" / "slower" only when the timing spreads (p10..p90) do not overlap; "same"
     otherwise, and when either spread is unknown (a single noisy median proves nothing)."""
-    lo, hi, plo, phi = e.p10_ms, e.p90_ms, a.parent_p10_ms, a.parent_p90_ms
-    if None in (lo, hi, plo, phi):
+    return _separate(e.p10_ms, e.p90_ms, a.parent_p10_ms, a.parent_p90_ms)
+
+
+def _separate(lo: float | None, hi: float | None, plo: float | None, phi: float | None) -> str:
+    """A kernel's spread lo..hi against its parent's plo..phi (ms): "faster", "slower", "same"."""
+    if lo is None or hi is None or plo is None or phi is None:
         return "same"
     if hi < plo:
         return "faster"
