@@ -135,6 +135,19 @@ def test_the_worker_reads_the_per_sm_limits_of_the_device(worker):
 
 
 def test_occupancy_lands_in_a_cuda_evaluations_resources(worker, tmp_path):
+    ev = _evaluate(worker, tmp_path)
+    assert ev.ok, (ev.reason, ev.detail)
+    r = ev.resources
+    expected = occupancy(r["registers"], r["threads_per_block"], r["static_shared_bytes"],
+                         r["dynamic_shared_bytes"], SM90)
+    assert 0 < r["occupancy"] <= 1
+    assert r["occupancy"] == pytest.approx(expected.occupancy, abs=1e-4)
+    assert r["active_warps_per_sm"] == expected.active_warps_per_sm
+    assert r["occupancy_limit"] == expected.limit in (WARPS, BLOCKS, REGISTERS, SHARED)
+
+
+def _evaluate(worker, tmp_path) -> Evaluation:
+    """The softmax template's recommended configuration (256 threads) through the cascade."""
     from app.catalog.cuda import OPERATORS
     from app.gpu.cascade import CascadeRequest
     from app.gpu.cuda.timing import Protocol
@@ -148,15 +161,18 @@ def test_occupancy_lands_in_a_cuda_evaluations_resources(worker, tmp_path):
         timing=Protocol(min_samples=5, max_samples=8, max_seconds=0.5, warmup=1, batch=3),
         options={"operator": "softmax", "compile_cache": str(tmp_path)})
     reply = worker(("evaluate", request), lambda s: None)
-    ev = Evaluation.from_dict(reply["evaluation"])
-    assert ev.ok, (ev.reason, ev.detail)
-    r = ev.resources
-    expected = occupancy(r["registers"], r["threads_per_block"], r["static_shared_bytes"],
-                         r["dynamic_shared_bytes"], SM90)
-    assert 0 < r["occupancy"] <= 1
-    assert r["occupancy"] == pytest.approx(expected.occupancy, abs=1e-4)
-    assert r["active_warps_per_sm"] == expected.active_warps_per_sm
-    assert r["occupancy_limit"] == expected.limit in (WARPS, BLOCKS, REGISTERS, SHARED)
+    return Evaluation.from_dict(reply["evaluation"])
+
+
+def test_a_block_no_sm_can_hold_is_a_resource_failure(worker, tmp_path):
+    """What the launch would refuse is refused before loading: here an SM of one warp slot."""
+    from app.core.types import RESOURCE_LIMIT
+
+    worker.info["max_threads_per_sm"] = 32
+    ev = _evaluate(worker, tmp_path)
+    assert not ev.ok and ev.reason == RESOURCE_LIMIT, (ev.reason, ev.detail)
+    assert "no block of this size fits on an SM (warps/threads)" in ev.detail
+    assert [s.name for s in ev.stages][-1] == "resources"
 
 
 def _cuda_eval_line(resources: dict) -> str:
@@ -197,3 +213,59 @@ def test_the_candidate_table_explains_registers_with_occupancy(qtbot):
     headers = [model.headerData(c, Qt.Horizontal) for c in range(model.columnCount())]
     tip = model.data(model.index(0, headers.index("registers")), Qt.ToolTipRole)
     assert tip == "occupancy 50% (limited by registers), 32 active warps/SM"
+
+
+PROBE = r"""
+extern "C" __global__ void occ_probe(float *y, const float *x) {
+    __shared__ float s[STATIC_FLOATS];
+    extern __shared__ float d[];
+    int i = threadIdx.x;
+    s[i % STATIC_FLOATS] = x[i];
+    d[i] = x[i];
+    __syncthreads();
+    y[i] = s[(i + 1) % STATIC_FLOATS] + d[(i + 1) % blockDim.x];
+}
+"""
+
+
+def _real_gpu() -> bool:
+    try:
+        from cupy.cuda import runtime
+
+        return runtime.getDeviceCount() > 0
+    except Exception:  # noqa: BLE001 - no CuPy, driver or device
+        return False
+
+
+@pytest.mark.parametrize("threads,static_floats,dynamic", [
+    (32, 64, 0), (256, 64, 0), (1024, 64, 0), (256, 8192, 0), (128, 64, 48 * KIB - 256), (128, 64, 48 * KIB),
+    (256, 1024, 100 * KIB), (512, 64, 200 * KIB)])
+def test_the_model_agrees_with_the_driver(threads, static_floats, dynamic, tmp_path):
+    """On a real GPU: active blocks per SM as cuOccupancyMaxActiveBlocksPerMultiprocessor says."""
+    if not _real_gpu():
+        pytest.skip("no NVIDIA GPU with a working driver")
+    import cupy as cp
+
+    from app.gpu.cuda import nvrtc
+    from app.gpu.cuda.worker import sm_limits
+
+    props = cp.cuda.runtime.getDeviceProperties(0)
+    info = {"compute_capability": f"{props['major']}{props['minor']}",
+            "shared_per_block_optin": int(props["sharedMemPerBlockOptin"]),
+            "regs_per_block": int(props["regsPerBlock"]), **sm_limits(props)}
+    limits = device_limits(info)
+    if dynamic + 4 * static_floats > limits.shared_per_block_optin:
+        pytest.skip("more shared memory than this device gives a block")
+    source = f"#define STATIC_FLOATS {static_floats}\n" + PROBE
+    built = nvrtc.compile_source(source, "occ_probe", f"sm_{info['compute_capability']}", cache=tmp_path)
+    res = built.resource("occ_probe")
+    mod = cp.cuda.function.Module()
+    with open(built.cubin_path, "rb") as fh:
+        mod.load(fh.read())
+    fn = mod.get_function("occ_probe")
+    if dynamic + res.shared_bytes > limits.shared_per_block:  # opt in, as the model assumes
+        cp.cuda.driver.funcSetAttribute(
+            fn.ptr, cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, dynamic)
+    driver = cp.cuda.driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, dynamic)
+    ours = occupancy(res.registers, threads, res.shared_bytes, dynamic, limits)
+    assert ours.active_blocks_per_sm == driver, (res, ours)

@@ -174,7 +174,9 @@ def occupancy_problem(occ: Occupancy, limits: SmLimits) -> str | None:
                 f"needs {occ.registers_per_block} (its warps rounded up to a multiple of "
                 f"{limits.sub_partitions}) of the {limits.regs_per_block} a block may use")
     if occ.limit == SHARED:
+        allowed = min(limits.shared_per_block_optin + limits.reserved_shared_per_block,
+                      limits.shared_per_sm)
         return (f"the block needs {occ.shared_per_block} bytes of shared memory (including the "
                 f"{limits.reserved_shared_per_block} the driver reserves per block); the device "
-                f"allows {limits.shared_per_block_optin + limits.reserved_shared_per_block}")
+                f"allows {allowed}")
     return f"no block of this size fits on an SM ({occ.limit})"
