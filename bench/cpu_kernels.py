@@ -72,6 +72,7 @@ QUICK_MEASURE = {"gemm": [[256, 256, 256], [512, 512, 512]]}
 QUICK_MEMORY = [[128, 1024], [2048, 1024]]
 GEMM_TARGET_SIZES = ({1024}, {2048})
 C_REFERENCE_MAX_FLOP = 2 * 512**3  # the plain triple loop takes seconds beyond this
+SETTLE_S = 0.3  # longer than OpenBLAS's idle spin (2^28 cycles) on any current CPU
 
 
 def measure_sizes(op: str, quick: bool) -> list[list[int]]:
@@ -151,8 +152,10 @@ def side_by_side(op, config: dict, source: str, shape: list[int], threads: int, 
         ref_args = (out_r.ctypes.data, *(inputs[n].ctypes.data for n in names),
                     *op.call_dims(shape_t))
         calls["c_reference"] = lambda: ref(*ref_args)
+    # each contestant timed as it runs alone (see TimingSettings.settle_s): back to back, the
+    # spinning threads of whichever ran last made the next look up to 2x slower on 2 cores
     settings = TimingSettings(warmup=1, min_samples=5, max_samples=15, max_seconds=4.0,
-                              target_spread=0.05)
+                              target_spread=0.05, settle_s=SETTLE_S)
     with threadpool_limits(limits=threads, user_api="blas"):
         stats = time_interleaved(calls, settings)
     # the kernel was verified by the cascade; a cheap sanity check against numpy here

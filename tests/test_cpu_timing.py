@@ -104,3 +104,36 @@ def test_timed_slots_rotate_perturb_poison_and_catch_stale_outputs():
     assert set(picked) == {0, 1, 2}
     problem = slots.check(tolerance_for(op, shape, "float32"))
     assert problem and "outside tolerance" in problem
+
+
+def test_settle_lets_the_previous_contestants_threads_sleep_and_wakes_the_next():
+    """settle_s: when the contestant changes, a pause, then one untimed call of the next one
+    (its before hook too), then its timed call; never between two calls of the same one."""
+    events: list[tuple[str, str, float]] = []
+
+    def fn(name: str):
+        def call() -> None:
+            events.append(("call", name, time.perf_counter()))
+        return call
+
+    settings = TimingSettings(warmup=1, min_samples=3, max_samples=3, target_spread=1.0,
+                              settle_s=0.05)
+    stats = time_interleaved({"a": fn("a"), "b": fn("b")}, settings,
+                             before=lambda n: events.append(("before", n, time.perf_counter())))
+    assert all(len(s.samples_ms) == 3 for s in stats.values())
+    calls = [(n, t) for kind, n, t in events if kind == "call"]
+    switches = [i for i in range(1, len(calls)) if calls[i][0] != calls[i - 1][0]]
+    assert switches, "the two contestants alternate"
+    for i in switches:  # the pause, then the same contestant twice (untimed, timed)
+        assert calls[i][1] - calls[i - 1][1] >= 0.05
+        assert calls[i + 1][0] == calls[i][0]
+    for i in range(1, len(calls)):
+        if i not in switches:  # no pause within one contestant's calls
+            assert calls[i][1] - calls[i - 1][1] < 0.05
+    kinds = [k for k, _, _ in events]
+    assert all(kinds[j] == "before" for j in range(0, len(kinds), 2))  # before every call
+    # without settle_s the calls simply alternate
+    events.clear()
+    time_interleaved({"a": fn("a"), "b": fn("b")},
+                     TimingSettings(warmup=1, min_samples=3, max_samples=3, target_spread=1.0))
+    assert len([e for e in events if e[0] == "call"]) == 2 + 6

@@ -23,6 +23,11 @@ class TimingSettings:
     target_spread: float = 0.05  # stop when (p90 - p10) / median is below this for all
     max_seconds: float = 3.0  # time budget for one measurement (all functions together)
     flush_bytes: int = 0  # >0: write a buffer this large before every sample (evicts caches)
+    # >0: when the next call is another function's, sleep this long and call it once untimed
+    # first. Thread pools spin after a call (OpenBLAS ~2^28 cycles, about 0.1 s; GNU OpenMP well
+    # under 1 ms): timed back to back, one contestant's spinning threads take the cores the
+    # other's threads need. A program calls one of them, so each is timed as it runs alone.
+    settle_s: float = 0.0
 
 
 @dataclass
@@ -73,8 +78,19 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
     `before(name)` runs before every call of `name` (warm-up included), outside the timed
     window: the cascade picks an input slot there, perturbs it and poisons its outputs."""
     names = list(fns)
+    last: list[str | None] = [None]
+
+    def settle(name: str) -> None:
+        if settings.settle_s > 0 and name != last[0]:
+            time.sleep(settings.settle_s)
+            if before is not None:
+                before(name)
+            fns[name]()  # its own threads awake, the other's asleep
+        last[0] = name
+
     for _ in range(settings.warmup):
         for name in names:
+            settle(name)
             if before is not None:
                 before(name)
             fns[name]()
@@ -85,6 +101,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
     while rounds < settings.max_samples:
         order = names[rounds % len(names):] + names[:rounds % len(names)]
         for name in order:
+            settle(name)
             if before is not None:
                 before(name)
             if flusher is not None and not getattr(fns[name], "flushes_itself", False):
