@@ -11,6 +11,7 @@ per run as baselines.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import os
@@ -418,10 +419,10 @@ class CpuWorker:
                  for name, r in (("a", first), ("b", second))}
         timing = first.timing or TimingSettings()
         per_block = max(3, -(-timing.max_samples // RETIME_BLOCKS))
-        block = TimingSettings(warmup=1, min_samples=per_block, max_samples=per_block,
-                               target_spread=0.0,  # a block takes all its samples
-                               max_seconds=timing.max_seconds / RETIME_BLOCKS,
-                               flush_bytes=timing.flush_bytes)
+        block = dataclasses.replace(timing, warmup=1, min_samples=per_block,
+                                    max_samples=per_block,
+                                    target_spread=0.0,  # a block takes all its samples
+                                    max_seconds=timing.max_seconds / RETIME_BLOCKS)
         runner = KernelRunner(self.host, self.op)  # calls whichever candidate is loaded
         totals = {n: {"median_ms": 0.0, "p10_ms": 0.0, "p90_ms": 0.0, "samples": 0}
                   for n in built}
