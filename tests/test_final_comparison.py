@@ -40,3 +40,23 @@ def test_the_compiler_command_is_recorded_without_paths(tmp_path):
     command = ev.resources.get("compile_command", "")
     assert command.startswith(("cc ", "gcc ", "clang ")) and "kernel.c" in command, ev.resources
     assert "-DTHREADS=" in command and "/" not in command.split(" -o ")[0].split()[0]
+
+
+def test_against_a_threaded_blas_each_contestant_is_timed_after_the_others_threads_sleep(monkeypatch):
+    """numpy's GEMM runs OpenBLAS, whose workers spin ~0.1 s after a call: candidate and numpy
+    timed back to back on a multi-core machine get a pause between contestants (settle_s), as
+    does the final comparison; operators whose baseline is single-threaded numpy do not."""
+    from app.core.types import Candidate
+    from app.gpu import cpu
+
+    def request(operator: str, shape: list[int]):
+        goal = Goal(name=operator, backend="cpu", operator=operator, shapes=[shape])
+        with cpu.CpuEvaluator(goal) as evaluator:
+            config = evaluator.space.sample(__import__("random").Random(1))
+            return evaluator._request(Candidate(config=config, key=evaluator.space.key(config)))
+
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 2)
+    assert request("gemm", [64, 64, 64]).timing.settle_s == cpu.BLAS_SETTLE_S
+    assert request("softmax", [16, 64]).timing.settle_s == 0
+    monkeypatch.setattr(cpu.os, "cpu_count", lambda: 1)  # one core: no other thread to wait for
+    assert request("gemm", [64, 64, 64]).timing.settle_s == 0

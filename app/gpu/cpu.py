@@ -78,6 +78,9 @@ from app.paths import cache_dir
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
 MAX_SOURCE_BYTES = 200_000
+# OpenBLAS's workers spin 2^28 TSC cycles after a call (measured 0.105 s of CPU here): the
+# pause before timing the other contestant, with room for a slower clock
+BLAS_SETTLE_S = 0.15
 # Re-timing two candidates (CpuEvaluator.retime_pair): blocks per candidate, in ABBA order.
 RETIME_BLOCKS = 4
 # ---- the compiler -------------------------------------------------------------------------
@@ -652,7 +655,16 @@ class CpuEvaluator(Evaluator):
             params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
             atol=self.goal.tolerance.atol, validation_cases=self.validation_cases,
             seed=self._rng.randrange(2**31), metric=self.goal.objective.metric,
-            timing=self.settings.timing, agent=candidate.agent, parent_key=candidate.parent_key)
+            timing=self._timing(), agent=candidate.agent, parent_key=candidate.parent_key)
+
+    def _timing(self) -> TimingSettings:
+        """The run's timing settings; against a threaded BLAS baseline on a multi-core machine,
+        each contestant waits for the other's spinning threads to sleep (settle_s)."""
+        timing = self.settings.timing
+        if getattr(self.op, "threaded_baseline", False) and (os.cpu_count() or 1) > 1 \
+                and timing.settle_s == 0:
+            return dataclasses.replace(timing, settle_s=BLAS_SETTLE_S)
+        return timing
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         t0 = time.perf_counter()

@@ -68,6 +68,9 @@ class CpuOperator:
     growth: Callable[[Shape], float] = lambda s: 1.0  # accumulation error grows with size
     # parameters whose values depend on the machine (e.g. the instruction sets it reports)
     machine_params: Callable[[], dict[str, list]] = dict
+    # numpy's baseline runs a threaded BLAS, whose workers spin ~0.1 s after each call: timed
+    # back to back they take the cores a candidate's threads need (TimingSettings.settle_s)
+    threaded_baseline: bool = False
 
     # ---- app.catalog.protocol.Operator ----------------------------------------------------
     language = "c"

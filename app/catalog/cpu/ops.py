@@ -35,6 +35,7 @@ GEMM = CpuOperator(
     # Rounding error of a dot product scales with sum |a||b|, not with the result.
     scale64=lambda x, ref: np.abs(x["A"]) @ np.abs(x["B"]),
     numpy_baseline=_gemm_numpy,
+    threaded_baseline=True,
     flops=lambda s: 2.0 * s[0] * s[1] * s[2],
     bytes_per_shape=lambda s: 4.0 * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
     throughput_unit="GFLOP/s",
