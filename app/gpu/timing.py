@@ -14,6 +14,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+# After a settle pause the next contestant runs untimed for this long first: cores left idle
+# come back slowly (here, a VM: the first two calls of a 2-thread kernel took 7.5 and 4 ms
+# instead of 0.05 ms, one scheduler tick each), and the figure is of the kernel, not the wake-up.
+SETTLE_WARM_S = 0.02
+SETTLE_WARM_MAX_CALLS = 1000
+
 
 @dataclass
 class TimingSettings:
@@ -23,8 +29,8 @@ class TimingSettings:
     target_spread: float = 0.05  # stop when (p90 - p10) / median is below this for all
     max_seconds: float = 3.0  # time budget for one measurement (all functions together)
     flush_bytes: int = 0  # >0: write a buffer this large before every sample (evicts caches)
-    # >0: when the next call is another function's, sleep this long and call it once untimed
-    # first. Thread pools spin after a call (OpenBLAS ~2^28 cycles, about 0.1 s; GNU OpenMP well
+    # >0: when the next call is another function's, sleep this long, then call it untimed for
+    # SETTLE_WARM_S. Thread pools spin after a call (OpenBLAS ~2^28 cycles, about 0.1 s; GNU OpenMP well
     # under 1 ms): timed back to back, one contestant's spinning threads take the cores the
     # other's threads need. A program calls one of them, so each is timed as it runs alone.
     settle_s: float = 0.0
@@ -83,9 +89,14 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
     def settle(name: str) -> None:
         if settings.settle_s > 0 and name != last[0]:
             time.sleep(settings.settle_s)
-            if before is not None:
-                before(name)
-            fns[name]()  # its own threads awake, the other's asleep
+            # untimed calls until its own threads are awake (the other's are asleep by now)
+            end = time.perf_counter() + SETTLE_WARM_S
+            for _ in range(SETTLE_WARM_MAX_CALLS):
+                if before is not None:
+                    before(name)
+                fns[name]()
+                if time.perf_counter() >= end:
+                    break
         last[0] = name
 
     for _ in range(settings.warmup):
