@@ -1,5 +1,5 @@
 /* RMSNorm fp32: y[r, :] = x[r, :] / sqrt(mean(x[r, :]^2) + EPS) * w.
- * Tunables (-D): VEC simd length; ACC independent partial sums; ACC_DOUBLE 1 = accumulate the
+ * Tunables (-D): VEC simd length; ACC independent vectors of partial sums; ACC_DOUBLE 1 = accumulate the
  * squares in double; CHUNK rows per OpenMP work item; THREADS OpenMP threads. */
 #include <math.h>
 #include <stddef.h>
@@ -35,14 +35,18 @@ void ks_kernel(float *restrict y, const float *restrict x, const float *restrict
     for (long r = 0; r < rows; ++r) {
         const float *restrict xr = x + r * cols;
         float *restrict yr = y + r * cols;
-        acc_t part[ACC];
-        for (int a = 0; a < ACC; ++a) part[a] = 0;
+        /* ACC vectors of VEC partial sums: each lane its own chain, so the loop vectorizes
+         * without reassociating (ACC scalar sums left it one element per cycle) */
+        acc_t part[ACC * VEC];
+        for (int a = 0; a < ACC * VEC; ++a) part[a] = 0;
         long j = 0;
-        for (; j + ACC <= cols; j += ACC)
-            for (int a = 0; a < ACC; ++a) part[a] += (acc_t)xr[j + a] * (acc_t)xr[j + a];
+        for (; j + ACC * VEC <= cols; j += ACC * VEC) {
+#pragma omp simd
+            for (int a = 0; a < ACC * VEC; ++a) part[a] += (acc_t)xr[j + a] * (acc_t)xr[j + a];
+        }
         for (; j < cols; ++j) part[0] += (acc_t)xr[j] * (acc_t)xr[j];
         acc_t ss = 0;
-        for (int a = 0; a < ACC; ++a) ss += part[a];
+        for (int a = 0; a < ACC * VEC; ++a) ss += part[a];
         const float scale = (float)(1.0 / sqrt((double)ss / (double)cols + (double)EPS));
 #pragma omp simd simdlen(VEC)
         for (long k = 0; k < cols; ++k) yr[k] = xr[k] * scale * w[k];
