@@ -3,11 +3,12 @@
     python bench/cpu_kernels.py [--evals 16] [--gemm-evals 40] [--time-budget 90]
                                 [--operators gemm,softmax,...] [--quick]
 
-For each CPU operator, one swarm run (the coordinator and its agents, one worker process, the
-real compiler and cascade) tunes the operator at a tuning size with all threads. The best
-correct configuration is then measured at two or three sizes (one in a cache, one in DRAM; for
-GEMM 256^3, 1024^3 and 2048^3) at 1 thread and at all threads (its THREADS replaced), timed
-interleaved in this process with numpy, the plain C reference loop (skipped where it would take
+For each CPU operator and for 1 thread and all threads, one swarm run (the coordinator and its
+agents, one worker process, the real compiler and cascade) tunes the operator at a tuning size
+with THREADS fixed. Its best correct configuration is then measured at two or three sizes (one
+in a cache, one in DRAM; for GEMM 256^3, 1024^3 and 2048^3) at that thread count, timed
+interleaved in this process (each contestant after the other's threads sleep, see
+TimingSettings.settle_s) with numpy, the plain C reference loop (skipped where it would take
 seconds per call) and, for memory-bound operators, compared with the measured bandwidth roof of
 the level the working set lives in (app.gpu.cpu_roof). numpy's BLAS is limited to the same
 thread count with threadpoolctl, and which OpenBLAS kernel runs is printed.
@@ -82,8 +83,10 @@ def measure_sizes(op: str, quick: bool) -> list[list[int]]:
 
 
 # ---- tuning ---------------------------------------------------------------------------------
-def tune(operator: str, evals: int, budget_s: float, seed: int, shape: list[int]) -> dict:
+def tune(operator: str, evals: int, budget_s: float, seed: int, shape: list[int],
+         threads: int) -> dict:
     goal = Goal(name=f"bench {operator}", backend="cpu", operator=operator, shapes=[shape])
+    goal.constraints.restrictions = [f"THREADS == {threads}"]  # a kernel tuned for its thread count
     goal.stop.max_evals = evals
     goal.stop.time_budget_s = budget_s
     goal.swarm.workers = 1
@@ -249,31 +252,33 @@ def main(argv: list[str] | None = None) -> int:
     for name in operators:
         shape = TUNE[name] if not args.quick or name != "gemm" else [512, 512, 512]
         evals = args.gemm_evals if name == "gemm" else args.evals
-        print(f"tuning {name} {shape} ({evals} evaluations) ...", file=sys.stderr, flush=True)
         budget = args.gemm_time_budget if name == "gemm" else args.time_budget
-        tuned[name] = tune(name, evals, budget, args.seed, shape)
-        best = tuned[name]["best"]
-        if best is None:
-            print(f"{name}: no correct candidate", file=sys.stderr)
-            continue
         op = get_operator("cpu", name)
-        source = best.source if best.source is not None else op.template()
-        for shape in measure_sizes(name, args.quick):
-            for threads in thread_counts:
-                print(f"  measuring {name} {shape} threads={threads}", file=sys.stderr, flush=True)
-                rows.append(side_by_side(op, dict(best.config), source, shape, threads, roofs))
+        for threads in thread_counts:
+            print(f"tuning {name} {shape} at {threads} thread(s) ({evals} evaluations) ...",
+                  file=sys.stderr, flush=True)
+            tuned[(name, threads)] = tune(name, evals, budget, args.seed, shape, threads)
+            best = tuned[(name, threads)]["best"]
+            if best is None:
+                print(f"{name}: no correct candidate at {threads} thread(s)", file=sys.stderr)
+                continue
+            source = best.source if best.source is not None else op.template()
+            for size in measure_sizes(name, args.quick):
+                print(f"  measuring {name} {size} threads={threads}", file=sys.stderr, flush=True)
+                rows.append(side_by_side(op, dict(best.config), source, size, threads, roofs))
+    rows.sort(key=lambda r: (operators.index(r["operator"]), r["shape"], r["threads"]))
 
     load1, load5, _ = os.getloadavg()
     print(openblas_line())
     print(f"machine: {os.cpu_count()} cores, load average {load1:.2f} (1 min) {load5:.2f} (5 min); "
           f"roofs GB/s 1 thread {fmt_roofs(roofs.one_thread)}; all threads {fmt_roofs(roofs.all_threads)}")
     print()
-    for name, t in tuned.items():
+    for (name, threads), t in tuned.items():
         b = t["best"]
         to90 = t["to_90"]
         budget = f"{to90[0]} evals / {to90[1]:.0f} s" if to90 else "-"
         config = " ".join(f"{k}={v}" for k, v in b.config.items()) if b else "none"
-        print(f"tuned {name:<10} {t['ok']:>3}/{t['evals']:<3} evals in {t['seconds']:.0f} s; "
+        print(f"tuned {name:<10} {threads} thr {t['ok']:>3}/{t['evals']:<3} evals in {t['seconds']:.0f} s; "
               f"90% of final speed after {budget}; best {config}")
     print()
     print_table(rows)
