@@ -8,7 +8,7 @@ pre-fill, tolerances, determinism, the CUDA timer's protocol (events are host cl
 
 Worker factories for app.gpu.worker (importable from a spawned process with tests/ on the path):
 `fake_worker` (kernels misbehave by THREADS, see BY_THREADS), `slow_compile_worker` (NVRTC
-hangs).
+hangs), `slow_512_worker` (kernels of 512 threads per block are correct and SLOW_S slower).
 """
 
 from __future__ import annotations
@@ -41,6 +41,8 @@ def softmax_emulation(dtype, behaviour="correct"):
             base = y.base if y.base is not None else y
             flat = base.reshape(-1)
             flat[flat.size - 1] = 0
+        if behaviour == "slow":  # correct, and slower: host "events" see the extra time
+            time.sleep(SLOW_S)
         if behaviour == "illegal":
             raise CUDADriverError("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered")
         y[: out.shape[0]] = out
@@ -52,6 +54,7 @@ EMULATIONS: dict = {}
 # THREADS picks how its "kernel" misbehaves.
 BY_THREADS = {64: "skip_rows", 128: "illegal", 1024: "hang_when_timed"}
 TIMING = {"on": False}
+SLOW_S = 0.005  # what the "slow" behaviour adds to every call
 
 
 class FakeFunction:
@@ -169,3 +172,10 @@ def slow_compile_worker(index: int):
 
     worker.compile = hang
     return worker
+
+
+def slow_512_worker(index: int):
+    """fake_worker whose kernels of 512 threads per block are correct and SLOW_S slower per
+    call (BY_THREADS is this worker process's own): two kernels whose timings differ."""
+    BY_THREADS[512] = "slow"
+    return fake_worker(index)

@@ -3,7 +3,8 @@
 Thin, like CpuEvaluator: it checks the goal, sends each candidate as a CascadeRequest to a GPU
 worker process (one per visible GPU, or the goal's pinned device) through
 app.gpu.worker.WorkerPool, and turns the reply (a serialised Evaluation, or a WorkerFault) into
-an Evaluation with the roofline figures added. Everything that touches candidate code (NVRTC
+an Evaluation with the roofline figures added; `retime_pair` times two verified kernels again,
+interleaved on one GPU (the lesson book's close calls). Everything that touches candidate code (NVRTC
 compile under the compile deadline, resources, load, verify, time, re-verify) runs in the
 worker (app.gpu.cuda.worker): a crash, a hang or a sticky CUDA error costs one worker process,
 which is replaced, and the run continues.
@@ -111,6 +112,7 @@ class CudaEvaluator(Evaluator):
         self._baselines: dict[str, Any] | None = None
         self._seed = random.Random(goal.swarm.seed).randrange(1 << 30)
         self._evals = 0
+        self._retime_seeds = random.Random(self._seed + 1)  # re-timings' input seeds
 
     # ---- device and limits ----------------------------------------------------------------
     def attach_bus(self, bus: Any, run_id: int | None = None) -> None:
@@ -208,8 +210,9 @@ class CudaEvaluator(Evaluator):
     def recheck(self, candidate: Candidate) -> Evaluation:
         return self.evaluate(candidate)  # verification runs the stored cases first
 
-    def _request(self, candidate: Candidate, seed: int) -> CascadeRequest:
-        baseline = self.baselines().get("best") if self.measure_baseline else None
+    def _request(self, candidate: Candidate | Evaluation, seed: int,
+                 with_baseline: bool = True) -> CascadeRequest:
+        baseline = self.baselines().get("best") if self.measure_baseline and with_baseline else None
         cache = self.compile_cache
         lim = self.limits()
         floors = [lim.time_floor_s(self.op.flops(s), self.op.bytes_moved(s, self.dtype), self.dtype)
@@ -250,6 +253,36 @@ class CudaEvaluator(Evaluator):
             self.add_validation_case(ev.failing_case)
         ev.sim_seconds = time.perf_counter() - t_start
         return ev
+
+    def retime_pair(self, a: Candidate | Evaluation, b: Candidate | Evaluation
+                    ) -> dict[str, dict[str, float]] | None:
+        """Two verified kernels (an LLM rewrite and the kernel it started from, say) timed again
+        in one measurement on one GPU, interleaved sample by sample by the cascade's timer on
+        the goal's shapes, outputs poisoned before every timed call and checked after
+        (CudaWorker.retime): {"a": ..., "b": ...} each with median_ms, p10_ms, p90_ms (summed
+        over the goal's shapes) and samples. None on a fault, a deadline, or when a timed output
+        was wrong. Thread-safe: a worker serves one request at a time, so a re-timing never
+        overlaps an evaluation's timing on its GPU; the evaluator's deadlines apply."""
+        for item in (a, b):  # tunables an LLM kernel declared are #defines, not space parameters
+            if not self.space.is_valid({k: v for k, v in item.config.items() if k in self.space.params}):
+                return None
+        try:
+            self.info()
+            with self._lock:
+                seed = self._retime_seeds.randrange(1 << 30)
+            # the same seed: both kernels time on the same inputs
+            message = ("retime", self._request(a, seed, with_baseline=False),
+                       self._request(b, seed, with_baseline=False))
+            reply = self.pool.call(message, self.deadlines)
+        except RuntimeError as exc:  # no device, or the pool closed at the end of the run
+            log.warning("re-timing %s against %s: %s", a.key, b.key, exc)
+            return None
+        if reply.fault is not None:
+            return None
+        t = reply.result
+        if not isinstance(t, dict) or not t.get("ok") or not {"a", "b"} <= set(t):
+            return None
+        return {k: dict(t[k]) for k in ("a", "b")}
 
     def _finish(self, ev: Evaluation) -> None:
         """Roofline figures, speedup over the best library baseline, the objective's value. (A

@@ -1,7 +1,9 @@
 """What runs inside a GPU worker process (one per GPU, spawned by app.gpu.worker.WorkerPool).
 
 Requests: ("info", refresh) device properties and measured copy bandwidth; ("baselines", spec)
-times the operator's library baselines; ("evaluate", CascadeRequest) runs THE cascade
+times the operator's library baselines; ("retime", CascadeRequest, CascadeRequest) times two
+verified kernels again, interleaved in one measurement (CudaWorker.retime: the lesson book's
+close calls); ("evaluate", CascadeRequest) runs THE cascade
 (app.gpu.cascade) with the CUDA hooks below: NVRTC compile in this process (under the
 watchdog's compile deadline), ptxas resources against the device and the goal, module load,
 verification on the device (app.gpu.verify with xp = CuPy), the CUDA timer
@@ -17,15 +19,25 @@ import traceback
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator, Launch
-from app.core.types import COMPILE_FAILED, OUT_OF_MEMORY, RESOURCE_LIMIT, RUNTIME_FAILED
+from app.core.types import (
+    COMPILE_FAILED,
+    OUT_OF_MEMORY,
+    RESOURCE_LIMIT,
+    RUNTIME_FAILED,
+    STATIC_CHECK,
+    VERIFY_FAILED,
+)
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
 from app.gpu.cuda import nvrtc, telemetry
 from app.gpu.cuda.occupancy import device_limits, occupancy, occupancy_problem
 from app.gpu.cuda.roofline import cached_copy_bandwidth, device_key, measure_copy_bandwidth
 from app.gpu.cuda.timing import Protocol, Timer
+from app.gpu.timed_slots import TimedSlots
 from app.gpu.timing import TimingStats
 from app.gpu.verify import CheckCase, GuardedOutput, compare, make_inputs, tolerance_for
 
@@ -277,6 +289,8 @@ class CudaWorker:
                 return self.device_info(bool(request[1]) if len(request) > 1 else False)
             if kind == "baselines":
                 return self.baselines(request[1], progress)
+            if kind == "retime":
+                return self.retime(request[1], request[2], progress)
             raise ValueError(f"unknown request kind {kind!r}")
         except cp.cuda.memory.OutOfMemoryError as exc:
             self.release()
@@ -361,3 +375,81 @@ class CudaWorker:
                   if r["ok"] and len(r["ms"]) == len(spec["goal_shapes"])}
         best = min(usable, key=usable.get) if usable else None
         return {"ok": True, "baselines": results, "best": best}
+
+    # ---- re-timing two kernels ------------------------------------------------------------
+    def retime(self, first: CascadeRequest, second: CascadeRequest, progress: Progress) -> dict[str, Any]:
+        """Two verified kernels (an LLM rewrite and the kernel it started from) timed again in
+        one measurement, on `first`'s goal shapes, by the cascade's timer: interleaved sample by
+        sample (as a candidate and its baseline are), CUDA events, L2 flushed before each
+        sample. Each kernel times on its own timed slots (app.gpu.timed_slots) drawn from the
+        same seed, so both see the same inputs, perturbed the same way; outputs are poisoned
+        before every call and checked after the measurement. Each kernel passes the static
+        check, build (normally from the compile cache) and resources as in the cascade before
+        it is launched; it is not verified again here: a wrong one fails the check of its timed
+        outputs. {"ok": True, "a": first's, "b": second's figures: median_ms, p10_ms, p90_ms
+        summed over the shapes, samples (the fewest of any shape)}, or {"ok": False, ...}."""
+        name = first.options["operator"]  # a catalog name or your own kernel's operator
+        op: CudaOperator = get_operator("cuda", name) if isinstance(name, str) else name
+        backends = {"a": CudaKernelBackend(self, op, first), "b": CudaKernelBackend(self, op, second)}
+        for label, backend in backends.items():
+            try:
+                self._load_for_timing(backend, progress)
+            except StageFailed as exc:
+                return {"ok": False, "reason": exc.reason, "detail": f"kernel {label}: {exc.detail}",
+                        "restart": exc.restart}
+        protocol = first.timing or Protocol()
+        try:
+            return {"ok": True, **self._time_pair(op, backends, first, protocol, progress)}
+        except StageFailed as exc:
+            return {"ok": False, "reason": exc.reason, "detail": exc.detail, "restart": exc.restart}
+        finally:
+            self.release()
+
+    def _time_pair(self, op: CudaOperator, backends: dict[str, CudaKernelBackend],
+                   request: CascadeRequest, protocol: Protocol,
+                   progress: Progress) -> dict[str, dict[str, float]]:
+        """Both loaded kernels timed interleaved on each goal shape of `request`; their figures
+        summed over the shapes (raises StageFailed when a timed output was wrong)."""
+        figures: dict[str, dict[str, float]] = {
+            label: {"median_ms": 0.0, "p10_ms": 0.0, "p90_ms": 0.0, "samples": 0} for label in backends}
+        rng = np.random.default_rng(request.seed + 7)
+        for shape in request.goal_shapes:
+            shape_t = tuple(int(d) for d in shape)
+            seed = int(rng.integers(2**31))
+            progress("time")
+            slots = {label: TimedSlots(self.cp, op, shape_t, request.dtype, seed,
+                                       lambda i, o, b=backend, s=shape_t: {"candidate": b.launcher(i, o, s)})
+                     for label, backend in backends.items()}
+            calls = {label: sl.calls()["candidate"] for label, sl in slots.items()}
+            m = self.timer.measure(calls, protocol, graphable=tuple(calls),
+                                   before=lambda label, sl=slots: sl[label].before("candidate"))
+            tol = tolerance_for(op, shape_t, request.dtype, request.rtol, request.atol)
+            for label, sl in slots.items():
+                problem = sl.check(tol)
+                if problem:
+                    raise StageFailed(VERIFY_FAILED, f"outputs of a timed call of kernel {label} "
+                                      f"were wrong: {problem} (shape {list(shape_t)})")
+            for label, st in m.stats.items():
+                f = figures[label]
+                f["median_ms"] += st.median
+                f["p10_ms"] += st.p10
+                f["p90_ms"] += st.p90
+                f["samples"] = st.n if not f["samples"] else min(f["samples"], st.n)
+            del slots, calls
+            self.release()
+        return figures
+
+    def _load_for_timing(self, backend: CudaKernelBackend, progress: Progress) -> None:
+        """The cascade's static check, build and resources for the goal's shapes, then load
+        (raises StageFailed)."""
+        r = backend.request
+        source = r.source if r.source is not None else r.template
+        progress("static_check")
+        problems = backend.static_check(source, r.config, r.goal_shapes)
+        if problems:
+            raise StageFailed(STATIC_CHECK, "; ".join(problems))
+        progress("compile")
+        built = backend.build(source, r.config, r.goal_shapes)
+        progress("resources")
+        backend.check_resources(built, r.config)
+        backend.load(built)
