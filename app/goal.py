@@ -70,7 +70,7 @@ class SwarmSettings:
     agents: list[str] = field(default_factory=lambda: list(DEFAULT_AGENTS))
     workers: int = 4
     seed: int = 0
-    transfer: bool = True  # start from runs of the same kernel on other devices (app.swarm.transfer)
+    transfer: bool = True  # start from earlier runs of the same kernel, here and elsewhere (app.swarm.transfer)
 
 
 @dataclass

@@ -77,17 +77,34 @@ def test_a_run_on_another_device_learns_from_the_history_and_says_so(tmp_path, t
         first = RunSession(_goal(tmp_path, OLD_GPU, "pnpoly on the 2080 Ti"), store=store)
         first.run()
         again = RunSession(_goal(tmp_path, OLD_GPU, "pnpoly on the 2080 Ti again"), store=store)
-        assert again.coordinator.learned_from == []  # same device: nothing to transfer
+        # the same device: the earlier run is evidence too (warm start), re-measured here
+        assert [s["run_id"] for s in again.coordinator.learned_from] == [first.run_id]
         started = []
         second = RunSession(_goal(tmp_path, NEW_GPU, "pnpoly on the 3090"), store=store)
         second.bus.subscribe(lambda ev: started.append(ev) if isinstance(ev, RunStarted) else None)
         result = second.run()
         learned = store.get_run(second.run_id)["device"]["learned_from"]
         off = RunSession(_goal(tmp_path, NEW_GPU, "pnpoly, no transfer", transfer=False), store=store)
-    assert [s["run_id"] for s in learned] == [first.run_id]
+    assert [s["run_id"] for s in learned] == [first.run_id]  # `again` never ran: no evaluations
     assert started[0].learned_from == learned
     assert "transfer" in result.credits and result.credits["transfer"]["evaluated"] > 0
     assert off.coordinator.learned_from == [] and "transfer" not in off.coordinator.agents
+
+
+def test_a_repeated_goal_warm_starts_from_its_earlier_run_here(tmp_path, tmp_db):
+    """The same goal again on the same device: its first evaluations are the earlier run's
+    best configurations, measured again (not copied), so it reaches that best sooner."""
+    with Store(tmp_db) as store:
+        first = RunSession(_goal(tmp_path, OLD_GPU, "pnpoly", budget=40), store=store)
+        cold = first.run()
+        second = RunSession(_goal(tmp_path, OLD_GPU, "pnpoly", budget=10), store=store)
+        warm = second.run()
+        rows = store.load_evaluations(second.run_id)
+    assert [s["run_id"] for s in second.coordinator.learned_from] == [first.run_id]
+    first_keys = [e.key for _, e, _ in rows[:3]]
+    assert cold.best.key in first_keys  # the earlier best is among the first proposals
+    assert warm.best.value <= cold.best.value  # re-measured here: the replay's figure, not copied
+    assert "transfer" in warm.credits
 
 
 def test_runs_elsewhere_matches_the_kernel_not_the_device(tmp_path, tmp_db):

@@ -559,11 +559,11 @@ class Store:
                 for source, config, value in rows]
 
     def runs_elsewhere(self, goal: Goal, kernel: str, device_name: str,
-                       limit: int = 5) -> list[dict[str, Any]]:
-        """Runs of the same kernel on other devices, newest first: id, device (decoded) and
-        minimize. The same kernel is the same goal key, or the same `kernel` named in the
-        run's device record (recorded spaces of one kernel on different GPUs); runs without
-        evaluations are left out."""
+                       limit: int = 5, *, include_device: bool = False) -> list[dict[str, Any]]:
+        """Runs of the same kernel on other devices (and on `device_name` too when
+        `include_device`), newest first: id, device (decoded) and minimize. The same kernel is
+        the same goal key, or the same `kernel` named in the run's device record (recorded
+        spaces of one kernel on different GPUs); runs without evaluations are left out."""
         key_here = goal_key(goal)
         with self._lock:
             rows = self.conn.execute(
@@ -574,7 +574,7 @@ class Store:
         out = []
         for run_id, device_json, minimize, key in rows:
             device = json.loads(device_json or "{}")
-            if device.get("name") == device_name:
+            if device.get("name") == device_name and not include_device:
                 continue
             if key == key_here or (kernel and device.get("kernel") == kernel):
                 out.append({"id": run_id, "device": device, "minimize": bool(minimize)})

@@ -1,5 +1,5 @@
-"""Transfer across devices: a search on a new device starts from what runs of the same kernel
-found on other devices.
+"""Transfer: a search starts from what earlier runs of the same kernel found, on other devices
+and on this one (a later run of a goal here warm-starts from the earlier ones).
 
 Absolute times do not carry over between devices, ranks mostly do: each source run's correct
 evaluations become percentiles (0 = its best), a configuration's score is its mean percentile
@@ -32,7 +32,7 @@ HEAD_DISTANCE = 1.0  # normalised index distance (one parameter end to end, or s
 
 @dataclass
 class SourceRun:
-    """One earlier run on another device: who it was, and what it measured."""
+    """One earlier run (on this device or another): who it was, and what it measured."""
 
     run_id: int | None
     device: str
@@ -119,9 +119,12 @@ def rank_correlation(xs: Sequence[float], ys: Sequence[float]) -> float:
 
 def evidence_from_store(store: Any, *, goal: Any, kernel: str, device_name: str,
                         space: SearchSpace, minimize: bool) -> TransferEvidence | None:
-    """What the history holds about this kernel on other devices (None: nothing usable).
+    """What the history holds about this kernel, here and on other devices (None: nothing
+    usable). Earlier runs on this device count too: their ranking is re-measured here like any
+    other (never their figures), so a repeated goal warm-starts from what it found before.
     `store` is an app.store.Store; the swarm only calls its query methods."""
-    runs = [r for r in store.runs_elsewhere(goal, kernel, device_name, limit=MAX_SOURCES)
+    runs = [r for r in store.runs_elsewhere(goal, kernel, device_name, limit=MAX_SOURCES,
+                                            include_device=True)
             if r["minimize"] == minimize]
     sources = [SourceRun(run_id=r["id"], device=str(r["device"].get("name", "")),
                          evaluations=[e for _, e, _ in store.load_evaluations(r["id"], own_only=True)],

@@ -24,7 +24,7 @@ MIN_CORRELATION = 0.3
 
 class TransferAgent(Agent):
     name = "transfer"
-    strategy = "rank transfer from runs of the same kernel on other devices"
+    strategy = "rank transfer from earlier runs of the same kernel (here and on other devices)"
 
     def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True,
                  ranked: Sequence[Config] = (), scores: Mapping[str, float] | None = None) -> None:
