@@ -152,7 +152,7 @@ class RunSession:
         settings = run_settings(goal.llm)
         db_path = getattr(self.store, "path", None) if self.store is not None else None
         # close calls between a rewrite and its parent are re-timed, interleaved, where the
-        # backend can (cpu: retime_pair); elsewhere the lesson says "within the spread"
+        # backend can (cpu, cuda: retime_pair); replay cannot, and there the lesson says "within the spread"
         return make_llm_team(goal, self.evaluator, settings=settings, bus=self.bus,
                              run_id=self.run_id, db_path=db_path,
                              retime=getattr(self.evaluator, "retime_pair", None))

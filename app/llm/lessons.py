@@ -8,7 +8,7 @@ on the blackboard and out as LessonLearned events, which the Store commits to it
 table (so the GUI shows them with the run's other lessons).
 
 A rewrite whose timing spread overlaps its parent's is close: when the book has a re-timer (the
-session passes the backend's `retime_pair`, CPU only), the two kernels are timed again,
+session passes the backend's `retime_pair`: cpu and cuda, not replay), the two kernels are timed again,
 interleaved in one measurement, on the book's own thread (the coordinator's loop never waits
 on it; the backend's worker serves one request at a time), and the lesson is decided on that
 re-timing. At most once per attempt and RETIMES_PER_RUN times per run; without a re-timer, or
