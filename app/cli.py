@@ -260,9 +260,7 @@ def _run_in_thread(session: Any, ctrl_c: _CtrlC) -> Any:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from app.session import RunSession
     from app.store import StoreError, goal_key
-    from app.core.events import EventBus
 
     if not args.goal and args.resume is None:
         raise CliError("give a goal file to run, or --resume RUN_ID")
@@ -282,23 +280,14 @@ def cmd_run(args: argparse.Namespace) -> int:
                                "resume without a goal file to use the run's own")
         assert goal is not None
         _apply_overrides(goal, args)
-        bus = EventBus()
         ctrl_c.start()  # before the session: the workers it starts inherit the blocked Ctrl-C
-        try:  # the session checks the goal, once, before anything is stored
-            session = RunSession(goal, store=store, bus=bus, resume_run_id=args.resume)
-        except GoalError as exc:
-            raise CliError(f"goal {args.goal or f'run {args.resume}'!r}: {exc}") from None
-        trace = TraceWriter(args.trace, append=args.resume is not None) if args.trace else None
-        if trace:
-            bus.subscribe(trace)
-        if not args.quiet:
-            bus.subscribe(Progress(sys.stderr, goal.stop.max_evals, session.unit))
-        try:
-            result = _run_in_thread(session, ctrl_c)
-        finally:
-            if trace:
-                trace.close()
-        _print_summary(store, session.run_id, goal, result, session.unit)
+        if goal.cluster and args.resume is None:  # GPUs of several models: a search per model
+            from app.cluster.per_model import models_to_search
+
+            models = models_to_search(goal)
+            if models:
+                return _run_per_model(args, goal, models, store, ctrl_c)
+        session, result = _run_session(args, goal, store, ctrl_c)
         if ctrl_c.presses and result.reason == "stopped":
             print(f"stopped by Ctrl-C after {result.evaluations} evaluations; resume with "
                   f"kernelswarm run --resume {session.run_id}", file=sys.stderr)
@@ -307,6 +296,86 @@ def cmd_run(args: argparse.Namespace) -> int:
     finally:
         ctrl_c.end()
         store.close()
+
+
+def _run_session(args: argparse.Namespace, goal: Goal, store: Any, ctrl_c: _CtrlC,
+                 append_trace: bool = False) -> tuple[Any, Any]:
+    """One run of `goal` (or the resumed run), its progress and its summary printed."""
+    from app.core.events import EventBus
+    from app.session import RunSession
+
+    bus = EventBus()
+    try:  # the session checks the goal, once, before anything is stored
+        session = RunSession(goal, store=store, bus=bus, resume_run_id=args.resume)
+    except GoalError as exc:
+        raise CliError(f"goal {args.goal or f'run {args.resume}'!r}: {exc}") from None
+    trace = TraceWriter(args.trace, append=append_trace or args.resume is not None) \
+        if args.trace else None
+    if trace:
+        bus.subscribe(trace)
+    if not args.quiet:
+        bus.subscribe(Progress(sys.stderr, goal.stop.max_evals, session.unit))
+    try:
+        result = _run_in_thread(session, ctrl_c)
+    finally:
+        if trace:
+            trace.close()
+    _print_summary(store, session.run_id, goal, result, session.unit)
+    return session, result
+
+
+def _run_per_model(args: argparse.Namespace, goal: Goal, models: list[str], store: Any,
+                   ctrl_c: _CtrlC) -> int:
+    """A cuda goal on a cluster with GPUs of several models: one run per model, one after the
+    other, each on its model's GPUs only; later ones start from the earlier ones' evidence
+    (app.cluster.per_model says why not concurrently). Ends with one line per model."""
+    from app.cluster.per_model import goal_for_model
+    from app.core.evaluator import BackendUnavailable
+
+    print(f"the cluster has GPUs of {len(models)} models ({', '.join(models)}): one search per "
+          "model, one after the other", file=sys.stderr, flush=True)
+    lines: list[str] = []
+    rc = 0
+    for i, model in enumerate(models):
+        if ctrl_c.presses:  # Ctrl-C after the previous run had ended: the rest is not searched
+            print(f"stopped by Ctrl-C; not searched: {', '.join(models[i:])}", file=sys.stderr)
+            rc = EXIT_INTERRUPTED
+            break
+        print(f"{model} ({i + 1} of {len(models)}):", flush=True)
+        try:
+            session, result = _run_session(args, goal_for_model(goal, model), store, ctrl_c,
+                                           append_trace=i > 0)
+        except BackendUnavailable as exc:  # this model's actors did not start: go on
+            print(f"kernelswarm: error: {model}: {exc}", file=sys.stderr, flush=True)
+            lines.append(f"  {model}: no run ({exc})")
+            rc = EXIT_ERROR
+            continue
+        lines.append(_model_line(store, model, session, result))
+        if result.reason == "error":
+            rc = EXIT_ERROR
+        if ctrl_c.presses and result.reason == "stopped":
+            left = models[i + 1:]
+            print(f"stopped by Ctrl-C after {result.evaluations} evaluations; resume with "
+                  f"kernelswarm run --resume {session.run_id}"
+                  + (f" (not searched: {', '.join(left)})" if left else ""), file=sys.stderr)
+            rc = EXIT_INTERRUPTED
+            break
+    print(f"one search per GPU model ({len(lines)} of {len(models)}):")
+    for line in lines:
+        print(line)
+    return rc
+
+
+def _model_line(store: Any, model: str, session: Any, result: Any) -> str:
+    best = result.best
+    found = (f"best {_fmt(best.value, session.unit)} (key {best.key})" if best is not None
+             else "no configuration succeeded")
+    learned = store.get_run(session.run_id)["device"].get("learned_from") or [] \
+        if session.run_id is not None else []
+    from_runs = f", started from run {', '.join(str(s['run_id']) for s in learned)}" \
+        if learned else ""
+    return (f"  {model}: run {session.run_id} {result.reason}, {result.evaluations} "
+            f"evaluations, {found}{from_runs}")
 
 
 def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit: str) -> None:

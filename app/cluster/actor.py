@@ -3,7 +3,8 @@ workstation uses (which runs the sandboxed cascade in its own worker process).
 
 This class is plain Python; app.cluster.pool turns it into a Ray actor. The goal travels to
 the actor (sources and inputs are built from it there) and each Evaluation travels back
-with the node and device it ran on in `resources`, so measurements are never mixed.
+with the node and device it ran on in `resources` (host name, Ray node id, GPU model as Ray
+names it, device), so measurements are never mixed.
 """
 
 from __future__ import annotations
@@ -31,13 +32,15 @@ class EvaluationActor:
         self.node = socket.gethostname()
         self.device_info = self.evaluator.device()
         self.accelerator = _accelerator_ids()
+        self.node_id, self.gpu_model = _node_identity(gpu=bool(self.accelerator))
         where = f"gpu {','.join(self.accelerator)}" if self.accelerator else "cpu"
         self.device_id = f"{self.node}/{where}/{self.device_info.name}"
 
     def info(self) -> dict[str, Any]:
         d = self.device_info
         return {"node": self.node, "pid": os.getpid(), "device": d.name, "device_id": self.device_id,
-                "kind": d.kind, "details": dict(d.details), "accelerator_ids": self.accelerator}
+                "kind": d.kind, "details": dict(d.details), "accelerator_ids": self.accelerator,
+                "node_id": self.node_id, "gpu_model": self.gpu_model}
 
     def space(self) -> Any:
         return self.evaluator.space
@@ -67,7 +70,9 @@ class EvaluationActor:
 
     def _mark(self, evaluation: Evaluation) -> Evaluation:
         evaluation.resources.update(node=self.node, device=self.device_info.name,
-                                    device_id=self.device_id)
+                                    device_id=self.device_id, node_id=self.node_id)
+        if self.gpu_model:
+            evaluation.resources["gpu_model"] = self.gpu_model
         return evaluation
 
 
@@ -78,3 +83,23 @@ def _accelerator_ids() -> list[str]:
         return [str(i) for i in ray.get_runtime_context().get_accelerator_ids().get("GPU", [])]
     except Exception:  # noqa: BLE001 - outside Ray (tests, local use): no accelerator ids
         return []
+
+
+def _node_identity(gpu: bool) -> tuple[str, str]:
+    """This actor's Ray node id and, for a GPU actor, its node's GPU model(s) as Ray names them
+    (the node's accelerator_type resources): what the actor really ran on, read here rather
+    than taken from what the pool asked for."""
+    try:
+        import ray
+
+        if not ray.is_initialized():
+            return "", ""
+        node_id = ray.get_runtime_context().get_node_id()
+        if not gpu:
+            return node_id, ""
+        from app.cluster.devices import cluster_nodes
+
+        models = next((n.gpu_models for n in cluster_nodes(ray) if n.node_id == node_id), [])
+        return node_id, ",".join(models)
+    except Exception:  # noqa: BLE001 - outside Ray (tests, local use): nothing to say
+        return "", ""

@@ -64,6 +64,10 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
         return ray
     if ray.is_initialized():  # another cluster than the one this goal names
         ray.shutdown()
+    if address.startswith("ray://") and not _has_ray_client():
+        raise ClusterUnavailable(f"{address} is a Ray client address, and Ray client needs "
+                                 "grpcio: pip install 'kernelswarm[cluster]' (or give the "
+                                 "head's GCS address, host:6379)")
     check_reachable(address, timeout_s)
     # Ray ends a driver whose cluster head stays gone for a minute; this process is the run
     # itself, so it must outlive the cluster and go on locally or wait (app.cluster.pool)
@@ -89,6 +93,12 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
             else type(outcome["error"]).__name__
         raise ClusterUnavailable(f"cannot join the Ray cluster at {address}: {first}")
     raise ClusterUnavailable(f"the Ray cluster at {address} did not answer within {timeout_s:g} s")
+
+
+def _has_ray_client() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("grpc") is not None
 
 
 def disconnect() -> None:

@@ -49,14 +49,25 @@ class ActorPlan:
     count: int
     options: dict[str, Any]  # ray actor options (num_cpus, num_gpus, resources)
     why: str
+    model: str = ""  # devices = "model:NAME": the GPU model every actor is pinned to, as Ray names it
+
+
+def gpu_models(nodes: list[NodeDevices]) -> list[str]:
+    """The distinct GPU models of the cluster's nodes, the model with the most GPUs first (then
+    by name): the order app.cluster.per_model searches them in."""
+    count: dict[str, float] = {}
+    for n in nodes:
+        for m in n.gpu_models if n.gpus else []:
+            count[m] = count.get(m, 0.0) + n.gpus
+    return sorted(count, key=lambda m: (-count[m], m))
 
 
 def plan_actors(nodes: list[NodeDevices], backend: str, settings: ClusterSettings) -> ActorPlan:
     """How many actors and what each asks of Ray, for a goal on `backend`."""
     model = settings.model
     if backend == "cuda":
-        chosen = [n for n in nodes if n.gpus and (not model or any(
-            model.lower() in m.lower() for m in n.gpu_models))]
+        key = _model_key(nodes, model) if model else ""
+        chosen = [n for n in nodes if n.gpus and (not model or key in n.gpu_models)]
         gpus = int(sum(n.gpus for n in chosen))
         if not gpus:
             what = f"no GPU of model {model!r}" if model else "no GPU"
@@ -66,12 +77,14 @@ def plan_actors(nodes: list[NodeDevices], backend: str, settings: ClusterSetting
         if not model and len(models) > 1:  # one search per model: measurements never mixed
             raise ClusterUnavailable(f"the cluster has GPUs of {len(models)} models "
                                      f"({', '.join(sorted(models))}); pick one with devices = "
-                                     "\"model:NAME\" and run the goal once per model")
+                                     "\"model:NAME\" and run the goal once per model (`kernelswarm "
+                                     "run` does that by itself: one search per model)")
         options: dict[str, Any] = {"num_gpus": 1, "num_cpus": 1}
-        if model:  # every actor on a GPU of that model
-            options["resources"] = {f"{ACCEL}{_model_key(chosen, model)}": 0.001}
+        if key:  # every actor on a GPU of that model
+            options["resources"] = {f"{ACCEL}{key}": 0.001}
         count = settings.actors or gpus
-        return ActorPlan(count, options, f"{count} GPU actors")
+        return ActorPlan(count, options, f"{count} GPU actors" + (f" ({key})" if key else ""),
+                         model=key)
     if model:
         raise ClusterUnavailable(f"devices = \"model:{model}\" picks GPUs; a {backend} goal runs "
                                  "on CPUs (use devices = \"each\")")
@@ -84,4 +97,15 @@ def plan_actors(nodes: list[NodeDevices], backend: str, settings: ClusterSetting
 
 
 def _model_key(nodes: list[NodeDevices], model: str) -> str:
-    return next(m for n in nodes for m in n.gpu_models if model.lower() in m.lower())
+    """The cluster's name for `model`: the one equal to it (any case), else the one containing
+    it; "" when none does. A name contained in several models is refused: their GPUs would be
+    counted together while the actors land on one of them."""
+    names = {m for n in nodes if n.gpus for m in n.gpu_models}
+    exact = [m for m in names if m.lower() == model.lower()]
+    if exact:
+        return exact[0]
+    near = sorted(m for m in names if model.lower() in m.lower())
+    if len(near) > 1:
+        raise ClusterUnavailable(f"devices = \"model:{model}\" matches {len(near)} GPU models "
+                                 f"({', '.join(near)}); name one of them exactly")
+    return near[0] if near else ""

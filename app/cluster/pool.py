@@ -319,7 +319,12 @@ class ClusterEvaluator(Evaluator):
         details = dict(d["details"])
         details.update(cluster=self.settings.address, actors=self.max_parallel,
                        devices=len(self.devices))
-        return DeviceInfo(kind=d["kind"], name=d["device"], details=details)
+        name, model = d["device"], self.plan.model
+        if model:  # actors pinned to one GPU model: the run's device is named by it, so runs
+            details["gpu_model"] = model  # on two models are two devices (and transfer between)
+            if model.lower() not in name.lower():  # a replaying actor names its recording
+                name = f"{model} ({name})"
+        return DeviceInfo(kind=d["kind"], name=name, details=details)
 
     def close(self) -> None:
         with self._cond:
