@@ -186,7 +186,8 @@ def side_by_side(op, config: dict, source: str, shape: list[int], threads: int, 
     scale = float(np.max(np.abs(out_n))) or 1.0
     agree = float(np.max(np.abs(out_k - out_n))) / scale < 1e-3
     row = {"operator": op.name, "shape": shape, "threads": threads, "agree": agree,
-           **{f"{k}_ms": s.median_ms for k, s in stats.items()}}
+           **{f"{k}_ms": s.median_ms for k, s in stats.items()},
+           **{f"{k}_spread": s.spread for k, s in stats.items()}}
     if op.throughput_unit == "GB/s":
         level, gbs = roofs.roof_for(op.bytes_moved(shape_t), threads)
         row["level"] = level
@@ -210,13 +211,18 @@ def openblas_line() -> str:
             f"threads {i.get('num_threads')} ({scrubbed})")
 
 
+def pct(spread: float) -> str:
+    """(p90 - p10) / median of the samples, in percent."""
+    return f"{100 * spread:>3.0f}%" if spread < 9.995 else ">999%"
+
+
 def fmt(v: float | None, width: int = 9, digits: int = 3) -> str:
     return f"{v:>{width}.{digits}f}" if v is not None and math.isfinite(v) else f"{'-':>{width}}"
 
 
 def print_table(rows: list[dict]) -> None:
-    header = (f"{'operator':<10} {'shape':<16} {'thr':>3} {'level':>5} {'best ms':>9} "
-              f"{'numpy ms':>9} {'C ref ms':>9} {'roof ms':>9} {'rate':>15} {'% roof':>7} "
+    header = (f"{'operator':<10} {'shape':<16} {'thr':>3} {'level':>5} {'best ms':>9} {'±':>4} "
+              f"{'numpy ms':>9} {'±':>4} {'C ref ms':>9} {'roof ms':>9} {'rate':>15} {'% roof':>7} "
               f"{'vs numpy':>9} {'vs C ref':>9}")
     print(header)
     print("-" * len(header))
@@ -226,7 +232,8 @@ def print_table(rows: list[dict]) -> None:
         frac = roof / r["best_ms"] if roof else None
         ref = r.get("c_reference_ms")
         print(f"{r['operator']:<10} {shape:<16} {r['threads']:>3} {r.get('level', '-'):>5} "
-              f"{fmt(r['best_ms'])} {fmt(r['numpy_ms'])} {fmt(ref)} {fmt(roof)} {r['rate']:>15} "
+              f"{fmt(r['best_ms'])} {pct(r['best_spread'])} {fmt(r['numpy_ms'])} "
+              f"{pct(r['numpy_spread'])} {fmt(ref)} {fmt(roof)} {r['rate']:>15} "
               f"{fmt(100 * frac if frac else None, 6, 1)}% {fmt(r['numpy_ms'] / r['best_ms'], 8, 2)}x "
               f"{fmt(ref / r['best_ms'] if ref else None, 8, 2)}x"
               + ("" if r["agree"] else "  (disagrees with numpy!)"))
