@@ -76,7 +76,10 @@ def two_models():
     tmp = tempfile.mkdtemp(prefix="ksgpu", dir="/tmp")  # short: Ray's socket paths
     cache = Path(tmp) / "cache"
     cache.mkdir()
-    env = {**os.environ, "RAY_TMPDIR": tmp, "KERNELSWARM_CACHE": str(cache)}
+    # GRPC_ENABLE_FORK_SUPPORT=0: the head's Ray client server forks a server per connection,
+    # and with grpcio 1.85 the child crashed now and then in gRPC's fork handling (README)
+    env = {**os.environ, "RAY_TMPDIR": tmp, "KERNELSWARM_CACHE": str(cache),
+           "GRPC_ENABLE_FORK_SUPPORT": "0"}
     port = _free_port()
     client = _free_port() if _has_ray_client() else None
     # two raylets on one host: every port of their own (the agents' default 52365 would clash)
@@ -247,3 +250,12 @@ def test_no_cluster_lookup_unless_a_cuda_goal_on_each_device(monkeypatch):
     one = per_model.goal_for_model(Goal(name="g", backend="cuda", cluster={"address": "auto"}),
                                    "H100")
     assert one.cluster == {"address": "auto", "devices": "model:H100"}
+
+
+def test_a_ray_client_address_without_grpcio_is_one_clear_line(monkeypatch):
+    pytest.importorskip("ray")
+    from app.cluster import connect as joining
+
+    monkeypatch.setattr(joining, "_has_ray_client", lambda: False)
+    with pytest.raises(joining.ClusterUnavailable, match="Ray client needs grpcio: pip install"):
+        joining.connect("ray://127.0.0.1:1", 1.0)

@@ -91,6 +91,10 @@ def connect(address: str, timeout_s: float = 10.0) -> Any:
     if "error" in outcome:
         first = str(outcome["error"]).strip().splitlines()[0] if str(outcome["error"]).strip() \
             else type(outcome["error"]).__name__
+        if "Initialization failure from server" in first:  # Ray client: the head's side failed
+            first = ("the head's Ray client server did not start a server for this connection "
+                     "(\"Initialization failure from server\"); try again (README \"Cluster "
+                     "(Ray)\" says how to start the head)")
         raise ClusterUnavailable(f"cannot join the Ray cluster at {address}: {first}")
     raise ClusterUnavailable(f"the Ray cluster at {address} did not answer within {timeout_s:g} s")
 
