@@ -18,7 +18,9 @@ KNOWN = ("address", "devices", "actors", "fallback", "connect_timeout_s")
 @dataclass(frozen=True)
 class ClusterSettings:
     address: str  # "auto", "host:port" (the head's GCS port) or "ray://host:10001" (Ray client)
-    devices: str = "each"  # "each": every device; "model:NAME": only devices whose model has NAME
+    # "each": every device (a cuda goal on GPUs of several models: one run per model, by
+    # app.cluster.per_model); "model:NAME": only GPUs of that model (equal, else containing NAME)
+    devices: str = "each"
     actors: int = 0  # 0: one per device (GPU goals), per node (CPU goals), per CPU (replay)
     fallback: str = "wait"
     connect_timeout_s: float = 10.0
