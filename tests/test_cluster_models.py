@@ -8,7 +8,7 @@ recorded space replays where no GPU is visible: inside a Ray GPU actor too (Ray 
 CUDA_VISIBLE_DEVICES, CuPy finds no driver), so the GPU actors really run without a GPU.
 
 The nodes are stopped by killing the processes started with this module's temp dir (never
-`ray stop`, which would stop every Ray cluster on the machine). About 60-90 s on two cores.
+`ray stop`, which would stop every Ray cluster on the machine). About 25-35 s on two cores.
 """
 
 from __future__ import annotations
