@@ -384,6 +384,11 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit
     ok = [e for e in history if e.ok]
     print(f"run {run_id} {result.reason}: {result.evaluations} evaluations "
           f"({len(ok)} ok, {len(history) - len(ok)} failed), {result.elapsed_s:.1f} s on the run clock")
+    learned = store.get_run(run_id)["device"].get("learned_from") \
+        if store is not None and run_id is not None else None
+    if learned:
+        print("started from " + ", ".join(f"run {s.get('run_id')}" for s in learned)
+              + " (their best configurations first, evaluated again here)")
     best = result.best
     if best is None:
         print("no configuration succeeded")
@@ -462,6 +467,11 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"best {_fmt(run['best_value'], unit)}")
     if run["message"]:
         print(f"  message: {run['message']}")
+    learned = run["device"].get("learned_from") if isinstance(run["device"], dict) else None
+    if learned:  # the earlier runs whose ranking seeded this one (app.swarm.transfer)
+        print("  started from " + "; ".join(
+            f"run {s.get('run_id')} ({s.get('device', '?')}, {s.get('evaluations', '?')} evaluations)"
+            for s in learned))
     ok = [r for r in rows if r["ok"]]
     ok.sort(key=lambda r: r["value"], reverse=not goal.objective.minimize)
     if ok:

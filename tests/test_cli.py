@@ -70,6 +70,15 @@ def test_quiet_run_has_no_progress(capsys, tmp_db, small_goal_file):
     assert rc == 0 and err == ""
 
 
+def test_a_repeated_goal_says_which_earlier_run_it_started_from(capsys, db_with_run, small_goal_file):
+    rc, out, _ = _run(capsys, "run", small_goal_file, "--db", db_with_run, "--quiet")
+    assert rc == 0 and "started from run 1 (their best configurations first" in out, out
+    rc, out, _ = _run(capsys, "show", "2", "--db", db_with_run)
+    assert rc == 0 and "started from run 1 (" in out, out
+    rc, out, _ = _run(capsys, "show", "1", "--db", db_with_run)
+    assert rc == 0 and "started from" not in out  # the first run had nothing to start from
+
+
 def test_history_show_and_export(capsys, db_with_run, tmp_path):
     rc, out, _ = _run(capsys, "history", "--db", db_with_run)
     assert rc == 0 and "pnpoly test" in out and "finished" in out and " 40 " in out
