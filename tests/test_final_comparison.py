@@ -49,14 +49,15 @@ def test_against_a_threaded_blas_each_contestant_is_timed_after_the_others_threa
     from app.core.types import Candidate
     from app.gpu import cpu
 
-    def request(operator: str, shape: list[int]):
+    def request(operator: str, shape: list[int], threads: int = 2):
         goal = Goal(name=operator, backend="cpu", operator=operator, shapes=[shape])
         with cpu.CpuEvaluator(goal) as evaluator:
-            config = evaluator.space.sample(__import__("random").Random(1))
+            config = {**evaluator.space.sample(__import__("random").Random(1)), "THREADS": threads}
             return evaluator._request(Candidate(config=config, key=evaluator.space.key(config)))
 
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: 2)
     assert request("gemm", [64, 64, 64]).timing.settle_s == cpu.BLAS_SETTLE_S
+    assert request("gemm", [64, 64, 64], threads=1).timing.settle_s == 0  # a core left free
     assert request("softmax", [16, 64]).timing.settle_s == 0
     monkeypatch.setattr(cpu.os, "cpu_count", lambda: 1)  # one core: no other thread to wait for
     assert request("gemm", [64, 64, 64]).timing.settle_s == 0

@@ -655,14 +655,20 @@ class CpuEvaluator(Evaluator):
             params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
             atol=self.goal.tolerance.atol, validation_cases=self.validation_cases,
             seed=self._rng.randrange(2**31), metric=self.goal.objective.metric,
-            timing=self._timing(), agent=candidate.agent, parent_key=candidate.parent_key)
+            timing=self._timing(candidate.config), agent=candidate.agent,
+            parent_key=candidate.parent_key)
 
-    def _timing(self) -> TimingSettings:
-        """The run's timing settings; against a threaded BLAS baseline on a multi-core machine,
-        each contestant waits for the other's spinning threads to sleep (settle_s)."""
+    def _timing(self, config: dict[str, Any]) -> TimingSettings:
+        """The run's timing settings; a multi-threaded candidate against a threaded BLAS
+        baseline waits for the BLAS's spinning threads to sleep (settle_s). A 1-thread
+        candidate runs on a core they leave free, and the pause would cost seconds."""
         timing = self.settings.timing
+        try:
+            threads = int(config.get("THREADS", 1))
+        except (TypeError, ValueError):
+            threads = 1
         if getattr(self.op, "threaded_baseline", False) and (os.cpu_count() or 1) > 1 \
-                and timing.settle_s == 0:
+                and threads > 1 and timing.settle_s == 0:
             return dataclasses.replace(timing, settle_s=BLAS_SETTLE_S)
         return timing
 
