@@ -350,7 +350,7 @@ def _run_per_model(args: argparse.Namespace, goal: Goal, models: list[str], stor
             lines.append(f"  {model}: no run ({exc})")
             rc = EXIT_ERROR
             continue
-        lines.append(_model_line(store, model, session, result))
+        lines.append(_model_line(model, session, result))
         if result.reason == "error":
             rc = EXIT_ERROR
         if ctrl_c.presses and result.reason == "stopped":
@@ -366,16 +366,21 @@ def _run_per_model(args: argparse.Namespace, goal: Goal, models: list[str], stor
     return rc
 
 
-def _model_line(store: Any, model: str, session: Any, result: Any) -> str:
+def _model_line(model: str, session: Any, result: Any) -> str:
     best = result.best
     found = (f"best {_fmt(best.value, session.unit)} (key {best.key})" if best is not None
              else "no configuration succeeded")
-    learned = store.get_run(session.run_id)["device"].get("learned_from") or [] \
-        if session.run_id is not None else []
+    learned = session.coordinator.learned_from  # a new run: what its device record says
     from_runs = f", started from run {', '.join(str(s['run_id']) for s in learned)}" \
         if learned else ""
     return (f"  {model}: run {session.run_id} {result.reason}, {result.evaluations} "
             f"evaluations, {found}{from_runs}")
+
+
+def _learned_from(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """The earlier runs a stored run started from (its device record says; app.swarm.transfer)."""
+    device = run.get("device")
+    return list(device.get("learned_from") or []) if isinstance(device, dict) else []
 
 
 def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit: str) -> None:
@@ -384,8 +389,8 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit
     ok = [e for e in history if e.ok]
     print(f"run {run_id} {result.reason}: {result.evaluations} evaluations "
           f"({len(ok)} ok, {len(history) - len(ok)} failed), {result.elapsed_s:.1f} s on the run clock")
-    learned = store.get_run(run_id)["device"].get("learned_from") \
-        if store is not None and run_id is not None else None
+    learned = _learned_from(store.get_run(run_id)) if store is not None and run_id is not None \
+        else []
     if learned:
         print("started from " + ", ".join(f"run {s.get('run_id')}" for s in learned)
               + " (their best configurations first, evaluated again here)")
@@ -467,7 +472,7 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"best {_fmt(run['best_value'], unit)}")
     if run["message"]:
         print(f"  message: {run['message']}")
-    learned = run["device"].get("learned_from") if isinstance(run["device"], dict) else None
+    learned = _learned_from(run)
     if learned:  # the earlier runs whose ranking seeded this one (app.swarm.transfer)
         print("  started from " + "; ".join(
             f"run {s.get('run_id')} ({s.get('device', '?')}, {s.get('evaluations', '?')} evaluations)"

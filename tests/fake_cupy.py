@@ -102,6 +102,18 @@ H200_PROPERTIES = {"name": b"NVIDIA H200", "major": 9, "minor": 0, "multiProcess
                    "maxBlocksPerMultiProcessor": 32, "reservedSharedMemPerBlock": 1024}
 
 
+def fake_cuda_worker(monkeypatch):
+    """A CudaWorker for device 0 on this fake CuPy (in this process), with the L2 flush off and
+    a fixed copy bandwidth; the caller clears EMULATIONS when done."""
+    monkeypatch.setitem(sys.modules, "cupy", make_fake_cupy())
+    from app.gpu.cuda import timing
+    from app.gpu.cuda import worker as worker_mod
+
+    monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
+    monkeypatch.setattr(worker_mod, "cached_copy_bandwidth", lambda key, fn, refresh=False: (4e12, True))
+    return worker_mod.CudaWorker(0)
+
+
 def make_fake_cupy():
     # NVRTC is real: load it (and CuPy's include paths) before "cupy" becomes the fake.
     from app.gpu.cuda import nvrtc

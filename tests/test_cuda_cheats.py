@@ -5,8 +5,6 @@ writes part of its output on timed calls, is caught on the outputs of the timed 
 
 from __future__ import annotations
 
-import sys
-
 import fake_cupy
 import numpy as np
 import pytest
@@ -37,13 +35,7 @@ STATE = {
 
 @pytest.fixture
 def worker(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_fake_cupy())
-    from app.gpu.cuda import timing
-    from app.gpu.cuda import worker as worker_mod
-
-    monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
-    monkeypatch.setattr(worker_mod, "cached_copy_bandwidth", lambda key, fn, refresh=False: (4e12, True))
-    yield worker_mod.CudaWorker(0)
+    yield fake_cupy.fake_cuda_worker(monkeypatch)
     fake_cupy.EMULATIONS.clear()
 
 

@@ -10,7 +10,6 @@ failing cases, restart flags. tests/gpu runs the same worker on a real GPU."""
 from __future__ import annotations
 
 import re
-import sys
 
 import fake_cupy
 import pytest
@@ -25,13 +24,7 @@ QUICK = Protocol(min_samples=5, max_samples=12, max_seconds=0.5, warmup=1, batch
 
 @pytest.fixture
 def worker(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_fake_cupy())
-    from app.gpu.cuda import timing
-    from app.gpu.cuda import worker as worker_mod
-
-    monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
-    monkeypatch.setattr(worker_mod, "cached_copy_bandwidth", lambda key, fn, refresh=False: (4e12, True))
-    yield worker_mod.CudaWorker(0)
+    yield fake_cupy.fake_cuda_worker(monkeypatch)
     fake_cupy.EMULATIONS.clear()
 
 

@@ -11,6 +11,7 @@ import shutil
 from dataclasses import replace
 
 import pytest
+from retiming import Counting
 
 from app.core.types import Candidate, Evaluation
 from app.goal import Goal
@@ -46,18 +47,6 @@ SLOW = FAST.replace("static void row(", "static void row1(").replace(
     "    for (int rep = 0; rep < 6; ++rep) row1(y, x, n);\n}\nvoid ks_kernel(")
 # Fast, and wrong: it never writes its output.
 WRONG = FAST.replace("for (long j = 0; j < n; ++j) y[j] *= inv;", "(void)inv;")
-
-
-class Counting:
-    """The evaluator's own retime_pair, with the calls it was given written down."""
-
-    def __init__(self, retime):
-        self.retime = retime
-        self.calls: list[tuple[str, str]] = []
-
-    def __call__(self, a: Evaluation, b: Evaluation):
-        self.calls.append((a.key, b.key))
-        return self.retime(a, b)
 
 
 @pytest.fixture

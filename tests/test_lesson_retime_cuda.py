@@ -25,6 +25,7 @@ from dataclasses import replace
 import fake_cupy
 import pytest
 from project_paths import ROOT
+from retiming import Counting
 
 from app.core.types import Candidate, Evaluation
 from app.goal import Goal
@@ -101,18 +102,6 @@ def test_a_wrong_crashing_hanging_or_broken_kernel_gives_no_figures(evaluator):
     # and the next re-timing is fine
     got = evaluator.retime_pair(FAST, SLOW)
     assert got is not None and got["a"]["p90_ms"] < got["b"]["p10_ms"]
-
-
-class Counting:
-    """The evaluator's own retime_pair, with the calls it was given written down."""
-
-    def __init__(self, retime):
-        self.retime = retime
-        self.calls: list[tuple[str, str]] = []
-
-    def __call__(self, a: Evaluation, b: Evaluation):
-        self.calls.append((a.key, b.key))
-        return self.retime(a, b)
 
 
 def _close(rewrite: Evaluation, parent: Evaluation) -> tuple[Evaluation, Attempt]:

@@ -4,8 +4,6 @@ resources through the real worker cascade on the fake CuPy, and the line the LLM
 
 from __future__ import annotations
 
-import sys
-
 import fake_cupy
 import pytest
 
@@ -116,13 +114,7 @@ def test_device_limits_prefer_what_the_device_reports():
 
 @pytest.fixture
 def worker(monkeypatch, tmp_path):
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_fake_cupy())
-    from app.gpu.cuda import timing
-    from app.gpu.cuda import worker as worker_mod
-
-    monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
-    monkeypatch.setattr(worker_mod, "cached_copy_bandwidth", lambda key, fn, refresh=False: (4e12, True))
-    yield worker_mod.CudaWorker(0)
+    yield fake_cupy.fake_cuda_worker(monkeypatch)
     fake_cupy.EMULATIONS.clear()
 
 

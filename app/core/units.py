@@ -67,3 +67,15 @@ def fraction_of_limit(value: float | None, limit: float | None, minimize: bool) 
 
 def format_percent(fraction: float | None) -> str:
     return "—" if fraction is None else f"{100 * fraction:.3g} %"
+
+
+def occupancy_text(resources: dict[str, Any]) -> str:
+    """'occupancy 50% (limited by registers), 32 active warps/SM': the CUDA backend's theoretical
+    occupancy (app.gpu.cuda.occupancy) and what limits it, or '' when not recorded."""
+    occ = resources.get("occupancy")
+    if not isinstance(occ, (int, float)) or isinstance(occ, bool):
+        return ""
+    limit = resources.get("occupancy_limit")
+    warps = resources.get("active_warps_per_sm")
+    return (f"occupancy {100 * occ:.0f}%" + (f" (limited by {limit})" if limit else "")
+            + (f", {warps} active warps/SM" if isinstance(warps, int) and not isinstance(warps, bool) else ""))

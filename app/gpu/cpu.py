@@ -71,7 +71,13 @@ from app.gpu.kernel_host import (
     host_supported,
 )
 from app.gpu.timed_slots import TimedSlots
-from app.gpu.timing import CacheFlusher, TimingSettings, summarize, time_interleaved
+from app.gpu.timing import (
+    CacheFlusher,
+    TimingSettings,
+    add_shape_figures,
+    summarize,
+    time_interleaved,
+)
 from app.gpu.verify import CheckCase, GuardedOutput, ValidationSet, make_inputs, tolerance_for
 from app.gpu.worker import Deadlines, WorkerPool
 from app.paths import cache_dir
@@ -459,11 +465,7 @@ class CpuWorker:
                     samples[name] += stats["candidate"].samples_ms
             for name, got in samples.items():
                 st = summarize(got)
-                t = totals[name]
-                t["median_ms"] += st.median_ms
-                t["p10_ms"] += st.p10_ms
-                t["p90_ms"] += st.p90_ms
-                t["samples"] = len(got) if not t["samples"] else min(t["samples"], len(got))
+                add_shape_figures(totals[name], st.median_ms, st.p10_ms, st.p90_ms, len(got))
         return totals
 
     def baselines(self, shapes: list[list[int]], timing: TimingSettings) -> dict[str, Any]:

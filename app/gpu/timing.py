@@ -48,6 +48,16 @@ class TimingStats:
         return (self.p90_ms - self.p10_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
 
+def add_shape_figures(total: dict[str, float], median_ms: float, p10_ms: float, p90_ms: float,
+                      samples: int) -> None:
+    """Adds one goal shape's figures to a kernel's totals over the goal's shapes (medians and
+    percentiles summed, samples the fewest of any shape); `total` starts at zeros."""
+    total["median_ms"] += median_ms
+    total["p10_ms"] += p10_ms
+    total["p90_ms"] += p90_ms
+    total["samples"] = samples if not total["samples"] else min(total["samples"], samples)
+
+
 def summarize(samples_ms: list[float]) -> TimingStats:
     if not samples_ms:
         return TimingStats()

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from app.core.types import Evaluation
+from app.core.units import occupancy_text
 from app.goal import Goal
 from app.llm.scrub import scrub
 from app.llm.spec import KernelSpec
@@ -226,18 +227,6 @@ def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
     if occupancy:
         bits.append(occupancy)
     return ", ".join(bits)
-
-
-def occupancy_text(resources: dict[str, Any]) -> str:
-    """'occupancy 50% (limited by registers), 32 active warps/SM': the CUDA backend's theoretical
-    occupancy (app.gpu.cuda.occupancy) and what limits it, or '' when not recorded."""
-    occ = resources.get("occupancy")
-    if not isinstance(occ, (int, float)) or isinstance(occ, bool):
-        return ""
-    limit = resources.get("occupancy_limit")
-    warps = resources.get("active_warps_per_sm")
-    return (f"occupancy {100 * occ:.0f}%" + (f" (limited by {limit})" if limit else "")
-            + (f", {warps} active warps/SM" if isinstance(warps, int) and not isinstance(warps, bool) else ""))
 
 
 def _failure_text(e: Evaluation) -> str:

@@ -42,8 +42,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.types import Evaluation
-from app.core.units import format_value, fraction_of_limit, gain
-from app.llm.prompts import occupancy_text
+from app.core.units import format_value, fraction_of_limit, gain, occupancy_text
 from app.ui.device_progress import DeviceProgress, device_label
 from app.ui.device_summary import DeviceSummary
 from app.ui.theme import PlotTheme, agent_color, current_plot_theme, label_font, style_plot
@@ -53,6 +52,7 @@ log = logging.getLogger(__name__)
 SORT_ROLE = Qt.UserRole + 1
 COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of limit", "parameters",
            "registers", "shared mem", "device")
+RESOURCE_COLUMNS = (7, 8)  # registers, shared memory (CUDA)
 DEVICE_COLUMN = 9  # where a cluster evaluation ran; hidden while no evaluation says
 def shared_memory_bytes(resources: dict) -> int | None:
     """Shared memory per block as the CUDA backend records it (static + dynamic)."""
@@ -362,7 +362,7 @@ class CandidateModel(QAbstractTableModel):
                 return measurement_note(ev)
             if col == DEVICE_COLUMN:
                 return device_note(ev)
-            if col in (7, 8):  # registers, shared memory: the occupancy they allow (CUDA)
+            if col in RESOURCE_COLUMNS:  # the occupancy they allow
                 return occupancy_text(ev.resources) or None
         return None
 

@@ -38,7 +38,7 @@ from app.gpu.cuda.occupancy import device_limits, occupancy, occupancy_problem
 from app.gpu.cuda.roofline import cached_copy_bandwidth, device_key, measure_copy_bandwidth
 from app.gpu.cuda.timing import Protocol, Timer
 from app.gpu.timed_slots import TimedSlots
-from app.gpu.timing import TimingStats
+from app.gpu.timing import TimingStats, add_shape_figures
 from app.gpu.verify import CheckCase, GuardedOutput, compare, make_inputs, tolerance_for
 
 Progress = Callable[[str], None]
@@ -430,11 +430,7 @@ class CudaWorker:
                     raise StageFailed(VERIFY_FAILED, f"outputs of a timed call of kernel {label} "
                                       f"were wrong: {problem} (shape {list(shape_t)})")
             for label, st in m.stats.items():
-                f = figures[label]
-                f["median_ms"] += st.median
-                f["p10_ms"] += st.p10
-                f["p90_ms"] += st.p90
-                f["samples"] = st.n if not f["samples"] else min(f["samples"], st.n)
+                add_shape_figures(figures[label], st.median, st.p10, st.p90, st.n)
             del slots, calls
             self.release()
         return figures
