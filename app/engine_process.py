@@ -35,6 +35,8 @@ from app.core.messages import (
     EngineFailed,
     EngineMessage,
     EnginePrepared,
+    EngineRunEnded,
+    EngineSearches,
     Pause,
     Resume,
     Stop,
@@ -52,7 +54,6 @@ def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | Non
     """Entry point of the engine process (spawned)."""
     from app.core.events import EventBus
     from app.goal import Goal
-    from app.session import RunSession
 
     # A Ctrl-C in the terminal that started the app goes to its whole process group: the window
     # owns the engine's life (it stops it, or the engine stops when the window is gone), and
@@ -61,7 +62,6 @@ def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | Non
     control = _Commands(commands)
     threading.Thread(target=control.serve, daemon=True, name="engine-commands").start()
     store = None
-    session = None
     try:
         if db_path:
             store = _EngineStore(db_path)
@@ -71,22 +71,80 @@ def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | Non
             the_goal.source_path = goal_source
         bus = EventBus()
         bus.subscribe(lambda e: None if isinstance(e, Proposed) else events.put(EngineEvent(e)))
-        session = RunSession(the_goal, store=store, bus=bus, resume_run_id=resume_run_id)
-        events.put(EnginePrepared(session.run_id, session.evaluator.device()))
-        control.attach(session)  # a pause or stop sent while the run was being prepared applies now
-        result = session.run()
+        models = _models_to_search(the_goal) if resume_run_id is None else []
+        if models:
+            result = _run_per_model(the_goal, models, store, bus, events, control)
+        else:
+            _session, result = _run_one(the_goal, store, bus, events, control, resume_run_id)
         # The window already has every evaluation from the events; don't send them twice.
         events.put(EngineDone(replace(result, history=[])))
     except Exception as exc:
         log.exception("engine process failed")
-        text = str(exc)
-        message = text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"
-        run_id = session.run_id if session is not None else getattr(store, "created_run_id", None)
-        _record_failure(store, run_id, message)
+        message = _message(exc)
+        _record_failure(store, getattr(store, "created_run_id", None), message)
         events.put(EngineFailed(message, traceback.format_exc()))
     finally:
         if store is not None:
             store.close()
+
+
+def _message(exc: BaseException) -> str:
+    text = str(exc)
+    return text if text.startswith(type(exc).__name__) else f"{type(exc).__name__}: {text}"
+
+
+def _models_to_search(goal: Any) -> list[str]:
+    """The GPU models of a cuda goal on a cluster with several (one search each); [] otherwise.
+    Ray is imported only for a goal with a [cluster] table."""
+    if goal is None or not goal.cluster:
+        return []
+    from app.cluster.per_model import models_to_search
+
+    return models_to_search(goal)
+
+
+def _run_one(goal: Any, store: Any, bus: Any, events: Any, control: _Commands,
+             resume_run_id: int | None = None) -> tuple[Any, Any]:
+    """Prepare one run, tell the window, run it under the window's commands."""
+    from app.session import RunSession
+
+    session = RunSession(goal, store=store, bus=bus, resume_run_id=resume_run_id)
+    events.put(EnginePrepared(session.run_id, session.evaluator.device()))
+    control.attach(session)  # a pause or stop sent while the run was being prepared applies now
+    return session, session.run()
+
+
+def _run_per_model(goal: Any, models: list[str], store: Any, bus: Any, events: Any,
+                   control: _Commands) -> Any:
+    """One run per GPU model, one after the other, as `kernelswarm run` does (app.cluster.
+    per_model says why not at once). A model whose run cannot start is reported and skipped;
+    a stop ends the sequence. Returns the last run's result."""
+    from app.cluster.per_model import goal_for_model
+    from app.core.evaluator import BackendUnavailable
+
+    events.put(EngineSearches(tuple(models)))
+    result, failures = None, []
+    for model in models:
+        if control.stopped:  # the window stopped the previous run: the rest is not searched
+            break
+        before = getattr(store, "created_run_id", None)
+        try:
+            session, one = _run_one(goal_for_model(goal, model), store, bus, events, control)
+        except BackendUnavailable as exc:  # this model's actors did not start: go on
+            run_id = getattr(store, "created_run_id", None)
+            run_id = run_id if run_id != before else None
+            _record_failure(store, run_id, _message(exc))
+            failures.append(f"{model}: {exc}")
+            events.put(EngineRunEnded(model, run_id, None, str(exc)))
+            continue
+        result = one
+        events.put(EngineRunEnded(model, session.run_id, replace(one, history=[])))
+    if result is None:
+        from app.cluster.connect import ClusterUnavailable
+
+        raise ClusterUnavailable("no GPU model could be searched: " + "; ".join(failures)
+                                 if failures else "stopped before the first GPU model's run")
+    return result
 
 
 class _EngineStore(Store):
@@ -122,11 +180,15 @@ class _Commands:
         self._lock = threading.Lock()
         self._session: Any = None
         self._pending: list[EngineCommand] = []
+        self.stopped = False  # the window asked to stop: a per-model sequence starts no more runs
+        self._paused = False  # carried to the next model's run of a per-model sequence
 
     def attach(self, session: Any) -> None:
         with self._lock:
             self._session = session
             pending, self._pending = self._pending, []
+        if self._paused and not any(isinstance(c, Resume) for c in pending):
+            session.pause()
         for command in pending:
             self._apply(command)
 
@@ -147,6 +209,10 @@ class _Commands:
             self._apply(command)
 
     def _apply(self, command: EngineCommand) -> None:
+        if isinstance(command, Stop):
+            self.stopped = True
+        elif isinstance(command, (Pause, Resume)):
+            self._paused = isinstance(command, Pause)
         with self._lock:
             session = self._session
             if session is None:

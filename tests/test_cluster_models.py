@@ -208,6 +208,73 @@ def test_a_ray_client_address_runs_a_goal(two_models, tmp_path):
     assert all(r["resources"]["node"] == socket.gethostname() for r in rows)
 
 
+def _model_goal(tmp_path: Path, address: str, max_evals: int) -> Goal:
+    goal = Goal.load(_pnpoly_goal(tmp_path, f'address = "{address}"'))
+    goal.stop.max_evals, goal.swarm.workers, goal.swarm.seed = max_evals, 1, 4
+    return goal
+
+
+@pytest.mark.slow
+def test_the_window_runs_one_search_per_gpu_model(two_models, tmp_path, qtbot):
+    """From the desktop app, as from the CLI: the engine process makes one run per model; the
+    window shows each model's run in turn and keeps a line per model."""
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtCore import QSettings
+
+    from app.ui.main_window import MainWindow
+
+    w = MainWindow(db_path=tmp_path / "h.db",
+                   settings=QSettings(str(tmp_path / "s.ini"), QSettings.IniFormat))
+    w.interactive = False
+    qtbot.addWidget(w)
+    w.show()
+    planned, ended = [], []
+    w.controller.searchesPlanned.connect(planned.append)
+    w.bridge.modelRunEnded.connect(ended.append)
+    w.form.set_goal(_model_goal(tmp_path, two_models[0], 10))
+    with qtbot.waitSignal(w.controller.finished, timeout=240000):
+        w.run_goal()
+    w.table.flush()
+    assert planned == [["A100", "H100"]]
+    assert [(m.model, m.result.evaluations) for m in ended] == [("A100", 10), ("H100", 10)]
+    runs = _runs(tmp_path / "h.db")
+    assert [r["device"]["gpu_model"] for r, _ in runs] == ["A100", "H100"]
+    assert [m.run_id for m in ended] == [r["id"] for r, _ in runs]
+    # on screen: the last model's run only, its candidates all on the H100 node
+    assert len(w.live.data) == 10 and w.table.model.rowCount() == 10
+    assert {w.table.model.evaluation(i).resources["gpu_model"] for i in range(10)} == {"H100"}
+    assert "GPU model 2 of 2: H100" in w.windowTitle() and f"run {runs[1][0]['id']}" in w.windowTitle()
+    lessons = [w.lessons.item(i).text() for i in range(w.lessons.count())]
+    for (run, _), model in zip(runs, ["A100", "H100"]):
+        assert any(t.startswith(f"[per model] {model}: run {run['id']} max evals, 10 evaluations, "
+                                "best ") for t in lessons), lessons
+    assert w.statusBar().currentMessage().startswith("One search per GPU model: A100: run ")
+    assert w.controller.state == "idle"
+
+
+@pytest.mark.slow
+def test_a_stop_during_the_first_model_searches_no_further_model(two_models, tmp_path):
+    from app.core.messages import (EngineDone, EnginePrepared, EngineRunEnded, EngineSearches,
+                                   Stop)
+    from app.engine_process import EngineProcess
+
+    goal = _model_goal(tmp_path, two_models[0], 400)
+    engine = EngineProcess(goal, str(tmp_path / "h.db"), None)
+    engine.start()
+    seen, evaluated = [], []
+    for message in engine.messages(evaluated.append):
+        seen.append(message)
+        if isinstance(message, EnginePrepared):
+            engine.send(Stop())
+    assert engine.join(30)
+    kinds = [type(m) for m in seen]
+    assert kinds == [EngineSearches, EnginePrepared, EngineRunEnded, EngineDone], seen
+    assert seen[2].model == "A100" and seen[2].result.reason == "stopped"
+    (run, rows), = _runs(tmp_path / "h.db")  # the H100 was never searched
+    assert run["status"] == "stopped" and run["device"]["gpu_model"] == "A100"
+    assert len(rows) < 400
+
+
 # ---- without a cluster ---------------------------------------------------------------------------
 def test_models_are_exact_and_searched_most_gpus_first():
     from app.cluster.connect import ClusterUnavailable

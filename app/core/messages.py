@@ -47,7 +47,28 @@ class EngineFailed:
     traceback: str = ""
 
 
-EngineMessage = EnginePrepared | EngineEvent | EngineDone | EngineFailed
+@dataclass(frozen=True)
+class EngineSearches:
+    """The goal is one search per GPU model, run one after the other (app.cluster.per_model):
+    for each model an EnginePrepared, its events and an EngineRunEnded follow, then one
+    EngineDone (or EngineFailed when no model could be searched)."""
+
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class EngineRunEnded:
+    """One model's run of a per-model goal ended: its result (history left empty), or None and
+    `message` when that model's run could not start (the next model is searched anyway)."""
+
+    model: str
+    run_id: int | None
+    result: Any = None
+    message: str = ""
+
+
+EngineMessage = (EnginePrepared | EngineEvent | EngineDone | EngineFailed | EngineSearches
+                 | EngineRunEnded)
 
 # ---- window -> engine ----------------------------------------------------------------------
 

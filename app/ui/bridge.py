@@ -26,6 +26,7 @@ from app.core.events import (
     RunStarted,
     Telemetry,
 )
+from app.core.messages import EngineRunEnded
 
 
 class EventBridge(QObject):
@@ -37,6 +38,7 @@ class EventBridge(QObject):
     revoked = Signal(object)  # BestRevoked
     telemetry = Signal(list)  # list[Telemetry]
     runFinished = Signal(object)  # RunFinished
+    modelRunEnded = Signal(object)  # EngineRunEnded: one model's run of a per-model goal
 
     _pending = Signal()
 
@@ -57,7 +59,7 @@ class EventBridge(QObject):
             self._unsubscribe()
             self._unsubscribe = None
 
-    def __call__(self, event: Event) -> None:
+    def __call__(self, event: Event | EngineRunEnded) -> None:
         if isinstance(event, Proposed):
             return  # proposals are not drawn; skipping them halves the traffic
         with self._lock:
@@ -97,6 +99,8 @@ class EventBridge(QObject):
                     self.telemetry.emit(telemetry)
                     telemetry = []
                 self.runFinished.emit(event)
+            elif isinstance(event, EngineRunEnded):
+                self.modelRunEnded.emit(event)
         if batch:
             self.evaluated.emit(batch)
         if telemetry:

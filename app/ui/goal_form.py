@@ -51,6 +51,7 @@ from app.paths import resources_dir, space_search_dirs
 log = logging.getLogger(__name__)
 
 SPACE_SUFFIXES = (".json", ".json.gz")
+OWN_KERNEL = ":own-kernel:"  # the Operator box's entry for a goal that brings its own [kernel]
 AGENT_HELP = {
     "explorer": "space-filling exploration",
     "local": "local search around the elites",
@@ -520,6 +521,9 @@ class GoalForm(QWidget):
             except Exception as exc:  # noqa: BLE001 - a broken catalog module must not break the form
                 log.warning("catalog for %s failed to load: %s", backend, exc)
                 ops = []
+            own = getattr(self, "_base", None)
+            if own is not None and own.kernel is not None:  # the loaded goal's own kernel
+                self.kernel.addItem(f"your own kernel: {own.kernel.entry}", OWN_KERNEL)
             for op in ops:
                 self.kernel.addItem(op, op)
         if keep is not None:
@@ -567,6 +571,7 @@ class GoalForm(QWidget):
         backend = self.backend.currentData()
         recorded = not backend_spec(backend).compiles
         kernel = self.kernel.currentData() or ""
+        own = kernel == OWN_KERNEL
         forbid = [f.strip() for f in self.forbid.text().split(",") if f.strip()]
         restrictions = [r.strip() for r in self.restrictions.toPlainText().splitlines() if r.strip()]
         # Start from the goal that was loaded: what the form does not show (the [llm] table,
@@ -576,7 +581,8 @@ class GoalForm(QWidget):
         return edit(
             base,
             name=self.name.text().strip(),
-            operator="" if recorded else kernel,
+            operator="" if recorded or own else kernel,
+            kernel=base.kernel if own or recorded else None,  # an operator picked instead: no [kernel]
             space=kernel if recorded else "",
             backend=backend,
             dtype=self.dtype.currentText(),
@@ -633,7 +639,7 @@ class GoalForm(QWidget):
             self.backend.setCurrentIndex(max(0, self.backend.findData(goal.backend)))
             self._backend_changed()
             recorded = goal.backend in backend_names() and not backend_spec(goal.backend).compiles
-            kernel = goal.space if recorded else goal.operator
+            kernel = goal.space if recorded else (OWN_KERNEL if goal.kernel else goal.operator)
             if kernel:
                 i = self.kernel.findData(kernel)
                 if i < 0 and recorded:

@@ -31,6 +31,7 @@ from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, 
 from app.ui.goal_form import GoalForm, default_goal
 from app.ui.history import ComparePlot, HistoryPanel
 from app.ui.live_view import LiveView
+from app.ui.model_searches import ModelSearches
 from app.ui.run_controller import RunController
 from app.ui.theme import THEMES, ThemeManager
 
@@ -80,6 +81,7 @@ class MainWindow(QMainWindow):
         self.current_run_id: int | None = None
         self.current_goal: Goal | None = None
         self._prepared_device = False  # the current run's backend came up (its device shown)
+        self.searches = ModelSearches()  # a goal run once per GPU model of a cluster
         self._shown_once = False  # the first show fits the docks to the window's size
         self._state_restored = False
         self.interactive = True  # tests switch modal questions off
@@ -262,8 +264,8 @@ class MainWindow(QMainWindow):
 
     def _wire(self) -> None:
         b = self.bridge
-        b.runStarted.connect(self.live.on_run_started)
         b.runStarted.connect(self._on_run_started)
+        b.modelRunEnded.connect(self._on_model_run_ended)
         b.evaluated.connect(self.live.on_evaluated)
         b.evaluated.connect(lambda evs: self.table.add([(e.index, e.evaluation, e.elapsed_s) for e in evs]))
         b.telemetry.connect(self.live.on_telemetry)
@@ -274,6 +276,7 @@ class MainWindow(QMainWindow):
         b.runFinished.connect(self.live.on_run_finished)
         c = self.controller
         c.prepared.connect(self._on_prepared)
+        c.searchesPlanned.connect(self._on_searches_planned)
         c.finished.connect(self._on_finished)
         c.failed.connect(self._on_failed)
         c.stateChanged.connect(self._on_state)
@@ -449,6 +452,7 @@ class MainWindow(QMainWindow):
             self.table.add(rows)
         self.current_run_id = resume_run_id
         self._prepared_device = False
+        self.searches.clear()
         self.device_label.setText("Preparing the device…")
         self.device_label.setToolTip("")
         self.controller.start(goal, resume_run_id=resume_run_id)
@@ -471,10 +475,32 @@ class MainWindow(QMainWindow):
         self.history.refresh()
 
     def _on_run_started(self, ev) -> None:
-        run = f"run {self.current_run_id}" if self.current_run_id else "run"
-        self.setWindowTitle(f"KernelSwarm — {ev.goal_name} ({run})")
+        if self.searches.run_started() and self.current_goal is not None:
+            # the next GPU model's run: its own plot and table (the last one's is in History)
+            self._prepare_views(self.current_goal, self.searches.title(self.current_goal.name))
+            for line in self.searches.lines:
+                self.lessons.addItem(f"[per model] {line}")
+        self.live.on_run_started(ev)
+        run_id = ev.run_id if ev.run_id is not None else self.current_run_id
+        run = f"run {run_id}" if run_id else "run"
+        name = self.searches.title(ev.goal_name)
+        self.setWindowTitle(f"KernelSwarm — {name} ({run})")
+        if self.searches.active:
+            self.live.title.setText(f"{name}: {self.live.title.text().split(' — ', 1)[-1]}")
         self.table.model.set_references(ev.baseline_value, ev.limit_value)
         self.table.model.set_unit(ev.unit)
+
+    def _on_searches_planned(self, models: list[str]) -> None:
+        line = self.searches.plan(models)
+        self.lessons.addItem(f"[per model] {line}")
+        self.statusBar().showMessage(line, 15000)
+
+    def _on_model_run_ended(self, message) -> None:
+        self.table.flush()
+        line = self.searches.ended(message, self.table.model.unit)
+        self.lessons.addItem(f"[per model] {line}")
+        self.statusBar().showMessage(line, 15000)
+        self.history.refresh()
 
     def _on_revoked(self, event) -> None:
         self.live.on_revoked(event.key, event.evaluation.reason or "verification_failed")
@@ -517,6 +543,8 @@ class MainWindow(QMainWindow):
                                      + (f" · {usage}" if usage else ""), 30000)
         if usage:
             self.lessons.addItem(f"[usage] {usage}")
+        if self.searches.active:
+            self.statusBar().showMessage(self.searches.summary(), 60000)
         self.history.refresh()
         if result.best is not None:
             self.table.select_key(result.best.key)

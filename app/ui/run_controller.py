@@ -15,7 +15,16 @@ import time
 
 from PySide6.QtCore import QObject, Qt, Signal
 
-from app.core.messages import EngineDone, EngineFailed, EnginePrepared, Pause, Resume, Stop
+from app.core.messages import (
+    EngineDone,
+    EngineFailed,
+    EnginePrepared,
+    EngineRunEnded,
+    EngineSearches,
+    Pause,
+    Resume,
+    Stop,
+)
 from app.engine_process import EngineProcess
 from app.goal import Goal
 from app.ui.bridge import EventBridge
@@ -28,6 +37,9 @@ class RunController(QObject):
     failed = Signal(str)  # a message for the user: the run did not start or crashed
     finished = Signal(object)  # RunResult
     stateChanged = Signal(str)  # "idle", "starting", "running", "paused", "stopping"
+    # the goal is one search per GPU model (their names, in order); each model's run then
+    # reports `prepared`, its events, and an EngineRunEnded through the bridge (in order)
+    searchesPlanned = Signal(list)
 
     def __init__(self, bridge: EventBridge, store_factory, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -41,9 +53,11 @@ class RunController(QObject):
         self.goal: Goal | None = None
         # Cross-thread reports arrive as queued signals in the GUI thread.
         self._prepared.connect(self._on_prepared, Qt.QueuedConnection)
+        self._searches.connect(self.searchesPlanned, Qt.QueuedConnection)
         self._done.connect(self._on_done, Qt.QueuedConnection)
 
     _prepared = Signal(int, object)
+    _searches = Signal(list)
     _done = Signal(object, str)
 
     @property
@@ -70,7 +84,11 @@ class RunController(QObject):
             if self._stop_requested.is_set():
                 engine.send(Stop())
             for message in engine.messages(self.bridge):
-                if isinstance(message, EnginePrepared):
+                if isinstance(message, EngineSearches):
+                    self._searches.emit(list(message.models))
+                elif isinstance(message, EngineRunEnded):
+                    self.bridge(message)  # after that run's events, before the next run's
+                elif isinstance(message, EnginePrepared):
                     run_id = message.run_id
                     self._prepared.emit(run_id if run_id is not None else -1, message.device)
                 elif isinstance(message, EngineDone):
