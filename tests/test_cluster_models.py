@@ -254,8 +254,7 @@ def test_the_window_runs_one_search_per_gpu_model(two_models, tmp_path, qtbot):
 
 @pytest.mark.slow
 def test_a_stop_during_the_first_model_searches_no_further_model(two_models, tmp_path):
-    from app.core.messages import (EngineDone, EnginePrepared, EngineRunEnded, EngineSearches,
-                                   Stop)
+    from app.core.messages import EngineDone, EnginePrepared, EngineRunEnded, EngineSearches, Stop
     from app.engine_process import EngineProcess
 
     goal = _model_goal(tmp_path, two_models[0], 400)
