@@ -89,9 +89,15 @@ class Progress:
         self._last_done = -1
 
     def __call__(self, event: Any) -> None:
-        from app.core.events import Evaluated, RunFinished, RunStarted
+        from app.core.events import Evaluated, Notice, RunFinished, RunStarted
 
-        if isinstance(event, RunStarted):
+        if isinstance(event, Notice):
+            hint = (f"; Ctrl-C stops it, then `kernelswarm run --resume {event.run_id} "
+                    "--cluster-fallback local` goes on here") if "continue_here" in event.choices else ""
+            if self.tty:
+                self.stream.write("\n")
+            self._line(f"kernelswarm: {event.text}{hint}")
+        elif isinstance(event, RunStarted):
             resumed = f", resuming after {event.resumed_evals} evaluations" if event.resumed_evals else ""
             self._line(f"run {event.run_id}: {event.goal_name} on {event.backend} with "
                        f"{', '.join(event.agents)}{resumed}")

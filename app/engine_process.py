@@ -29,6 +29,7 @@ from typing import Any
 
 from app.core.events import Proposed
 from app.core.messages import (
+    ContinueHere,
     EngineCommand,
     EngineDone,
     EngineEvent,
@@ -187,8 +188,8 @@ class _Commands:
         with self._lock:
             self._session = session
             pending, self._pending = self._pending, []
-        if self._paused and not any(isinstance(c, Resume) for c in pending):
-            session.pause()
+        if self._paused and not any(isinstance(c, (Pause, Resume)) for c in pending):
+            session.pause()  # paused during the previous model's run: this one starts paused
         for command in pending:
             self._apply(command)
 
@@ -224,6 +225,8 @@ class _Commands:
             session.resume()
         elif isinstance(command, Stop):
             session.stop()
+        elif isinstance(command, ContinueHere):
+            session.continue_here()
         else:
             log.warning("unknown engine command %r", command)
 

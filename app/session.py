@@ -207,3 +207,9 @@ class RunSession:
 
     def stop(self) -> None:
         self.coordinator.stop()
+
+    def continue_here(self) -> bool:
+        """A run waiting for a cluster that went away goes on on this machine (the user's
+        choice, app.cluster.pool); False when its evaluator has no such choice."""
+        choose = getattr(self.evaluator, "continue_here", None)
+        return bool(choose is not None and choose())

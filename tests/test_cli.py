@@ -220,3 +220,22 @@ def test_progress_redraws_in_place_on_a_terminal():
     text = term.getvalue()
     assert text.startswith("\r[") and text.endswith("\n") and text.count("\n") == 1
     assert text.rstrip().endswith("[" + "#" * Progress.WIDTH + "] 4/4 evals, 1 failed, best 2.5 ms, 4.0 s")
+
+
+def test_a_notice_is_one_line_on_stderr_with_what_the_user_can_do():
+    import io
+
+    from app.cli import Progress
+    from app.core.events import Notice
+
+    out = io.StringIO()
+    progress = Progress(out, 10, "ms")
+    progress(Notice(text="the Ray cluster at h:1 is gone or has no worker left; the run is "
+                         "paused until it comes back (nothing committed is lost)",
+                    choices=("continue_here",), run_id=7))
+    progress(Notice(text="the Ray cluster at h:1 is back; the run goes on", run_id=7))
+    first, second = out.getvalue().splitlines()
+    assert first.startswith("kernelswarm: the Ray cluster at h:1 is gone")
+    assert first.endswith("Ctrl-C stops it, then `kernelswarm run --resume 7 --cluster-fallback "
+                          "local` goes on here")
+    assert second == "kernelswarm: the Ray cluster at h:1 is back; the run goes on"

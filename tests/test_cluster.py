@@ -269,16 +269,26 @@ def kill_cluster():  # every process of this head: they all name its temp dir
                     pass
         time.sleep(0.2)
 
-fallback = sys.argv[3]
+fallback = sys.argv[3]  # "local", "wait", or "choose": wait, and the user goes on here
 goal = Goal(name="gone", space=sys.argv[1], backend="replay")
 goal.stop.max_evals = 20
 goal.swarm.workers = 2
 lines = []
 pool = ClusterEvaluator(goal, [], check_cluster_table(
-    {"address": f"127.0.0.1:{port}", "actors": 2, "fallback": fallback}),
+    {"address": f"127.0.0.1:{port}", "actors": 2,
+     "fallback": "wait" if fallback == "choose" else fallback}),
     local=lambda: make_replay_evaluator(goal), pace=3.0, notify=lines.append)
 store = Store(sys.argv[2])
 session = RunSession(goal, store=store, evaluator=pool)
+notices = []  # the Notice events on the run's bus (what the window and the CLI show)
+session.bus.subscribe(lambda e: notices.append([e.text, list(e.choices)])
+                      if type(e).__name__ == "Notice" else None)
+def chooser():  # "choose": the user presses "Continue on this machine" once the run waits
+    while not any("continue_here" in c for _, c in notices):
+        time.sleep(0.05)
+    session.continue_here()
+if fallback == "choose":
+    threading.Thread(target=chooser, daemon=True).start()
 def killer():
     while not pool.running():
         time.sleep(0.01)
@@ -299,7 +309,7 @@ try:
     print(json.dumps({"reason": result.reason, "keys": [r["key"] for r in rows],
                       "nodes": [r["resources"].get("node") for r in rows],
                       "crashed": [r["key"] for r in rows if r["reason"] == "crash"],
-                      "told": lines}))
+                      "told": lines, "notices": notices}))
 finally:
     kill_cluster()
     sys.stdout.flush()
@@ -307,11 +317,12 @@ finally:
 '''
 
 
-@pytest.mark.parametrize("fallback", ["local", "wait"])
+@pytest.mark.parametrize("fallback", ["local", "wait", "choose"])
 def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
     """Its own head (the module's stays up), killed mid-run: with fallback "local" the run
     finishes here; with "wait" it pauses until the head is back (4 s later), rejoins and
-    finishes there. Evaluations take 3x their recorded time (0.3-1 s), so the kill lands
+    finishes there; with "wait" and the user choosing to go on here (the window's button:
+    session.continue_here) it finishes here without the head. Evaluations take 3x their recorded time (0.3-1 s), so the kill lands
     mid-run on a fast machine too. About 20 s each."""
     out = subprocess.run([sys.executable, "-c", GONE_DRIVER, str(SMALL_SPACE),
                           str(tmp_path / "h.db"), fallback], cwd=ROOT, capture_output=True,
@@ -323,9 +334,16 @@ def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
     assert len(got["keys"]) == 20 and len(set(got["keys"])) == 20  # nothing lost or twice
     assert not got["crashed"]  # the cluster's death is no candidate's fault
     host = socket.gethostname()
+    assert [t for t, _ in got["notices"]] == got["told"]  # every line also reaches the bus
     if fallback == "local":
         assert "local" in got["nodes"] and host in got["nodes"]
         assert len(got["told"]) == 1 and "continuing on this machine" in got["told"][0]
+    elif fallback == "choose":
+        assert "local" in got["nodes"] and host in got["nodes"]
+        assert got["nodes"].index("local") > got["nodes"].index(host)  # here after the choice
+        (paused, choices), (going, _) = got["notices"]
+        assert "paused until it comes back" in paused and choices == ["continue_here"]
+        assert "continuing on this machine (your choice)" in going
     else:
         assert set(got["nodes"]) == {host}
         assert len(got["told"]) == 2 and "paused until it comes back" in got["told"][0]

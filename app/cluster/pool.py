@@ -9,7 +9,11 @@ stream back, and are committed, as they arrive. Faults:
   that kills its workers is a failed candidate, not a lost run. Each dead actor is replaced.
 - no actor is left and none can be started (the cluster is gone): with fallback "local" the
   run goes on here with the local evaluator; with "wait" it pauses, saying so, and resumes
-  when the cluster takes actors again.
+  when the cluster takes actors again, or goes on here when the user chooses to
+  (`continue_here`: the window's button, a command to the engine process).
+
+What the user must know (gone, going on here, back) is a Notice on the run's bus (attach_bus),
+so the window and the CLI say it where the user looks, not only in a log.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from app.cluster.connect import ClusterUnavailable, connect
 from app.cluster.devices import ActorPlan, cluster_nodes, plan_actors
 from app.core.cluster_settings import ClusterSettings
 from app.core.evaluator import DeviceInfo, Evaluator
+from app.core.events import EventBus, Notice
 from app.core.types import CRASH, Candidate, Evaluation
 from app.goal import Goal
 
@@ -54,7 +59,10 @@ class ClusterEvaluator(Evaluator):
         self.settings = settings
         self._local_factory = local  # the workstation's evaluator, for fallback "local"
         self._local: Evaluator | None = None
-        self._notify = notify or (lambda line: log.warning("%s", line))
+        self._notify = notify  # besides the bus (tests read the lines here)
+        self._bus: EventBus | None = None
+        self._run_id: int | None = None
+        self._here = threading.Event()  # the user chose to go on on this machine
         self.ray = connect(settings.address, settings.connect_timeout_s)
         self._errors = _actor_errors(self.ray)
         nodes = cluster_nodes(self.ray)
@@ -168,6 +176,8 @@ class ClusterEvaluator(Evaluator):
 
     # ---- evaluating ------------------------------------------------------------------------
     def evaluate(self, candidate: Candidate) -> Evaluation:
+        if self._here.is_set():  # chosen while the cluster was gone: the rest of the run is here
+            return self._without_cluster(candidate)
         deaths: list[str] = []
         while True:
             actor = self._take()
@@ -217,12 +227,37 @@ class ClusterEvaluator(Evaluator):
                 return self.ray.get(ready[0])
         return None
 
+    # ---- the cluster gone -------------------------------------------------------------------
+    def attach_bus(self, bus: EventBus, run_id: int | None) -> None:
+        """Where notices go: the run's bus (RunSession attaches it)."""
+        self._bus, self._run_id = bus, run_id
+
+    def _tell(self, text: str, choices: tuple[str, ...] = ()) -> None:
+        if self._notify is not None:
+            self._notify(text)
+        if self._bus is not None:
+            self._bus.publish(Notice(text=text, choices=choices, run_id=self._run_id))
+        elif self._notify is None:
+            log.warning("%s", text)
+
+    def continue_here(self) -> bool:
+        """The user's choice while the run waits for a cluster that went away: go on here for
+        the rest of the run. False when there is no local evaluator to go on with."""
+        if self._local_factory is None:
+            return False
+        self._here.set()
+        with self._cond:
+            self._cond.notify_all()
+        return True
+
     def _without_cluster(self, candidate: Candidate) -> Evaluation:
-        if self.settings.fallback == "local" and self._local_factory is not None:
+        if self._local_factory is not None and (self.settings.fallback == "local"
+                                                or self._here.is_set()):
             with self._cond:
                 if self._local is None:
-                    self._notify(f"the Ray cluster at {self.settings.address} is gone; "
-                                 "continuing on this machine (fallback = local)")
+                    why = "fallback = local" if self.settings.fallback == "local" else "your choice"
+                    self._tell(f"the Ray cluster at {self.settings.address} is gone; "
+                               f"continuing on this machine ({why})")
                     self._local = self._local_factory()
             evaluation = self._local.evaluate(candidate)
             evaluation.resources.update(node="local", device=self._local.device().name,
@@ -234,29 +269,32 @@ class ClusterEvaluator(Evaluator):
         if not out:  # another thread rejoined meanwhile
             return self.evaluate(candidate)
         if not told:  # once per outage, not once per waiting evaluation
-            self._notify(f"the Ray cluster at {self.settings.address} is gone or has no worker "
-                         "left; the run is paused until it comes back (Ctrl-C stops it, nothing "
-                         "committed is lost; --cluster-fallback local goes on here)")
-        while not self._closed and not self._gone.is_set():
+            self._tell(f"the Ray cluster at {self.settings.address} is gone or has no worker "
+                       "left; the run is paused until it comes back (nothing committed is lost)",
+                       choices=("continue_here",) if self._local_factory is not None else ())
+        while not self._closed and not self._gone.is_set() and not self._here.is_set():
             try:
                 self._start_many(1)
                 return self.evaluate(candidate)
             except Exception as exc:  # noqa: BLE001 - still gone: wait and ask again
                 log.info("cluster still unavailable: %s", _first_line(exc))
-                time.sleep(WAIT_RETRY_S)
-        if self._gone.is_set():
+                with self._cond:  # woken early by continue_here
+                    self._cond.wait(WAIT_RETRY_S)
+        if self._gone.is_set() and not self._here.is_set():
             self._wait_for_head()
-        return self.evaluate(candidate) if not self._closed else Evaluation(
-            key=candidate.key, config=dict(candidate.config), ok=False, reason=CRASH,
-            detail="the run closed while the cluster was gone", agent=candidate.agent,
-            source=candidate.source, parent_key=candidate.parent_key)
+        if self._closed:
+            return Evaluation(key=candidate.key, config=dict(candidate.config), ok=False,
+                              reason=CRASH, detail="the run closed while the cluster was gone",
+                              agent=candidate.agent, source=candidate.source,
+                              parent_key=candidate.parent_key)
+        return self.evaluate(candidate)  # rejoined, or here by the user's choice
 
     def _wait_for_head(self) -> None:
         """Paused: wait for the head to answer again, then join it afresh with new actors."""
         from app.cluster.connect import check_reachable
 
         with self._cond:  # one thread rejoins; the others wait for it
-            while self._gone.is_set() and not self._closed:
+            while self._gone.is_set() and not self._closed and not self._here.is_set():
                 try:
                     check_reachable(self._head, WATCH_PERIOD_S)
                     self._rejoin()
@@ -283,7 +321,7 @@ class ClusterEvaluator(Evaluator):
             self._starting -= 1
             self._told = False
         threading.Thread(target=self._watch, name="cluster-watch", daemon=True).start()
-        self._notify(f"the Ray cluster at {self.settings.address} is back; the run goes on")
+        self._tell(f"the Ray cluster at {self.settings.address} is back; the run goes on")
 
     def running(self) -> dict[str, dict[str, Any]]:
         """Candidate key -> info of the actor evaluating it now (progress views, tests)."""

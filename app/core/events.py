@@ -100,6 +100,15 @@ class RunFinished(Event):
     message: str = ""
 
 
+@dataclass
+class Notice(Event):
+    """Something the user must know while the run goes on (the cluster went away, came back).
+    `choices` name what the user can do about it now: "continue_here" (go on on this machine)."""
+
+    text: str
+    choices: tuple[str, ...] = ()
+
+
 Subscriber = Callable[[Event], None]
 
 

@@ -88,4 +88,9 @@ class Stop:
     pass
 
 
-EngineCommand = Pause | Resume | Stop
+@dataclass(frozen=True)
+class ContinueHere:
+    """The cluster is gone and the run waits for it: go on on this machine instead."""
+
+
+EngineCommand = Pause | Resume | Stop | ContinueHere

@@ -21,6 +21,7 @@ from app.core.events import (
     EventBus,
     LessonLearned,
     NewBest,
+    Notice,
     Proposed,
     RunFinished,
     RunStarted,
@@ -38,6 +39,7 @@ class EventBridge(QObject):
     revoked = Signal(object)  # BestRevoked
     telemetry = Signal(list)  # list[Telemetry]
     runFinished = Signal(object)  # RunFinished
+    notice = Signal(object)  # Notice: something the user must know now (the cluster went away)
     modelRunEnded = Signal(object)  # EngineRunEnded: one model's run of a per-model goal
 
     _pending = Signal()
@@ -99,6 +101,8 @@ class EventBridge(QObject):
                     self.telemetry.emit(telemetry)
                     telemetry = []
                 self.runFinished.emit(event)
+            elif isinstance(event, Notice):
+                self.notice.emit(event)
             elif isinstance(event, EngineRunEnded):
                 self.modelRunEnded.emit(event)
         if batch:

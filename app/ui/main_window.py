@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QListWidget,
     QMainWindow,
     QMessageBox,
+    QPushButton,
     QStyle,
     QTabWidget,
 )
@@ -246,7 +247,19 @@ class MainWindow(QMainWindow):
         self.db_label = QLabel(f"History: {self.db_path.name}")  # the whole path in the tooltip
         self.db_label.setToolTip(str(self.db_path))
         self.db_label.setForegroundRole(QPalette.PlaceholderText)  # follows the theme
+        # shown while a cluster run waits for its cluster to come back (a Notice offers it)
+        self.continue_here = QPushButton("Continue on this machine")
+        self.continue_here.setObjectName("button:continue-here")
+        self.continue_here.setToolTip("The Ray cluster is gone: evaluate the rest of the run on "
+                                      "this machine instead of waiting for it")
+        self.continue_here.clicked.connect(self._continue_here)
+        self.continue_here.hide()
+        self.notice_label = QLabel()  # the run's state the user must know (the cluster is gone)
+        self.notice_label.setObjectName("label:notice")
+        self.notice_label.hide()
         sb = self.statusBar()
+        sb.addPermanentWidget(self.notice_label)
+        sb.addPermanentWidget(self.continue_here)
         sb.addPermanentWidget(self.state_label)
         sb.addPermanentWidget(self.device_label)
         sb.addPermanentWidget(self.db_label)
@@ -266,6 +279,7 @@ class MainWindow(QMainWindow):
         b = self.bridge
         b.runStarted.connect(self._on_run_started)
         b.modelRunEnded.connect(self._on_model_run_ended)
+        b.notice.connect(self._on_notice)
         b.evaluated.connect(self.live.on_evaluated)
         b.evaluated.connect(lambda evs: self.table.add([(e.index, e.evaluation, e.elapsed_s) for e in evs]))
         b.telemetry.connect(self.live.on_telemetry)
@@ -490,6 +504,21 @@ class MainWindow(QMainWindow):
         self.table.model.set_references(ev.baseline_value, ev.limit_value)
         self.table.model.set_unit(ev.unit)
 
+    def _on_notice(self, event) -> None:
+        self.lessons.addItem(f"[notice] {event.text}")
+        # not a passing status message (a new best would replace it): the run's state until
+        # the next notice or the run's end
+        short = event.text if len(event.text) <= 90 else event.text[:89] + "…"
+        self.notice_label.setText(short)
+        self.notice_label.setToolTip(event.text)
+        self.notice_label.setVisible(self.controller.state != "idle")
+        self.continue_here.setVisible("continue_here" in event.choices
+                                      and self.controller.state != "idle")
+
+    def _continue_here(self) -> None:
+        self.continue_here.hide()
+        self.controller.continue_here()
+
     def _on_searches_planned(self, models: list[str]) -> None:
         line = self.searches.plan(models)
         self.lessons.addItem(f"[per model] {line}")
@@ -560,6 +589,9 @@ class MainWindow(QMainWindow):
         self._notify("Run failed", message, QMessageBox.Warning)
 
     def _on_state(self, state: str) -> None:
+        if state == "idle":
+            self.continue_here.hide()
+            self.notice_label.hide()
         self.state_label.setText({"idle": "Idle", "starting": "Starting…", "running": "Running",
                                   "paused": "Paused", "stopping": "Stopping…"}.get(state, state))
         self._update_actions()

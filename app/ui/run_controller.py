@@ -16,6 +16,7 @@ import time
 from PySide6.QtCore import QObject, Qt, Signal
 
 from app.core.messages import (
+    ContinueHere,
     EngineDone,
     EngineFailed,
     EnginePrepared,
@@ -152,6 +153,11 @@ class RunController(QObject):
             self._engine.send(Stop())
         if self.running:
             self._set_state("stopping")
+
+    def continue_here(self) -> None:
+        """The cluster went away and the run waits for it: go on on this machine."""
+        if self._engine is not None:
+            self._engine.send(ContinueHere())
 
     def stop_and_wait(self, timeout_s: float = 30.0) -> bool:
         """Stop and block until the run has recorded its end (used when the window closes).
