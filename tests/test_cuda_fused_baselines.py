@@ -1,0 +1,62 @@
+"""The fused bias + GELU baseline (one CuPy ElementwiseKernel instead of torch's add + gelu):
+its kernel bodies compile with NVRTC for every dtype, and the bfloat16 narrowing rounds to
+nearest even as the GPU's own conversion does. Running it needs a GPU (the GPU tests and the
+GPU check time it against the catalog kernel); here the body is compiled in a kernel shaped
+like CuPy's elementwise wrapper, and the bit arithmetic is replayed in numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.catalog.cuda import OPERATORS
+from app.catalog.cuda.elementwise import FUSED_BODY, FUSED_TYPE
+from app.gpu.cuda import nvrtc
+
+WRAPPER = """#include <cuda_fp16.h>
+typedef __half float16;
+typedef unsigned short uint16;
+typedef float float32;
+extern "C" __global__ void fused(const {T}* xs, const {T}* bs, {T}* ys, int n, int cols) {{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) {{
+        {T} x = xs[i];
+        {T} b = bs[i % cols];
+        {T} y;
+        {BODY}
+        ys[i] = y;
+    }}
+}}
+"""
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_fused_body_compiles_for_every_dtype(dtype, tmp_path):
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    source = WRAPPER.format(T=FUSED_TYPE[dtype], BODY=FUSED_BODY[dtype])
+    built = nvrtc.compile_source(source, "fused", "sm_80", cache=tmp_path)
+    assert built.resource().registers > 0 and not built.resource().spills
+    assert "cupy:fused" in OPERATORS["bias_gelu"].baselines(dtype)
+
+
+def _to_bf16_bits(f32: np.ndarray) -> np.ndarray:
+    """The body's narrowing, replayed: u + 0x7fff + ((u >> 16) & 1), then the high half."""
+    u = f32.astype(np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def test_the_bfloat16_narrowing_rounds_to_nearest_even():
+    rng = np.random.default_rng(3)
+    values = np.concatenate([rng.normal(0, 3, 20000), rng.uniform(-1e4, 1e4, 2000)]).astype(np.float32)
+    bits = _to_bf16_bits(values)
+    back = (bits.astype(np.uint32) << 16).view(np.float32)
+    # nearest: no bf16 value is closer than the chosen one (ties are checked below)
+    up = ((bits.astype(np.uint32) + 1) << 16).view(np.float32)
+    down = ((bits.astype(np.uint32) - 1) << 16).view(np.float32)
+    err = np.abs(back - values)
+    assert (err <= np.abs(up - values)).all() and (err <= np.abs(down - values)).all()
+    # ties go to the even mantissa: 1 + 2^-8 lies halfway between 1 and 1 + 2^-7
+    tie_even = np.array([1.0 + 2.0 ** -8], np.float32)
+    tie_odd = np.array([1.0 + 3 * 2.0 ** -8], np.float32)
+    assert (_to_bf16_bits(tie_even).astype(np.uint32) << 16).view(np.float32)[0] == 1.0
+    assert (_to_bf16_bits(tie_odd).astype(np.uint32) << 16).view(np.float32)[0] == 1.0 + 2.0 ** -6
