@@ -35,6 +35,27 @@ class Launch:
     shared_bytes: int = 0  # dynamic shared memory
 
 
+@dataclass
+class Step:
+    """One kernel of a multi-kernel operator: its entry (extern "C" in the operator's one
+    translation unit) and its own launch geometry. Steps run in order on the same stream."""
+
+    kernel: str
+    launch: Launch
+
+
+@dataclass
+class Workspace:
+    """A named intermediate buffer the harness allocates for a multi-kernel operator (sizes from
+    the shape and configuration), pre-filled with NaN (floats) or -1 (integers) so a kernel that
+    reads what no earlier kernel wrote shows up in the final outputs; or, with `init`, filled
+    once with host data the operator computes from the shape (index tables, cu_seqlens)."""
+
+    shape: tuple[int, ...]
+    dtype: str  # a NumPy dtype name: "float32", "uint16" (bf16 bits), "int32", ...
+    init: Any = None  # host array copied in when allocated (None: poisoned)
+
+
 @cache
 def template_text(filename: str) -> str:
     return resources.files("app.catalog.cuda").joinpath("kernels", filename).read_text(encoding="utf-8")
@@ -104,6 +125,24 @@ class CudaOperator:
 
     def launch(self, config: Config, shape: list[int], dtype: str) -> Launch:
         raise NotImplementedError
+
+    # ---- multi-kernel operators (one source, several entries, workspaces) -----------------
+    def kernels(self, dtype: str) -> tuple[str, ...]:
+        """Every entry the source must define (the first is the one compiled and named)."""
+        return (self.kernel_for(dtype),)
+
+    def steps(self, config: Config, shape: list[int], dtype: str) -> list[Step]:
+        """The kernels one call runs, in order (default: the one kernel)."""
+        return [Step(self.kernel_for(dtype), self.launch(config, shape, dtype))]
+
+    def workspaces(self, config: Config, shape: list[int], dtype: str) -> dict[str, Workspace]:
+        """Intermediate buffers by name, allocated by the harness outside the timed region."""
+        return {}
+
+    def step_args(self, config: Config, index: int, inputs: dict[str, Any], outputs: dict[str, Any],
+                  workspaces: dict[str, Any], shape: list[int]) -> tuple:
+        """Arguments of step `index` (default: kernel_args, for the single kernel)."""
+        return self.kernel_args(config, inputs, outputs, shape)
 
     # ---- data -------------------------------------------------------------------------
     def input_shapes(self, shape: list[int]) -> dict[str, tuple[int, ...]]:

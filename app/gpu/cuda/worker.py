@@ -23,7 +23,7 @@ import numpy as np
 
 import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
 from app.catalog import get_operator
-from app.catalog.cuda.base import CudaOperator, Launch
+from app.catalog.cuda.base import CudaOperator, Launch, Step
 from app.core.types import (
     COMPILE_FAILED,
     OUT_OF_MEMORY,
@@ -83,7 +83,12 @@ class CudaKernelBackend:
                 arch = nvrtc.target_arch(cc, rendered)
                 built = self.worker.compile(rendered, kernel, arch,
                                             cache=self.options.get("compile_cache", True))
-                builds[shape_key(s)] = {"built": built, "launch": self.op.launch(config, s, self.dtype),
+                steps = pipeline_steps(self.op, config, s, self.dtype)
+                missing = sorted({st.kernel for st in steps} - set(built.resources))
+                if missing:  # a multi-kernel operator: every step's entry is in the one module
+                    raise nvrtc.CompileError(f"kernel {missing[0]!r} not found in the compiled module "
+                                             f"(found: {', '.join(built.resources)})", built.log)
+                builds[shape_key(s)] = {"built": built, "launch": steps[0].launch, "steps": steps,
                                         "arch": arch, "shape": list(s)}
         except nvrtc.CompileError as exc:
             raise StageFailed(COMPILE_FAILED, str(exc), log=exc.log) from None
@@ -103,10 +108,20 @@ class CudaKernelBackend:
                      "threads_per_block": _threads(launch), "arch": first["arch"],
                      "artifact_key": first["built"].key}
         limits = device_limits(info)
-        for i, (key, b) in enumerate(builds.items()):
+        if len(first["steps"]) > 1:  # a pipeline: every kernel's resources, in launch order
+            resources["kernels"] = "; ".join(
+                f"{st.kernel}: {first['built'].resource(st.kernel).registers} regs, "
+                f"{first['built'].resource(st.kernel).spill_stores} B spills, "
+                f"{first['built'].resource(st.kernel).shared_bytes + st.launch.shared_bytes} B smem"
+                for st in first["steps"])
+        checks = [(key, b, st, i == 0 and j == 0) for i, (key, b) in enumerate(builds.items())
+                  for j, st in enumerate(b["steps"])]
+        for key, b, step, head in checks:
+            kernel = step.kernel
+            b = {**b, "launch": step.launch}
             r, threads = b["built"].resource(kernel), _threads(b["launch"])
             occ = occupancy(r.registers, threads, r.shared_bytes, b["launch"].shared_bytes, limits)
-            if i == 0:  # theoretical occupancy, for the prompt (hardware feedback) and the views
+            if head:  # theoretical occupancy, for the prompt (hardware feedback) and the views
                 resources.update(occupancy=round(occ.occupancy, 4),
                                  active_warps_per_sm=occ.active_warps_per_sm,
                                  occupancy_limit=occ.limit)
@@ -127,7 +142,8 @@ class CudaKernelBackend:
             if problem is None:  # what the launch would refuse: per-warp register allocation, ...
                 problem = occupancy_problem(occ, limits)
             if problem:
-                raise StageFailed(RESOURCE_LIMIT, f"shape {key}: {problem}")
+                where = f" kernel {kernel}" if len(b["steps"]) > 1 else ""
+                raise StageFailed(RESOURCE_LIMIT, f"shape {key}{where}: {problem}")
         return resources
 
     def _template_gmem(self, config: dict[str, Any], shape: list[int]) -> int:
@@ -144,8 +160,8 @@ class CudaKernelBackend:
         return built.resource(kernel).gmem_bytes
 
     def load(self, built: Built) -> Callable[..., None]:
-        kernel = self.op.kernel_for(self.dtype)
-        fns = {key: (self.worker.function(b["built"].cubin_path, kernel, b["launch"]), b["launch"])
+        fns = {key: [(self.worker.function(b["built"].cubin_path, st.kernel, st.launch), st.launch)
+                     for st in b["steps"]]
                for key, b in built.artifact.items()}
         self._fns = fns
         cp = self.xp
@@ -158,8 +174,12 @@ class CudaKernelBackend:
 
     def launcher(self, inputs: dict[str, Any], outputs: dict[str, GuardedOutput],
                  shape: tuple[int, ...]) -> Callable[[], None]:
-        fn, launch = self._fns[shape_key(shape)]
+        fns = self._fns[shape_key(shape)]
         views = {k: v.view for k, v in outputs.items()}
+        own = getattr(self.op, "workspaces", None)
+        if len(fns) > 1 or (own is not None and own(self.request.config, list(shape), self.dtype)):
+            return self._pipeline(fns, inputs, views, shape)
+        fn, launch = fns[0]
         args = self.op.kernel_args(self.request.config, inputs, views, list(shape))
         # your own kernel (app.catalog.custom): in/out arrays start from their inputs every launch
         prelude = getattr(self.op, "launch_prelude", lambda i, o: None)(inputs, views)
@@ -170,6 +190,31 @@ class CudaKernelBackend:
             fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
 
         return launch_once
+
+    def _pipeline(self, fns: list[tuple[Any, Launch]], inputs: dict[str, Any], views: dict[str, Any],
+                  shape: tuple[int, ...]) -> Callable[[], None]:
+        """A multi-kernel operator's call: its workspaces allocated now (outside any timed
+        region; NaN/-1 poisoned, or filled from the operator's host tables), then every step
+        launched in order on one stream: the whole pipeline is one timed call."""
+        cp, config = self.xp, self.request.config
+        spaces = {}
+        for name, ws in self.op.workspaces(config, list(shape), self.dtype).items():
+            if ws.init is not None:
+                spaces[name] = cp.asarray(np.ascontiguousarray(ws.init, dtype=ws.dtype))
+                continue
+            arr = cp.empty(tuple(int(d) for d in ws.shape), dtype=ws.dtype)
+            arr.fill(np.nan if np.dtype(ws.dtype).kind == "f" else
+                     (np.iinfo(ws.dtype).max if np.dtype(ws.dtype).kind == "u" else -1))
+            spaces[name] = arr
+        calls = [(fn, launch, self.op.step_args(config, i, inputs, views, spaces, list(shape)))
+                 for i, (fn, launch) in enumerate(fns)]
+
+        def launch_all() -> None:
+            for fn, launch, args in calls:
+                fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
+
+        launch_all.workspaces = spaces  # for tests and tools: what the steps passed between them
+        return launch_all
 
     def timing_calls(self, runner: Any, inputs: dict[str, Any], outputs: dict[str, GuardedOutput],
                      shape: tuple[int, ...]) -> dict[str, Callable[[], None]]:
@@ -224,6 +269,14 @@ def global_memory_problem(gmem_bytes: int, allowed: int = 0) -> str:
             f"operator's template keeps {allowed}): __device__, __managed__ or namespace-scope "
             "variables are state that survives between calls; kernels may only use their "
             "arguments, shared memory and the template's constants")
+
+
+def pipeline_steps(op: Any, config: dict[str, Any], shape: list[int], dtype: str) -> list[Step]:
+    """The kernels an operator's call runs (one, unless the operator has several steps)."""
+    steps = getattr(op, "steps", None)
+    if steps is None:  # an operator outside the CUDA catalog base (your own kernel)
+        return [Step(op.kernel_for(dtype), op.launch(config, shape, dtype))]
+    return list(steps(config, shape, dtype))
 
 
 def _threads(launch: Launch) -> int:
