@@ -108,7 +108,8 @@ GEMM_CG = [512, 512, 512]
 GEMM_NATIVE = ([512, 512, 512], [1024, 1024, 1024])
 D1 = "32768,8,64"
 LL = "1048576,8,64"
-SAMPLE_S = 0.03  # each timed sample lasts at least this long
+SAMPLE_S = 0.02  # each timed sample lasts at least this long
+STAT = "best"  # the statistic reported (see interleave)
 FMA_FLOP_PER_CYCLE = 32  # 2 FMA pipes x 16 fp32 lanes (Zen 4 runs 512-bit FMAs as 2 x 256)
 
 HARNESS_C = r"""
@@ -349,8 +350,10 @@ def calibrate(fn, min_s: float = SAMPLE_S) -> int:
 
 
 def interleave(contestants: dict, rounds: int, min_s: float = SAMPLE_S) -> dict[str, dict]:
-    """Samples round by round (order rotated), each after a warm-up; median, p10, p90 of the
-    seconds per call."""
+    """Samples round by round (order rotated), each after a warm-up; best (STAT), median, p10,
+    p90 of the seconds per call. The machine is shared: another engineer's processes only ever
+    add time to a sample, so the reported figure is the best sample of every contestant (the
+    copy roof is likewise a high percentile of the probe's rates)."""
     reps = {k: calibrate(fn, min_s) for k, fn in contestants.items()}
     samples: dict[str, list[float]] = {k: [] for k in contestants}
     names = list(contestants)
@@ -358,8 +361,9 @@ def interleave(contestants: dict, rounds: int, min_s: float = SAMPLE_S) -> dict[
         for k in names[r % len(names):] + names[:r % len(names)]:
             contestants[k](max(1, reps[k] // 8))  # warm: its own threads and caches
             samples[k].append(contestants[k](reps[k]))
-    return {k: {"median": float(np.median(v)), "p10": float(np.percentile(v, 10)),
-                "p90": float(np.percentile(v, 90)), "n": len(v)} for k, v in samples.items()}
+    return {k: {"best": float(np.min(v)), "median": float(np.median(v)),
+                "p10": float(np.percentile(v, 10)), "p90": float(np.percentile(v, 90)), "n": len(v)}
+            for k, v in samples.items()}
 
 
 # ---- cachegrind -----------------------------------------------------------------------------------
@@ -493,10 +497,10 @@ def profile_memory_op(name: str, b: Builder, probe, roofs, args, ghz: float) -> 
         stats = interleave(contestants, args.rounds)
         row["incore"][level] = {
             "shape": shape, "bytes": ws.nbytes, "roof_level": roofs.level_for(ws.nbytes, 1).name,
-            **{f"{k}_gbs": ws.nbytes / s["median"] / 1e9 for k, s in stats.items() if k != "copy"},
-            **{f"{k}_cyc_per_elem": s["median"] * ghz * 1e9 / ws.elements
+            **{f"{k}_gbs": ws.nbytes / s[STAT] / 1e9 for k, s in stats.items() if k != "copy"},
+            **{f"{k}_cyc_per_elem": s[STAT] * ghz * 1e9 / ws.elements
                for k, s in stats.items() if k != "copy"},
-            "copy_gbs": contestants["copy"].nbytes / stats["copy"]["median"] / 1e9}
+            "copy_gbs": contestants["copy"].nbytes / stats["copy"][STAT] / 1e9}
     # fixed cost of a call: rows = 0 (fork/join and nothing else), 1 and 2 threads
     row["empty_us"] = {}
     for t in (1, 2):
@@ -519,9 +523,10 @@ def profile_memory_op(name: str, b: Builder, probe, roofs, args, ghz: float) -> 
             level, roof = roofs.roof_for(ws.nbytes, t)
             row["dram"][t] = {
                 "level": level, "roof_gbs": roof,
-                **{f"{k}_gbs": ws.nbytes / s["median"] / 1e9 for k, s in stats.items() if k != "copy"},
+                **{f"{k}_gbs": ws.nbytes / s[STAT] / 1e9 for k, s in stats.items() if k != "copy"},
                 **{f"{k}_spread": (s["p90"] - s["p10"]) / s["median"] for k, s in stats.items()},
-                "copy_gbs": contestants["copy"].nbytes / stats["copy"]["median"] / 1e9}
+                **{f"{k}_median_gbs": ws.nbytes / s["median"] / 1e9 for k, s in stats.items() if k != "copy"},
+                "copy_gbs": contestants["copy"].nbytes / stats["copy"][STAT] / 1e9}
             del contestants
         del ws
     return row
@@ -573,8 +578,8 @@ def profile_gemm(b: Builder, args, ghz: float) -> dict:
         with threadpool_limits(limits=1, user_api="blas"):
             stats = interleave({"tuned": k, "openblas": numpy_call}, args.rounds)
         flop = op.flops(tuple(shape))
-        row["native"][shape[0]] = {k2: {"gflops": flop / s["median"] / 1e9,
-                                        "peak": flop / s["median"] / (ghz * 1e9 * FMA_FLOP_PER_CYCLE)}
+        row["native"][shape[0]] = {k2: {"gflops": flop / s[STAT] / 1e9,
+                                        "peak": flop / s[STAT] / (ghz * 1e9 * FMA_FLOP_PER_CYCLE)}
                                    for k2, s in stats.items()}
     return row
 
@@ -617,7 +622,7 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
                   f"{f(c['avx2_cycles_per_elem_l2'], 2, 7)} {f(c['ipc'], 2, 5)}")
     if mem:
         p("")
-        p("in-core, 1 thread (-march=native build), median GB/s of op.bytes_moved, copy probe interleaved on the same bytes")
+        p("in-core, 1 thread (-march=native build), best-sample GB/s of op.bytes_moved, copy probe interleaved on the same bytes")
     p(f"{'operator':<10} {'build':<7} {'L1 GB/s':>8} {'cyc/el':>7} {'copy L1':>8} {'L2 GB/s':>8} {'cyc/el':>7} "
       f"{'copy L2':>8} {'ceiling':>8} {'/DRAM1':>7} {'/L2 roof':>8} {'call us 1/2 thr':>16}") if mem else None
     for r in mem:
@@ -632,7 +637,7 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
               f"{f(r['empty_us'][1], 2, 7)} {f(r['empty_us'][2], 2, 7)}")
     if any("dram" in r for r in mem):
         p("")
-        p(f"DRAM working set {'x'.join(map(str, DRAM_SHAPE))} (512 MB), median GB/s, copy probe interleaved on the same bytes")
+        p(f"DRAM working set {'x'.join(map(str, DRAM_SHAPE))} (512 MB), best-sample GB/s (± = p10-p90 spread / median), copy probe interleaved on the same bytes")
         p(f"{'operator':<10} {'thr':>3} {'build':<7} {'GB/s':>7} {'±':>4} {'copy GB/s':>9} {'% copy':>7} "
           f"{'roof':>5} {'% roof':>7} {'serial model':>12}")
         for r in mem:

@@ -18,36 +18,45 @@
 #define THREADS 1
 #endif
 
+/* C11 mode compiles a * b + c as a multiply and a dependent add (-ffp-contract=off): the
+ * multiply-adds of the polynomials are written as fmaf where the machine has FMA (profile in
+ * bench/cpu_profile.md: the chain of 3-cycle operations, not the arithmetic, set the speed) */
+#if defined(__FMA__) || defined(__aarch64__)
+#define KS_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define KS_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 #if ERF_IMPL
 /* exp(x) for x <= 0: range reduction by ln 2, Cephes expf polynomial, 2^n from the exponent
- * bits; arguments below -87 are clamped (an unsigned min on the bit pattern of x <= 0). */
+ * bits; arguments below -87 are clamped (an unsigned min on the bit pattern of x <= 0).
+ * n = round(x / ln 2) is read from the low bits of x / ln 2 + 1.5 * 2^23, and the polynomial
+ * is evaluated in Estrin's scheme (a chain of 4 multiply-adds instead of 7). */
 static inline float ks_exp_neg(float x) {
     union { float f; unsigned int u; } in = { .f = x };
     in.u = in.u < 0xC2AE0000u ? in.u : 0xC2AE0000u; /* 0xC2AE0000 is -87.0f */
     x = in.f;
-    const int ni = (int)(x * 1.44269504088896341f - 0.5f);
-    const float n = (float)ni;
-    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float e = p * r * r + r + 1.0f;
-    union { int i; float f; } scale = { .i = (ni + 127) << 23 };
+    union { float f; int i; } t = { .f = KS_FMA(x, 1.44269504088896341f, 12582912.0f) };
+    const float n = t.f - 12582912.0f;
+    const float r = KS_FMA(n, 2.12194440e-4f, KS_FMA(n, -0.693359375f, x));
+    const float r2 = r * r;
+    const float a = KS_FMA(1.6666665459e-1f, r, 5.0000001201e-1f);
+    const float b = KS_FMA(8.3334519073e-3f, r, 4.1665795894e-2f);
+    const float c = KS_FMA(1.9875691500e-4f, r, 1.3981999507e-3f);
+    const float p = KS_FMA(KS_FMA(c, r2, b), r2, a);
+    const float e = KS_FMA(p, r2, r) + 1.0f;
+    union { int i; float f; } scale = { .i = (t.i - 0x4B400000 + 127) << 23 };
     return e * scale.f;
 }
 
 static inline float ks_erf(float x) {
     const float a = fabsf(x);
-    const float t = 1.0f / (1.0f + 0.3275911f * a);
-    float p = 1.061405429f;
-    p = p * t - 1.453152027f;
-    p = p * t + 1.421413741f;
-    p = p * t - 0.284496736f;
-    p = p * t + 0.254829592f;
-    const float e = 1.0f - p * t * ks_exp_neg(-a * a);
+    const float t = 1.0f / KS_FMA(0.3275911f, a, 1.0f);
+    const float t2 = t * t;
+    /* ((((a5 t + a4) t + a3) t + a2) t + a1) t, Estrin's scheme */
+    const float q = KS_FMA(KS_FMA(1.061405429f, t, -1.453152027f), t2, KS_FMA(1.421413741f, t, -0.284496736f));
+    const float p = KS_FMA(q, t2, 0.254829592f * t);
+    const float e = KS_FMA(-p, ks_exp_neg(-a * a), 1.0f);
     return copysignf(e, x);
 }
 #else

@@ -22,30 +22,66 @@
 #define EPS 1e-5
 #endif
 
+/* Each reduction keeps KS_PARTS vectors of VEC partial sums (each lane its own chain): with
+ * one accumulator per sum (omp simd reduction) the loop ran at the latency of a double add
+ * per VEC elements (bench/cpu_profile.md). The squares are multiply-adds where the machine
+ * has FMA (C11 mode does not contract a * b + c). */
+#define KS_PARTS 4
+#if defined(__FMA__) || defined(__aarch64__)
+#define KS_SQ_ADD(s, v) fma(v, v, s)
+#else
+#define KS_SQ_ADD(s, v) ((s) + (v) * (v))
+#endif
+
 static void layernorm_row(float *restrict y, const float *restrict x, const float *restrict w,
                           const float *restrict b, long n) {
-    double sum = 0.0, var;
+    double ps[KS_PARTS * VEC], var;
+    for (int a = 0; a < KS_PARTS * VEC; ++a) ps[a] = 0.0;
+    long j = 0;
 #if STATS == 1
-    double sq = 0.0;
-#pragma omp simd simdlen(VEC) reduction(+ : sum, sq)
-    for (long k = 0; k < n; ++k) {
-        const double v = x[k];
-        sum += v;
-        sq += v * v;
+    double pq[KS_PARTS * VEC];
+    for (int a = 0; a < KS_PARTS * VEC; ++a) pq[a] = 0.0;
+    for (; j + KS_PARTS * VEC <= n; j += KS_PARTS * VEC) {
+#pragma omp simd simdlen(VEC)
+        for (int a = 0; a < KS_PARTS * VEC; ++a) {
+            const double v = x[j + a];
+            ps[a] += v;
+            pq[a] = KS_SQ_ADD(pq[a], v);
+        }
     }
+    for (; j < n; ++j) {
+        const double v = x[j];
+        ps[0] += v;
+        pq[0] = KS_SQ_ADD(pq[0], v);
+    }
+    double sum = 0.0, sq = 0.0;
+    for (int a = 0; a < KS_PARTS * VEC; ++a) { sum += ps[a]; sq += pq[a]; }
     const double mean = sum / (double)n;
     var = sq / (double)n - mean * mean;
     var = var > 0.0 ? var : 0.0;
 #else
-#pragma omp simd simdlen(VEC) reduction(+ : sum)
-    for (long k = 0; k < n; ++k) sum += x[k];
-    const double mean = sum / (double)n;
-    double sq = 0.0;
-#pragma omp simd simdlen(VEC) reduction(+ : sq)
-    for (long k = 0; k < n; ++k) {
-        const double d = (double)x[k] - mean;
-        sq += d * d;
+    for (; j + KS_PARTS * VEC <= n; j += KS_PARTS * VEC) {
+#pragma omp simd simdlen(VEC)
+        for (int a = 0; a < KS_PARTS * VEC; ++a) ps[a] += x[j + a];
     }
+    for (; j < n; ++j) ps[0] += x[j];
+    double sum = 0.0;
+    for (int a = 0; a < KS_PARTS * VEC; ++a) sum += ps[a];
+    const double mean = sum / (double)n;
+    for (int a = 0; a < KS_PARTS * VEC; ++a) ps[a] = 0.0;
+    for (j = 0; j + KS_PARTS * VEC <= n; j += KS_PARTS * VEC) {
+#pragma omp simd simdlen(VEC)
+        for (int a = 0; a < KS_PARTS * VEC; ++a) {
+            const double d = (double)x[j + a] - mean;
+            ps[a] = KS_SQ_ADD(ps[a], d);
+        }
+    }
+    for (; j < n; ++j) {
+        const double d = (double)x[j] - mean;
+        ps[0] = KS_SQ_ADD(ps[0], d);
+    }
+    double sq = 0.0;
+    for (int a = 0; a < KS_PARTS * VEC; ++a) sq += ps[a];
     var = sq / (double)n;
 #endif
     const float m = (float)mean;

@@ -1,8 +1,14 @@
 /* Row softmax fp32: y[r, :] = exp(x[r, :] - max) / sum(exp(x[r, :] - max)).
- * Tunables (-D): VEC simd length; ACC independent accumulators for the max and sum reductions;
- * ONLINE 1 = one pass computing max and sum together (rescaling), 0 = separate max pass;
- * CHUNK rows per OpenMP work item; THREADS OpenMP threads; EXP_IMPL 0 = libm expf,
- * 1 = an inlined polynomial exp (Cephes expf, about 1 ulp) that the compiler can vectorise. */
+ * Tunables (-D): VEC simd length; ACC independent accumulators for the max and sum reductions
+ * (ONLINE 0: ACC vectors of VEC partial maxima and sums, each lane its own chain; ONLINE 1: ACC
+ * scalar chains); ONLINE 1 = one pass computing max and sum together (rescaling), 0 = separate
+ * max pass; CHUNK rows per OpenMP work item; THREADS OpenMP threads; EXP_IMPL 0 = libm expf,
+ * 1 = an inlined polynomial exp (Cephes expf, about 1 ulp) that the compiler can vectorise.
+ *
+ * Profile (bench/cpu_profile.md): C11 mode compiles a * b + c as a multiply and a dependent add
+ * (-ffp-contract=off), so the exp polynomial was a chain of 14 dependent 3-cycle operations;
+ * the multiply-adds are written as fmaf where the machine has FMA (one rounding less, same
+ * accuracy bound). The max and sum reductions had one vector accumulator whatever ACC said. */
 #include <math.h>
 #include <stddef.h>
 
@@ -25,27 +31,35 @@
 #define EXP_IMPL 0
 #endif
 
+#if defined(__FMA__) || defined(__aarch64__)
+#define KS_FMA(a, b, c) fmaf(a, b, c)
+#else
+#define KS_FMA(a, b, c) ((a) * (b) + (c))
+#endif
+
 #if EXP_IMPL
 /* exp(x) for x <= 0 (arguments here are x - max): range reduction by ln 2, degree-5
  * polynomial (Cephes expf, about 1 ulp), scale by 2^n built from the exponent bits. Branch
  * free so that it vectorises: the clamp to -87 (results below 1.7e-38, well inside any
  * tolerance) is an unsigned min on the bit pattern, which orders non-positive floats by
- * magnitude (and sends -inf and NaN to the clamp too). */
+ * magnitude (and sends -inf and NaN to the clamp too). n = round(x / ln 2) is read from the
+ * low bits of x / ln 2 + 1.5 * 2^23 (no float-int conversions), and the polynomial is
+ * evaluated in Estrin's scheme: a dependency chain of 4 multiply-adds instead of 7, so that
+ * more vectors are in flight (the chain's length, not the arithmetic, set the speed). */
 static inline float ks_exp(float x) {
     union { float f; unsigned int u; } in = { .f = x };
     in.u = in.u < 0xC2AE0000u ? in.u : 0xC2AE0000u; /* 0xC2AE0000 is -87.0f */
     x = in.f;
-    const int ni = (int)(x * 1.44269504088896341f - 0.5f); /* round(x / ln 2), x <= 0 */
-    const float n = (float)ni;
-    const float r = x - n * 0.693359375f + n * 2.12194440e-4f;
-    float p = 1.9875691500e-4f;
-    p = p * r + 1.3981999507e-3f;
-    p = p * r + 8.3334519073e-3f;
-    p = p * r + 4.1665795894e-2f;
-    p = p * r + 1.6666665459e-1f;
-    p = p * r + 5.0000001201e-1f;
-    const float y = p * r * r + r + 1.0f;
-    union { int i; float f; } scale = { .i = (ni + 127) << 23 };
+    union { float f; int i; } t = { .f = KS_FMA(x, 1.44269504088896341f, 12582912.0f) };
+    const float n = t.f - 12582912.0f; /* round(x / ln 2) */
+    const float r = KS_FMA(n, 2.12194440e-4f, KS_FMA(n, -0.693359375f, x));
+    const float r2 = r * r;
+    const float a = KS_FMA(1.6666665459e-1f, r, 5.0000001201e-1f);
+    const float b = KS_FMA(8.3334519073e-3f, r, 4.1665795894e-2f);
+    const float c = KS_FMA(1.9875691500e-4f, r, 1.3981999507e-3f);
+    const float p = KS_FMA(KS_FMA(c, r2, b), r2, a);
+    const float y = KS_FMA(p, r2, r) + 1.0f;
+    union { int i; float f; } scale = { .i = (t.i - 0x4B400000 + 127) << 23 };
     return y * scale.f;
 }
 #else
@@ -74,13 +88,28 @@ static void softmax_row(float *restrict y, const float *restrict x, long n) {
     float s = 0.0f;
     for (int a = 0; a < ACC; ++a) s += (mx[a] == -INFINITY) ? 0.0f : sm[a] * ks_exp(mx[a] - m);
 #else
-    (void)j;
-    float m = -INFINITY;
-#pragma omp simd simdlen(VEC) reduction(max : m)
-    for (long k = 0; k < n; ++k) m = x[k] > m ? x[k] : m;
+    /* ACC vectors of VEC lanes: each lane its own chain (vmaxps and vaddps are 2-3 cycles) */
+    float pm[ACC * VEC], ps[ACC * VEC];
+    for (int a = 0; a < ACC * VEC; ++a) { pm[a] = -INFINITY; ps[a] = 0.0f; }
+    (void)mx; (void)sm;
+    for (; j + ACC * VEC <= n; j += ACC * VEC) {
+#pragma omp simd simdlen(VEC)
+        for (int a = 0; a < ACC * VEC; ++a) pm[a] = x[j + a] > pm[a] ? x[j + a] : pm[a];
+    }
+    for (long k = j; k < n; ++k) pm[0] = x[k] > pm[0] ? x[k] : pm[0];
+    float m = pm[0];
+    for (int a = 1; a < ACC * VEC; ++a) m = pm[a] > m ? pm[a] : m;
+    for (j = 0; j + ACC * VEC <= n; j += ACC * VEC) {
+#pragma omp simd simdlen(VEC)
+        for (int a = 0; a < ACC * VEC; ++a) {
+            const float e = ks_exp(x[j + a] - m);
+            y[j + a] = e;
+            ps[a] += e;
+        }
+    }
+    for (long k = j; k < n; ++k) { const float e = ks_exp(x[k] - m); y[k] = e; ps[0] += e; }
     float s = 0.0f;
-#pragma omp simd simdlen(VEC) reduction(+ : s)
-    for (long k = 0; k < n; ++k) { const float e = ks_exp(x[k] - m); y[k] = e; s += e; }
+    for (int a = 0; a < ACC * VEC; ++a) s += ps[a];
 #endif
     const float inv = 1.0f / s;
 #if ONLINE
