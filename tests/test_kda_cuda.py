@@ -1,0 +1,138 @@
+"""The CUDA KDA operator without a GPU: every recommended configuration compiles with NVRTC for
+sm_90a and sm_80 with no spills (registers / spills / shared memory per kernel printed: run with
+-s to see the table), the space's restrictions agree with the kernels' shared-memory layouts, and
+the NumPy emulation of the exact stage decomposition (tests/fake_kda.py: same workspaces, same
+chunk tables, bf16 where the kernels store bf16) matches the float64 recurrent reference within
+the bf16 norm tolerance, fixed-length and packed, with and without fusion."""
+
+from __future__ import annotations
+
+import fake_kda
+import numpy as np
+import pytest
+
+from app.catalog import get_operator
+from app.catalog.cuda.kda import SHARED_LIMIT, chunk_tables, cu_seqlens, recurrent_xp, shared_bytes
+from app.catalog.kda import TOLERANCE, check_close, make_inputs, recurrent_kda
+from app.catalog.protocol import from_storage
+from app.gpu.verify import CheckCase, make_outputs, tolerance_for
+from app.gpu.verify import make_inputs as harness_inputs
+
+OP = get_operator("cuda", "kda")
+GOAL = [2, 4096, 16, 128]
+
+
+def compile_table(arch: str, tmp_path) -> list[tuple]:
+    from app.gpu.cuda import nvrtc
+
+    rows = []
+    for cfg in OP.recommended("bfloat16", GOAL):
+        built = nvrtc.compile_source(OP.render(cfg, GOAL, "bfloat16"), OP.kernel_for("bfloat16"), arch,
+                                     cache=tmp_path)
+        for step in OP.steps(cfg, GOAL, "bfloat16"):
+            r = built.resource(step.kernel)
+            rows.append((arch, cfg, step.kernel, r.registers, r.spill_stores, r.spill_loads,
+                         r.shared_bytes + step.launch.shared_bytes, _threads(step.launch)))
+    return rows
+
+
+def _threads(launch) -> int:
+    return launch.block[0] * launch.block[1] * launch.block[2]
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+def test_recommended_configs_compile_without_spills(arch, tmp_path):
+    pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
+    rows = compile_table(arch, tmp_path)
+    print(f"\nKDA {GOAL} bf16 on {arch}: config | kernel | registers | spill st/ld B | shared B | threads")
+    for arch_, cfg, kernel, regs, st, ld, smem, threads in rows:
+        flags = "".join(f"{k}={v} " for k, v in cfg.items())
+        print(f"  {flags}| {kernel:16s} | {regs:3d} | {st}/{ld} | {smem:6d} | {threads}")
+    for arch_, cfg, kernel, regs, st, ld, smem, threads in rows:
+        assert regs > 0 and st == 0 and ld == 0, (arch, cfg, kernel)
+        assert smem <= SHARED_LIMIT[arch], (arch, cfg, kernel, smem)
+        assert regs * threads <= 65536
+    kernels = {r[2] for r in rows}
+    assert kernels == {"kda_gate_cumsum", "kda_wy", "kda_state", "kda_output"}
+
+
+def test_recommended_configs_are_in_the_space_and_fit_hopper():
+    space = OP.space("bfloat16")
+    for cfg in OP.recommended("bfloat16", GOAL):
+        assert space.is_valid(cfg) and OP.static_check(cfg, GOAL, "bfloat16") is None, cfg
+    # the restriction on shared memory is the kernels' own layout: valid <=> every kernel fits
+    for bt in (16, 32, 64):
+        for vt in (32, 64, 128):
+            for fuse in (0, 1):
+                cfg = {"BT": bt, "NT": 256, "VT": vt, "FUSE_GATE": 1, "FUSE_OUTPUT": fuse}
+                fits = all(shared_bytes(s.kernel, cfg) <= SHARED_LIMIT["sm_90a"]
+                           for s in OP.steps(cfg, GOAL, "bfloat16"))
+                if not fuse:  # the output kernel is compiled (as a rewrite's base) even when fused
+                    fits = fits and shared_bytes("kda_output", cfg) <= SHARED_LIMIT["sm_90a"]
+                assert space.is_valid(cfg) == fits, cfg
+
+
+def test_chunk_tables_never_cross_a_sequence():
+    cu = cu_seqlens(1000, 7)
+    assert cu[0] == 0 and cu[-1] == 1000 and (np.diff(cu) > 0).all()
+    chunks, seqs = chunk_tables([1, 1000, 4, 128, 7], 64)
+    for s, (first, count, start, _) in enumerate(seqs):
+        own = chunks[first:first + count]
+        assert own[0][0] == start == cu[s] and own[-1][0] + own[-1][1] == cu[s + 1]
+        assert (own[:, 2] == s).all() and (own[:, 1] <= 64).all()
+    chunks, seqs = chunk_tables([3, 100, 4, 128], 32)
+    assert len(seqs) == 3 and len(chunks) == 12 and chunks[3][1] == 4 and chunks[4][0] == 100
+
+
+def test_the_xp_reference_is_the_recurrent_reference():
+    x = make_inputs(2, 37, 2, 128, 128, seed=1, initial_state=True)
+    inputs = {"q": x.q, "k": x.k, "v": x.v, "g": x.g, "beta": x.beta, "h0": x.initial_state}
+    got = recurrent_xp(np, inputs, [2, 37, 2, 128])
+    o, ht = recurrent_kda(x.q, x.k, x.v, x.g, x.beta, initial_state=x.initial_state)
+    np.testing.assert_allclose(got["o"], o, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["ht"], ht, rtol=1e-12, atol=1e-12)
+    packed = make_inputs(1, 60, 2, 128, 128, seed=2, initial_state=True, n_states=3)
+    inputs = {"q": packed.q, "k": packed.k, "v": packed.v, "g": packed.g, "beta": packed.beta,
+              "h0": packed.initial_state}
+    got = recurrent_xp(np, inputs, [1, 60, 2, 128, 3])
+    o, ht = recurrent_kda(packed.q, packed.k, packed.v, packed.g, packed.beta,
+                          initial_state=packed.initial_state, cu_seqlens=cu_seqlens(60, 3))
+    np.testing.assert_allclose(got["o"], o, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(got["ht"], ht, rtol=1e-12, atol=1e-12)
+
+
+def run_emulated_pipeline(config, shape, distribution="normal", seed=0):
+    """The stages in launch order on the harness's own inputs, outputs and workspaces."""
+    inputs = harness_inputs(np, OP, CheckCase(shape, distribution, seed), "bfloat16")
+    outputs = make_outputs(np, OP, shape, "bfloat16")
+    table = fake_kda.emulations()
+    spaces = {}
+    for name, ws in OP.workspaces(config, shape, "bfloat16").items():
+        arr = np.asarray(ws.init, dtype=ws.dtype) if ws.init is not None else np.empty(ws.shape, ws.dtype)
+        if ws.init is None:
+            arr.fill(np.nan if arr.dtype.kind == "f" else 0xFFFF)
+        spaces[name] = arr
+    views = {k: v.view for k, v in outputs.items()}
+    for i, step in enumerate(OP.steps(config, shape, "bfloat16")):
+        table[step.kernel](*OP.step_args(config, i, inputs, views, spaces, shape))
+    return inputs, views
+
+
+CONFIGS = [{"BT": 64, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0},
+           {"BT": 16, "NT": 128, "VT": 32, "FUSE_GATE": 0, "FUSE_OUTPUT": 1}]
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["bt64", "bt16-fused"])
+@pytest.mark.parametrize("shape,distribution", [([2, 200, 2, 128], "normal"), ([1, 300, 2, 128, 4], "wide")])
+def test_emulated_stages_match_the_recurrent_reference_within_the_bf16_norm(config, shape, distribution):
+    inputs, outputs = run_emulated_pipeline(config, shape, distribution)
+    x64 = {k: from_storage(np, v, "bfloat16") for k, v in inputs.items()}
+    ref = OP.reference(np, x64, shape)
+    o = check_close(from_storage(np, outputs["o"], "bfloat16"), ref["o"], "bfloat16")
+    ht = check_close(outputs["ht"].astype(np.float64), ref["ht"], "bfloat16", keep_axes=(0, 1))
+    print(f"\n{config} {shape} {distribution}: o {o}; ht {ht}")
+    assert o.ok and ht.ok and o.worst < TOLERANCE["bfloat16"] / 2
+    tol = tolerance_for(OP, shape, "bfloat16")
+    assert tol.rtol == pytest.approx(TOLERANCE["bfloat16"])
+    assert OP.judge_output(np, "o", from_storage(np, outputs["o"], "bfloat16"), ref["o"], shape,
+                           "bfloat16", tol) is None
