@@ -43,7 +43,8 @@ def test_dry_run_leaves_a_report_in_time(tmp_path):
     preflight = json.loads((out / "preflight.json").read_text())
     assert preflight["dry_run"] and preflight["verdict"] == "ok"
     stages = [line.split("\t")[:2] for line in (out / "stages.tsv").read_text().splitlines()]
-    assert stages == [["preflight", "0"], ["tests", "0"], ["bench", "0"], ["faults", "0"]]
+    assert stages == [["preflight", "0"], ["tests", "0"], ["bench", "0"], ["kda", "0"], ["faults", "0"]]
+    assert "no spills" in (out / "kda.txt").read_text() and (out / "gpu_kda.json").exists()
     assert "## Preflight: ok" in report and "GPU tests:" in report
     assert "memory-bound min " in report and "% of copy bandwidth" in report
     assert "Planted faults survived" in report and report.index("| out_of_memory") < report.index("| hang")
