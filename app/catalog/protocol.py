@@ -69,6 +69,12 @@ class Operator(Protocol):
         """The device source an LLM rewrites (parameters arrive as -D macros)."""
         ...
 
+    # Optional, read with getattr where they exist: `output_dtypes(dtype)` (outputs stored in
+    # their own dtype), `judge_output(xp, name, got, expected, shape, dtype, tol)` (an operator's
+    # own error measure, e.g. per-head norms for a recurrence: a problem string or None), and,
+    # for CUDA operators (app.catalog.cuda.base), `steps` / `workspaces` / `step_args`: several
+    # kernels run in order with named intermediate buffers, timed and verified as one call.
+
 
 # ---- dtype storage ------------------------------------------------------------------------
 _NAN16 = {"float16": 0x7E00, "bfloat16": 0x7FC0}
