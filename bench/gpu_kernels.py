@@ -4,7 +4,10 @@ best configuration; it is then measured once more, interleaved with the best lib
 copy bandwidth and peak FLOP/s. Planted faulty kernels check that faults are recorded and cost
 one worker. Writes gpu_kernels.json and gpu_kernels.md; the last line printed is
 
-    memory-bound min X% of copy bandwidth; GEMM bf16 Y% of cuBLAS
+    memory-bound min X% of copy bandwidth; GEMM bf16 Y% of cuBLAS (TEMPLATE)
+
+where TEMPLATE is the kernel the GEMM row ran: gemm_wgmma (wgmma + TMA) on compute capability 9.0,
+gemm_tc (mma.sync) elsewhere (app.catalog.cuda.gemm, Gemm.for_device).
 
 Usage: python bench/gpu_kernels.py [--out DIR] [--budget-s 200] [--only softmax,gemm]
 """
@@ -87,11 +90,12 @@ def local_search(ev: CudaEvaluator, prior: list[Evaluation], max_evals: int, sec
 
 
 def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool) -> dict:
-    op = OPERATORS[name]
     goal = Goal(name=f"bench {name} {dtype} {shape}", operator=name, backend="cuda", dtype=dtype,
                 shapes=[shape], device=0).validate()
     ev = CudaEvaluator(goal, protocol=SEARCH, pool=pool, devices=[0],
                        deadlines=Deadlines(compile_s=120, run_s=60))
+    # the operator as the device runs it: gemm on sm_90 is the wgmma + TMA template
+    op = ev.op if ev.op.name == name else OPERATORS[name]
     t0 = time.monotonic()
     try:
         baselines = ev.baselines()
@@ -108,7 +112,8 @@ def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool) 
         for e in history:
             if not e.ok:
                 failures[e.reason] = failures.get(e.reason, 0) + 1
-        row = {"kernel": name, "dtype": dtype, "shape": shape, "evaluations": len(history),
+        row = {"kernel": name, "dtype": dtype, "shape": shape, "template": op.kernel_for(dtype),
+               "evaluations": len(history),
                "failures": failures, "baselines": {k: {"ms": sum(v["ms"]) if v.get("ms") else None,
                                                         "ok": v["ok"], "error": v.get("error", "")}
                                                     for k, v in baselines.get("baselines", {}).items()},
@@ -224,7 +229,8 @@ def markdown(device: dict, rows: list[dict], faults: list[dict], summary: str) -
     for r in rows:
         if "config" in r:
             res = r["resources"]
-            lines.append(f"- {r['kernel']} {r['dtype']}: `{r['config']}` ({res.get('registers')} regs, "
+            lines.append(f"- {r['kernel']} {r['dtype']} ({r.get('template', '')}): `{r['config']}` "
+                         f"({res.get('registers')} regs, "
                          f"{res.get('static_shared_bytes', 0) + res.get('dynamic_shared_bytes', 0)} B smem, "
                          f"spills {res.get('spill_stores')}, timing {res.get('timing_mode')})")
     lines += ["", "Baselines (all measured in the same run):", ""]
@@ -255,7 +261,8 @@ def summary_line(rows: list[dict]) -> str:
                  and r.get("baseline_ms") and r.get("time_ms")), None)
     mem_txt = f"{min(mem):.1f}%" if mem else "n/a"
     gemm_txt = f"{100.0 * gemm['baseline_ms'] / gemm['time_ms']:.1f}%" if gemm else "n/a"
-    return f"memory-bound min {mem_txt} of copy bandwidth; GEMM bf16 {gemm_txt} of cuBLAS"
+    which = f" ({gemm['template']})" if gemm and gemm.get("template") else ""
+    return f"memory-bound min {mem_txt} of copy bandwidth; GEMM bf16 {gemm_txt} of cuBLAS{which}"
 
 
 def write_report(out: Path, device: dict, rows: list[dict], faults: list[dict], note: str = "") -> str:

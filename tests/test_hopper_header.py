@@ -1,7 +1,8 @@
 """app/catalog/cuda/kernels/hopper.cuh compiles with NVRTC for sm_90a (no GPU needed): a small
-warp-specialised probe kernel calls every helper the header defines (TMA load + mbarrier handshake
-between a producer and two consumer warpgroups, setmaxnreg, one wgmma), ptxas reports its
-registers and no spills; plain sm_90 refuses it (issue 18)."""
+warp-specialised probe kernel calls every helper the header defines (TMA load, multicast and
+store + mbarrier handshake between a producer and two consumer warpgroups, remote arrivals,
+named barriers, setmaxnreg, the wgmma shapes N = 64..256 in bf16 and fp16, B K- and MN-major),
+ptxas reports its registers and no spills; plain sm_90 refuses it (issue 18)."""
 
 from __future__ import annotations
 
@@ -60,6 +61,34 @@ hopper_probe(const __grid_constant__ TensorMap map, float* out) {
         for (int i = 0; i < 32; ++i) out[(blockIdx.x * 256 + t) * 32 + i] = d[i];
         mbarrier_arrive(&empty);
         if (mbarrier_try_wait(&empty, 0)) out[t] += 1.f;
+        // every wgmma shape and both operand types / B majors, by name and through the dispatcher
+        const unsigned long long da = make_smem_desc(a_tile, 16, 1024, 1);
+        const unsigned long long db = make_smem_desc(b_tile, 8192, 1024, 1);
+        float w[128];
+        for (int i = 0; i < 128; ++i) w[i] = 0.f;
+        wgmma_fence();
+        wgmma_m64n64k16<false, 1>(*reinterpret_cast<float(*)[32]>(w), da, db, 1);
+        wgmma_m64n128k16<true, 0>(*reinterpret_cast<float(*)[64]>(w), da, db, 1);
+        wgmma_m64n192k16<false, 1>(*reinterpret_cast<float(*)[96]>(w), da, db, 1);
+        wgmma_m64n256k16<true, 1>(w, da, db, 1);
+        wgmma_m64k16<256, false, 1>(w, da, db, 0);
+        wgmma_commit();
+        wgmma_wait<0>();
+        for (int i = 0; i < 128; ++i) wgmma_fence_operand(w[i]);
+        for (int i = 0; i < 128; ++i) out[(blockIdx.x * 256 + t) * 128 + i] += w[i];
+        named_barrier_sync(2, 256);
+        if (t == 0) {                          // the epilogue's TMA store of the A tile
+            fence_proxy_async();
+            tma_store_2d(&map, a_tile, 0, blockIdx.x * 64);
+            tma_store_commit();
+            tma_store_wait_read<0>();
+            tma_store_wait<0>();
+        }
+    }
+    if (warpgroup == 0 && threadIdx.x == 0) {  // a cluster peer's view: multicast load, remote arrival
+        mbarrier_arrive_expect_tx(&full, sizeof(b_tile));
+        tma_load_2d_multicast(b_tile, &map, &full, 64, blockIdx.x * 64, 0x3);
+        mbarrier_arrive_cluster(&empty, cluster_ctarank() ^ 1u);
     }
     cluster_sync();
     if (threadIdx.x == 0) out[blockIdx.x] = static_cast<float>(cluster_ctarank());

@@ -56,7 +56,7 @@ def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings
 
     settings = (settings or LLMSettings.from_env()).validate()
     space = evaluator.space
-    spec = kernel_spec(goal, params=list(space.params))
+    spec = kernel_spec(goal, params=list(space.params), operator=getattr(evaluator, "op", None))
     client = client or LLMClient(settings, seed=goal.swarm.seed if seed is None else seed)
     device = evaluator.device()
     # in the objective's unit; the prompt states both with the unit and CURRENT's fraction

@@ -70,9 +70,11 @@ class KernelSpec:
         return lines
 
 
-def kernel_spec(goal: Goal, params: list[str] | None = None) -> KernelSpec:
+def kernel_spec(goal: Goal, params: list[str] | None = None, operator: Any = None) -> KernelSpec:
     """The spec of a goal's operator, read through the catalog's operator protocol
-    (app.catalog.protocol.Operator: language, entry, template source, space)."""
+    (app.catalog.protocol.Operator: language, entry, template source, space). `operator`: the
+    evaluator's own, resolved for its device (gemm on sm_90 is the wgmma template), when it is
+    the goal's operator."""
     from app.catalog import get_operator
     from app.catalog.protocol import Operator
 
@@ -83,6 +85,8 @@ def kernel_spec(goal: Goal, params: list[str] | None = None) -> KernelSpec:
         from app.catalog.custom import custom_operator
 
         op: Operator = custom_operator(goal, goal.backend)
+    elif getattr(operator, "name", None) == goal.operator and hasattr(operator, "template_source"):
+        op = operator
     else:
         op = get_operator(goal.backend, goal.operator)
     names = params if params is not None else list(op.space(goal.dtype).params)

@@ -33,6 +33,32 @@ class Launch:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     shared_bytes: int = 0  # dynamic shared memory
+    # Hopper: thread-block clusters (CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION; the grid is a multiple)
+    # and persistent kernels, whose grid (here: the number of tiles, the most CTAs with work) is
+    # capped at the device's SM count, rounded down to whole clusters, when launched.
+    cluster: tuple[int, int, int] = (1, 1, 1)
+    persistent: bool = False
+
+    def device_grid(self, sms: int) -> tuple[int, int, int]:
+        """The grid launched on a device with `sms` multiprocessors."""
+        if not self.persistent:
+            return tuple(self.grid)
+        per = self.cluster[0] * self.cluster[1] * self.cluster[2]
+        x = max(per, min(self.grid[0], (sms // per) * per))
+        return (x, self.grid[1], self.grid[2])
+
+
+@dataclass(frozen=True)
+class TensorMapArg:
+    """A kernel argument the harness turns into a TMA descriptor (CUtensorMap, made on the host
+    by cuTensorMapEncodeTiled, app.gpu.cuda.tma) and passes by value (`const __grid_constant__
+    CUtensorMap`): `array` a row-major contiguous device array, `box` the tile TMA moves (innermost
+    dimension first, elements), `swizzle` the shared-memory swizzle in bytes (0, 32, 64, 128)."""
+
+    array: Any
+    box: tuple[int, ...]
+    dtype: str
+    swizzle: int = 128
 
 
 @dataclass
@@ -79,6 +105,7 @@ class CudaOperator:
     deterministic = True
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ("y",)
+    device_specific = False  # True: for_device picks another template per compute capability
 
     # ---- the design space -------------------------------------------------------------
     def space(self, dtype: str) -> SearchSpace:
@@ -115,7 +142,18 @@ class CudaOperator:
         for k, v in self.defines(config, shape, dtype).items():
             lines.append(f"#define {k} {int(v) if isinstance(v, bool) else v}")
         body = source if source is not None else template_text(self.template_for(dtype))
-        return "\n".join(lines) + "\n" + template_text("common.cuh") + "\n" + body
+        headers = "".join(template_text(h) + "\n" for h in ("common.cuh", *self.headers_for(dtype)))
+        return "\n".join(lines) + "\n" + headers + body
+
+    def headers_for(self, dtype: str) -> tuple[str, ...]:
+        """Shared device headers (kernels/*.cuh) inlined after common.cuh, part of the harness
+        prefix: ampere.cuh (cp.async, ldmatrix, mma.sync), hopper.cuh (mbarrier, TMA, wgmma)."""
+        return ()
+
+    def for_device(self, compute_capability: str) -> CudaOperator:
+        """The operator as it runs on a device of this compute capability ('90', '80'): itself,
+        unless a template exists only for some architectures (gemm: wgmma + TMA on sm_90)."""
+        return self
 
     def template_for(self, dtype: str) -> str:
         return self.template

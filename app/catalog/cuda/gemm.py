@@ -1,5 +1,8 @@
-"""GEMM C[M, N] = A[M, K] @ B[K, N], row-major. float16/bfloat16 run on the tensor cores
-(mma.sync + ldmatrix + cp.async pipeline, fp32 accumulation); float32 on the CUDA cores."""
+"""GEMM C[M, N] = A[M, K] @ B[K, N], row-major. float16/bfloat16 run on the tensor cores with fp32
+accumulation: on Hopper (compute capability 9.0) the wgmma + TMA template (gemm_wgmma.cu:
+warp-specialised producer/consumers, mbarrier ring, persistent, optional 2-CTA cluster with B
+multicast), elsewhere the Ampere template (gemm_tc.cu: mma.sync + ldmatrix + cp.async);
+`Gemm.for_device` picks by compute capability. float32 runs on the CUDA cores."""
 
 from __future__ import annotations
 
@@ -7,7 +10,15 @@ import math
 
 import numpy as np
 
-from app.catalog.cuda.base import ITEMSIZE, CudaOperator, Launch, ceil_div, draw, to_storage
+from app.catalog.cuda.base import (
+    ITEMSIZE,
+    CudaOperator,
+    Launch,
+    TensorMapArg,
+    ceil_div,
+    draw,
+    to_storage,
+)
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
 from app.core.space import SearchSpace
 
@@ -23,9 +34,18 @@ class Gemm(CudaOperator):
     input_names = ("a", "b")
     output_names = ("c",)
     distributions = ("normal", "uniform")
+    device_specific = True
 
     def template_for(self, dtype):
         return "gemm_f32.cu" if dtype == "float32" else "gemm_tc.cu"
+
+    def headers_for(self, dtype):
+        return () if dtype == "float32" else ("ampere.cuh",)
+
+    def for_device(self, compute_capability):
+        """sm_90 (H100/H200): the wgmma + TMA template; any other GPU: this (Ampere) one.
+        Only 9.0 exactly: wgmma needs sm_90a, which Blackwell (10.x, 12.x) does not run."""
+        return HOPPER_GEMM if _is_sm90(compute_capability) else self
 
     def kernel_for(self, dtype):
         return "gemm_f32" if dtype == "float32" else "gemm_tc"
@@ -133,3 +153,90 @@ class Gemm(CudaOperator):
             out["cublas:cupy.matmul"] = cupy_baseline(matmul, ("a", "b"), "c")
         out["torch:matmul"] = torch_baseline(lambda t, a, b: t.matmul(a, b), ("a", "b"), "c")
         return out
+
+
+def _is_sm90(compute_capability):
+    return str(compute_capability).replace("sm_", "").replace(".", "").rstrip("a") == "90"
+
+
+WGMMA_PARAMS = {"BM": [64, 128, 256], "BN": [64, 128, 192, 256], "BK": [64, 128],
+                "STAGES": [2, 3, 4, 5, 6, 7, 8], "CONSUMERS": [1, 2], "CLUSTER": [1, 2],
+                "EPILOGUE": [0, 1], "GROUP_M": [1, 8, 16]}
+
+
+def wgmma_shared_bytes(config):
+    """Dynamic shared memory of gemm_wgmma.cu: the stage ring, the epilogue tile (EPILOGUE 1),
+    the full/empty mbarriers and 1 KB of slack to align the ring on 1024 bytes (128B swizzle)."""
+    c = config
+    ring = c["STAGES"] * (c["BM"] * c["BK"] + c["BK"] * c["BN"]) * 2
+    return ring + (c["BM"] * c["BN"] * 2 if c["EPILOGUE"] else 0) + 16 * c["STAGES"] + 1024
+
+
+class HopperGemm(Gemm):
+    """The same operator on Hopper: fp16/bf16 through gemm_wgmma.cu (sm_90a), float32 as before.
+    Restrictions mirror the template's static_asserts and the 227 KB shared-memory limit."""
+
+    def template_for(self, dtype):
+        return "gemm_f32.cu" if dtype == "float32" else "gemm_wgmma.cu"
+
+    def kernel_for(self, dtype):
+        return "gemm_f32" if dtype == "float32" else "gemm_wgmma"
+
+    def headers_for(self, dtype):
+        return () if dtype == "float32" else ("hopper.cuh",)
+
+    def for_device(self, compute_capability):
+        return self if _is_sm90(compute_capability) else GEMM
+
+    def space(self, dtype):
+        self.check_dtype(dtype)
+        if dtype == "float32":
+            return super().space(dtype)
+        smem = ("STAGES * (BM * BK + BK * BN) * 2 + EPILOGUE * BM * BN * 2 + 16 * STAGES + 1024 "
+                f"<= {SHARED_LIMIT_SM90}")
+        return SearchSpace(dict(WGMMA_PARAMS), restrictions=[
+            "BM % (64 * CONSUMERS) == 0",
+            "(BM // CONSUMERS // 64) * BN // 2 <= 128",  # fp32 accumulators per consumer thread
+            "CLUSTER == 1 or (BN // 64) % 2 == 0",       # the cluster pair splits B's 64-column boxes
+            smem])
+
+    def recommended(self, dtype, shape):
+        if dtype == "float32":
+            return super().recommended(dtype, shape)
+        base = {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER": 1,
+                "EPILOGUE": 0, "GROUP_M": 8}
+        return [base,
+                {**base, "CLUSTER": 2},
+                {**base, "STAGES": 3, "EPILOGUE": 1},
+                {**base, "BN": 128, "STAGES": 6},
+                {**base, "BM": 256, "BN": 128}]
+
+    def threads(self, config, dtype):
+        if dtype == "float32":
+            return super().threads(config, dtype)
+        return 128 * (config["CONSUMERS"] + 1)
+
+    def launch(self, config, shape, dtype):
+        if dtype == "float32":
+            return super().launch(config, shape, dtype)
+        m, n, _ = shape
+        cluster = config["CLUSTER"]
+        tiles = ceil_div(ceil_div(m, config["BM"]), cluster) * cluster * ceil_div(n, config["BN"])
+        return Launch((tiles, 1, 1), (self.threads(config, dtype), 1, 1),
+                      shared_bytes=wgmma_shared_bytes(config), cluster=(cluster, 1, 1), persistent=True)
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        if "EPILOGUE" not in config:  # float32 (the CUDA-core template)
+            return super().kernel_args(config, inputs, outputs, shape)
+        m, n, k = shape
+        a, b, c = inputs["a"], inputs["b"], outputs["c"]
+        dtype = "float16" if a.dtype == np.float16 else "bfloat16"  # bf16 is stored as uint16 bits
+        wg_m = config["BM"] // config["CONSUMERS"]
+        return (TensorMapArg(a, (64, config["BM"]), dtype),
+                TensorMapArg(b, (64, config["BK"]), dtype),
+                TensorMapArg(c, (64, wg_m), dtype),
+                c, np.int32(m), np.int32(n), np.int32(k))
+
+
+GEMM = Gemm()
+HOPPER_GEMM = HopperGemm()

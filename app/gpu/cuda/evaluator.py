@@ -113,6 +113,24 @@ class CudaEvaluator(Evaluator):
         self._seed = random.Random(goal.swarm.seed).randrange(1 << 30)
         self._evals = 0
         self._retime_seeds = random.Random(self._seed + 1)  # re-timings' input seeds
+        if getattr(op, "device_specific", False):  # gemm: wgmma + TMA on sm_90, mma.sync elsewhere
+            self._resolve_for_device()
+
+    def _resolve_for_device(self) -> None:
+        """The operator, space and template of the device the workers run on (the worker
+        resolves the same way: app.gpu.cuda.worker.device_operator). Without a device answer the
+        generic operator stays; evaluate() reports the missing device as before."""
+        try:
+            cc = self.info()["compute_capability"]
+        except BackendUnavailable:
+            return
+        op = self.op.for_device(cc)
+        if op is self.op:
+            return
+        base = op.space(self.dtype)
+        self.op = op
+        self.space = SearchSpace(base.params, restrictions=base.restrictions + list(self.goal.constraints.restrictions))
+        self.template = op.template_source(self.dtype)
 
     # ---- device and limits ----------------------------------------------------------------
     def attach_bus(self, bus: Any, run_id: int | None = None) -> None:

@@ -34,6 +34,7 @@ from app.core.types import (
 )
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
 from app.gpu.cuda import nvrtc, telemetry
+from app.gpu.cuda.launch import DriverKernel, needs_driver
 from app.gpu.cuda.occupancy import device_limits, occupancy, occupancy_problem
 from app.gpu.cuda.roofline import cached_copy_bandwidth, device_key, measure_copy_bandwidth
 from app.gpu.cuda.timing import Protocol, Timer
@@ -279,6 +280,12 @@ def pipeline_steps(op: Any, config: dict[str, Any], shape: list[int], dtype: str
     return list(steps(config, shape, dtype))
 
 
+def device_operator(op: Any, info: dict[str, Any]) -> Any:
+    """The operator as it runs on this GPU (Gemm: the wgmma template on compute capability 9.0)."""
+    resolve = getattr(op, "for_device", None)
+    return resolve(info["compute_capability"]) if resolve is not None else op
+
+
 def _threads(launch: Launch) -> int:
     return launch.block[0] * launch.block[1] * launch.block[2]
 
@@ -333,7 +340,7 @@ class CudaWorker:
         if kind == "evaluate":
             req: CascadeRequest = request[1]
             op: CudaOperator = req.options["operator"]  # a catalog name or your own kernel's operator
-            op = get_operator("cuda", op) if isinstance(op, str) else op
+            op = device_operator(get_operator("cuda", op) if isinstance(op, str) else op, self.info)
             evaluation, restart = run_cascade(req, op, CudaKernelBackend(self, op, req), progress)
             return {"evaluation": evaluation.to_dict(), "restart": restart}
         cp = self.cp
@@ -379,6 +386,8 @@ class CudaWorker:
         if launch.shared_bytes > 48 * 1024:
             cp.cuda.driver.funcSetAttribute(
                 fn.ptr, cp.cuda.driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.shared_bytes)
+        if needs_driver(launch):  # clusters, persistent grids, tensor maps: cuLaunchKernelEx
+            return DriverKernel(fn, launch, self.info["sms"])
         return fn
 
     # ---- baselines ----------------------------------------------------------------------
@@ -442,7 +451,8 @@ class CudaWorker:
         outputs. {"ok": True, "a": first's, "b": second's figures: median_ms, p10_ms, p90_ms
         summed over the shapes, samples (the fewest of any shape)}, or {"ok": False, ...}."""
         name = first.options["operator"]  # a catalog name or your own kernel's operator
-        op: CudaOperator = get_operator("cuda", name) if isinstance(name, str) else name
+        op: CudaOperator = device_operator(get_operator("cuda", name) if isinstance(name, str) else name,
+                                           self.info)
         backends = {"a": CudaKernelBackend(self, op, first), "b": CudaKernelBackend(self, op, second)}
         for label, backend in backends.items():
             try:

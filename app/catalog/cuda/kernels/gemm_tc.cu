@@ -1,10 +1,10 @@
 // C[M, N] = A[M, K] @ B[K, N], all row-major, fp16/bf16 in and out, fp32 accumulation on the
 // tensor cores: mma.sync m16n8k16 fed by ldmatrix (B with .trans), global -> shared copies with
 // cp.async in a STAGES-deep pipeline, XOR-swizzled shared memory (conflict-free ldmatrix),
-// grouped block order for L2 reuse. Inline PTX because mma.h does not build under NVRTC.
+// grouped block order for L2 reuse. The PTX helpers are ampere.cuh's (the harness prefix).
 // Needs K % 8 == 0 and N % 8 == 0 (16-byte rows for cp.async); M, N, K need not be tile multiples.
 // Parameters: BM, BN, BK, WM, WN, STAGES, GROUP_M.
-#include <cuda/std/cstdint>
+using namespace ks_ampere;  // cp.async, ldmatrix, mma.sync, swizzle (ampere.cuh, in the prefix)
 
 constexpr int WARPS_M = BM / WM, WARPS_N = BN / WN;
 constexpr int THREADS = WARPS_M * WARPS_N * 32;
@@ -15,43 +15,10 @@ static_assert(A_CHUNKS % THREADS == 0 && B_CHUNKS % THREADS == 0, "tile copies m
 static_assert(BK == 32 || BK == 64, "BK is 32 or 64");
 static_assert(BN >= 64, "B rows need at least 8 chunks for the swizzle");
 
-// Physical 16-byte chunk of logical chunk c in row r. A rows hold BK/8 chunks: 8 (BK 64: XOR
-// with r mod 8) or 4 (BK 32: two rows share a 128-byte line, XOR with (r / 2) mod 4). B rows
-// hold BN/8 >= 8 chunks: XOR the low three bits with r mod 8. Eight consecutive rows at one
-// logical chunk then hit eight different 16-byte bank groups.
-__device__ __forceinline__ int swz_a(int r, int c) {
-    return BK == 64 ? (c ^ (r & 7)) : (c ^ ((r >> 1) & 3));
-}
-__device__ __forceinline__ int swz_b(int r, int c) { return c ^ (r & 7); }
-
-__device__ __forceinline__ uint32_t smem_u32(const void* p) {
-    return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t addr) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-#if KS_DTYPE == 1
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-#else
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-#endif
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+// Swizzled 16-byte chunk positions (ks_ampere::swizzle_chunk): A rows hold BK/8 chunks (8 or 4),
+// B rows BN/8 >= 8 chunks.
+__device__ __forceinline__ int swz_a(int r, int c) { return swizzle_chunk<BK / 8>(r, c); }
+__device__ __forceinline__ int swz_b(int r, int c) { return swizzle_chunk<BN / 8>(r, c); }
 
 __device__ __forceinline__ void load_tile(T* As, T* Bs, const T* __restrict__ A, const T* __restrict__ B,
                                           int M, int N, int K, int bm, int bn, int kt) {
