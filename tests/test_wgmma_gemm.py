@@ -15,7 +15,14 @@ import pytest
 
 from app.catalog.cuda import OPERATORS
 from app.catalog.cuda.base import TensorMapArg
-from app.catalog.cuda.gemm import GEMM, HOPPER_GEMM, SHARED_LIMIT_SM90, Gemm, HopperGemm, wgmma_shared_bytes
+from app.catalog.cuda.gemm import (
+    GEMM,
+    HOPPER_GEMM,
+    SHARED_LIMIT_SM90,
+    Gemm,
+    HopperGemm,
+    wgmma_shared_bytes,
+)
 from app.goal import Goal
 from app.gpu.cuda import nvrtc
 from app.gpu.cuda.worker import device_operator
