@@ -48,6 +48,7 @@ FUSED = {"BT": 32, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 1}
 @pytest.mark.parametrize("config", [UNFUSED, FUSED], ids=["four-kernels", "two-kernels"])
 def test_the_kda_pipeline_verifies_and_times_as_one_call(worker, tmp_path, config):
     fake_cupy.EMULATIONS.update(fake_kda.emulations())
+    fake_kda.CALLS.clear()
     ev, stages = evaluate(worker, request(tmp_path, config))
     assert ev.ok, (ev.reason, ev.detail, ev.log[-1500:])
     assert stages == ["static_check", "compile", "resources", "verify", "time", "reverify"]
