@@ -23,22 +23,10 @@
 #define EPS 1e-6f
 #endif
 
-/* C11 mode compiles a * b + c as a multiply and a dependent add (-ffp-contract=off): the sum
- * of squares is written as a multiply-add where the machine has FMA (one instruction and one
- * rounding per element instead of two; bench/cpu_profile.md) */
 #if ACC_DOUBLE
 typedef double acc_t;
-#if defined(__FMA__) || defined(__aarch64__)
-#define KS_SQ_ADD(s, v) fma(v, v, s)
-#endif
 #else
 typedef float acc_t;
-#if defined(__FMA__) || defined(__aarch64__)
-#define KS_SQ_ADD(s, v) fmaf(v, v, s)
-#endif
-#endif
-#ifndef KS_SQ_ADD
-#define KS_SQ_ADD(s, v) ((s) + (v) * (v))
 #endif
 
 void ks_kernel(float *restrict y, const float *restrict x, const float *restrict w,
@@ -48,15 +36,18 @@ void ks_kernel(float *restrict y, const float *restrict x, const float *restrict
         const float *restrict xr = x + r * cols;
         float *restrict yr = y + r * cols;
         /* ACC vectors of VEC partial sums: each lane its own chain, so the loop vectorizes
-         * without reassociating (ACC scalar sums left it one element per cycle) */
+         * without reassociating (ACC scalar sums left it one element per cycle). The square
+         * stays a separate multiply (not fmaf): it is off the chain, which is then a 3-cycle
+         * add instead of a 4-cycle FMA (measured: fmaf cost VEC=4 ACC=1 a third of its
+         * in-core speed; bench/cpu_profile.md) */
         acc_t part[ACC * VEC];
         for (int a = 0; a < ACC * VEC; ++a) part[a] = 0;
         long j = 0;
         for (; j + ACC * VEC <= cols; j += ACC * VEC) {
 #pragma omp simd
-            for (int a = 0; a < ACC * VEC; ++a) part[a] = KS_SQ_ADD(part[a], (acc_t)xr[j + a]);
+            for (int a = 0; a < ACC * VEC; ++a) part[a] += (acc_t)xr[j + a] * (acc_t)xr[j + a];
         }
-        for (; j < cols; ++j) part[0] = KS_SQ_ADD(part[0], (acc_t)xr[j]);
+        for (; j < cols; ++j) part[0] += (acc_t)xr[j] * (acc_t)xr[j];
         acc_t ss = 0;
         for (int a = 0; a < ACC * VEC; ++a) ss += part[a];
         const float scale = (float)(1.0 / sqrt((double)ss / (double)cols + (double)EPS));
