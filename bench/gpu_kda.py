@@ -37,8 +37,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from app.catalog import get_operator  # noqa: E402
-from app.catalog.kda import TOLERANCE  # noqa: E402
+from app.catalog import get_operator
+from app.catalog.kda import TOLERANCE
 
 DTYPE = "bfloat16"
 SHAPES = [[1, 4096, 16, 128], [2, 8192, 32, 128], [8, 32768, 32, 128]]  # B x T x H, D = 128
@@ -64,8 +64,8 @@ def fla_kda() -> tuple[Any, str]:
     try:
         from fla.ops.kda import chunk_kda  # type: ignore
     except Exception as exc:  # noqa: BLE001 - not installed, or its import needs what is missing
-        return None, f"fla not importable ({type(exc).__name__}: {exc}); install the " \
-                     "flash-linear-attention (or fla-core) wheel with einops"
+        return None, (f"fla not importable ({type(exc).__name__}: {exc}); install the "
+                     "flash-linear-attention (or fla-core) wheel with einops")
     return chunk_kda, "fla.ops.kda.chunk_kda"
 
 
@@ -183,7 +183,7 @@ def gpu_run(args, configs: list[dict[str, int]], shapes: list[list[int]]) -> int
     tol = TOLERANCE[DTYPE]
     worst_ours = 0.0
     try:
-        for shape in CHECK_SHAPES:  # ---- correctness against float64
+        for shape in args.check_shapes:  # ---- correctness against float64
             inputs = make_inputs(cp, op, CheckCase(shape, "normal", 11), DTYPE)
             x64 = {k: from_storage(cp, v, DTYPE) for k, v in inputs.items()}
             ref = op.reference(cp, x64, shape)
@@ -277,8 +277,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget-s", type=float, default=110.0)
     p.add_argument("--shapes", default="", help="BxTxH,... (D = 128); 'full' for the whole grid")
     p.add_argument("--configs", default="")
+    p.add_argument("--check-shapes", default="", help="BxTxH[xN],... verified against float64")
     p.add_argument("--dry-run", action="store_true")
     args = p.parse_args(argv)
+    args.check_shapes = ([[int(x) for x in s.split("x")[:3]] + [128] + [int(x) for x in s.split("x")[3:]]
+                          for s in args.check_shapes.split(",") if s] or CHECK_SHAPES)
     op = get_operator("cuda", "kda")
     shapes = FULL_SHAPES if args.shapes == "full" else (parse_shapes(args.shapes) if args.shapes else SHAPES)
     configs = parse_configs(args.configs) if args.configs else op.recommended(DTYPE, shapes[0])

@@ -136,3 +136,27 @@ def test_emulated_stages_match_the_recurrent_reference_within_the_bf16_norm(conf
     assert tol.rtol == pytest.approx(TOLERANCE["bfloat16"])
     assert OP.judge_output(np, "o", from_storage(np, outputs["o"], "bfloat16"), ref["o"], shape,
                            "bfloat16", tol) is None
+
+
+def test_the_gpu_benchmark_runs_through_the_harness_on_the_fake_cupy(monkeypatch, tmp_path, capsys):
+    """bench/gpu_kda.py's GPU path (the product's harness in process, float64 checks, the timer)
+    on the fake CuPy with the emulated kernels: what it prints and writes, without fla."""
+    import fake_cupy
+    from project_paths import ROOT
+
+    monkeypatch.syspath_prepend(str(ROOT / "bench"))
+    fake_cupy.fake_cuda_worker(monkeypatch)  # installs the fake "cupy" for this test
+    fake_cupy.EMULATIONS.update(fake_kda.emulations())
+    try:
+        import gpu_kda
+
+        monkeypatch.setattr(gpu_kda, "fla_kda", lambda: (None, "fla not importable (test)"))
+        rc = gpu_kda.main(["--out", str(tmp_path), "--shapes", "1x100x2", "--check-shapes",
+                           "1x70x2,1x90x2x3", "--budget-s", "60"])
+    finally:
+        fake_cupy.EMULATIONS.clear()
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "KDA forward: 1 shapes timed" in out.splitlines()[-1] and "tolerance 1e-02" in out
+    report = (tmp_path / "gpu_kda.json").read_text()
+    assert '"checks"' in report and (tmp_path / "gpu_kda.md").exists()

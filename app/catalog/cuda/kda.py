@@ -19,11 +19,20 @@ Frobenius error (app.catalog.kda.tolerance): 1e-2 for bf16.
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import numpy as np
 
-from app.catalog.cuda.base import Config, CudaOperator, Launch, Step, Workspace, ceil_div, to_storage
+from app.catalog.cuda.base import (
+    Config,
+    CudaOperator,
+    Launch,
+    Step,
+    Workspace,
+    ceil_div,
+    to_storage,
+)
 from app.catalog.kda.tolerance import TOLERANCE
 from app.core.space import SearchSpace
 
@@ -48,7 +57,7 @@ def spans(shape: list[int]) -> list[tuple[int, int]]:
     B, T = shape[0], shape[1]
     if len(shape) == 5:
         cu = cu_seqlens(T, shape[4])
-        return [(int(a), int(b)) for a, b in zip(cu[:-1], cu[1:], strict=True)]
+        return [(int(a), int(b)) for a, b in itertools.pairwise(cu)]
     return [(b * T, (b + 1) * T) for b in range(B)]
 
 
