@@ -34,13 +34,15 @@ from app.gpu.worker import Deadlines
 KERNELS = [  # name, dtype, shape, share of the time budget; the headline GEMM first (a run cut
     # short by its time limit still has it)
     ("gemm", "bfloat16", [4096, 4096, 4096], 1.6),
+    # the mma.sync template on the same GPU: on sm_90 the fallback if wgmma fails, and its yardstick
+    ("gemm_mma", "bfloat16", [4096, 4096, 4096], 0.6),
     ("softmax", "bfloat16", [8192, 8192], 1.0),
     ("softmax", "float32", [8192, 8192], 0.8),
     ("rmsnorm", "bfloat16", [8192, 8192], 1.0),
     ("layernorm", "bfloat16", [8192, 8192], 1.0),
     ("bias_gelu", "bfloat16", [8192, 8192], 0.6),
     ("transpose", "float32", [8192, 8192], 0.8),
-    ("gemm", "float16", [4096, 4096, 4096], 0.8),
+    ("gemm", "float16", [4096, 4096, 4096], 0.6),
     ("gemm", "float32", [2048, 2048, 2048], 0.6),
 ]
 SEARCH = Protocol(min_samples=5, max_samples=30, max_seconds=0.6, warmup=2, batch=5)
@@ -257,8 +259,9 @@ def markdown(device: dict, rows: list[dict], faults: list[dict], summary: str) -
 
 def summary_line(rows: list[dict]) -> str:
     mem = [r["pct_copy_bw"] for r in rows if r.get("memory_bound") and r.get("pct_copy_bw")]
-    gemm = next((r for r in rows if r["kernel"] == "gemm" and r["dtype"] == "bfloat16"
-                 and r.get("baseline_ms") and r.get("time_ms")), None)
+    gemms = [r for r in rows if r["kernel"] in ("gemm", "gemm_mma") and r["dtype"] == "bfloat16"
+             and r.get("baseline_ms") and r.get("time_ms")]
+    gemm = min(gemms, key=lambda r: r["time_ms"], default=None)  # the faster correct template
     mem_txt = f"{min(mem):.1f}%" if mem else "n/a"
     gemm_txt = f"{100.0 * gemm['baseline_ms'] / gemm['time_ms']:.1f}%" if gemm else "n/a"
     which = f" ({gemm['template']})" if gemm and gemm.get("template") else ""

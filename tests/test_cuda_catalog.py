@@ -70,7 +70,7 @@ def test_gemm_transpose_gelu_references():
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_recommended_configs_are_valid_and_launch_covers_the_shape(name):
     op = OPERATORS[name]
-    shape = [4096, 4096, 4096] if name == "gemm" else [4096, 4096]
+    shape = [4096, 4096, 4096] if name.startswith("gemm") else [4096, 4096]
     for dtype in op.dtypes:
         space = op.space(dtype)
         for cfg in op.recommended(dtype, shape):
@@ -81,7 +81,7 @@ def test_recommended_configs_are_valid_and_launch_covers_the_shape(name):
                 assert launch.grid[0] * (cfg["THREADS"] // cfg["TPR"]) >= shape[0]
             if name == "transpose":
                 assert launch.grid[0] * cfg["TILE"] >= shape[1] and launch.grid[1] * cfg["TILE"] >= shape[0]
-            if name == "gemm" and dtype != "float32":
+            if name.startswith("gemm") and dtype != "float32":
                 tiles = ceil_div(shape[0], cfg["BM"]) * ceil_div(shape[1], cfg["BN"])
                 assert launch.grid[0] == tiles and launch.shared_bytes <= 232448
 
@@ -89,7 +89,7 @@ def test_recommended_configs_are_valid_and_launch_covers_the_shape(name):
 @pytest.mark.parametrize("name", sorted(OPERATORS))
 def test_edge_shapes_are_runnable_and_differ_from_the_goal(name):
     op = OPERATORS[name]
-    shape = [4096, 4096, 4096] if name == "gemm" else [4096, 4096]
+    shape = [4096, 4096, 4096] if name.startswith("gemm") else [4096, 4096]
     for dtype in op.dtypes:
         edges = op.edge_shapes([shape], dtype, op.space(dtype).params)
         assert edges and all(e != shape for e in edges)
@@ -182,3 +182,27 @@ def test_llm_kernel_spec_reads_the_operator_protocol():
     assert set(spec.params) == set(OPERATORS["softmax"].space("bfloat16").params)
     cpu = kernel_spec(Goal(name="c", operator="gemm", backend="cpu", shapes=[[64, 64, 64]]))
     assert cpu.language == "c" and cpu.entry == "ks_kernel" and "THREADS" in cpu.params
+
+
+def test_gemm_mma_keeps_the_mma_sync_template_on_hopper():
+    """On an H100/H200 `gemm` searches only wgmma configurations; `gemm_mma` is the mma.sync
+    template there too, so a GEMM still has a kernel if every wgmma one fails verification."""
+    hopper, mma = OPERATORS["gemm"].for_device("90"), OPERATORS["gemm_mma"].for_device("90")
+    assert hopper.kernel_for("bfloat16") == "gemm_wgmma"
+    assert mma.kernel_for("bfloat16") == "gemm_tc" and mma.name == "gemm_mma"
+    assert set(mma.space("bfloat16").params) == set(OPERATORS["gemm"].space("bfloat16").params)
+
+
+def test_the_gpu_bench_headline_takes_the_faster_correct_gemm_template():
+    import importlib.util
+
+    from project_paths import ROOT
+
+    spec = importlib.util.spec_from_file_location("gpu_kernels", ROOT / "bench" / "gpu_kernels.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    rows = [{"kernel": "gemm", "dtype": "bfloat16", "template": "gemm_wgmma", "error": "no correct candidate"},
+            {"kernel": "gemm_mma", "dtype": "bfloat16", "template": "gemm_tc", "time_ms": 2.0, "baseline_ms": 1.5}]
+    assert bench.summary_line(rows).endswith("GEMM bf16 75.0% of cuBLAS (gemm_tc)")
+    rows[0].update(time_ms=1.6, baseline_ms=1.5)
+    assert bench.summary_line(rows).endswith("GEMM bf16 93.8% of cuBLAS (gemm_wgmma)")

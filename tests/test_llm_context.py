@@ -20,7 +20,7 @@ from app.llm.prompts import PromptContext, build_messages
 from app.llm.spec import kernel_spec
 
 CPU_SHAPES = {2: [37, 300], 3: [40, 36, 28]}
-CUDA_SHAPES = {"gemm": [256, 256, 256], "kda": [1, 100, 2, 128]}
+CUDA_SHAPES = {"gemm": [256, 256, 256], "gemm_mma": [256, 256, 256], "kda": [1, 100, 2, 128]}
 
 
 def _config(op, dtype: str, shape: list[int]) -> dict:

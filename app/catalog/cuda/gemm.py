@@ -238,5 +238,20 @@ class HopperGemm(Gemm):
                 c, np.int32(m), np.int32(n), np.int32(k))
 
 
+class MmaSyncGemm(Gemm):
+    """The Ampere (mma.sync + cp.async) template on every GPU, Hopper included: the fallback
+    when the wgmma template fails on a Hopper GPU (its configurations are verified like any
+    other; `gemm` on sm_90 searches only wgmma ones), and the reference the wgmma template is
+    measured against in the GPU benchmark."""
+
+    name = "gemm_mma"
+    device_specific = False
+    description = ("Matrix product C = A @ B on the mma.sync template on every GPU (gemm picks "
+                   "wgmma + TMA on sm_90)")
+
+    def for_device(self, compute_capability):
+        return self
+
+
 GEMM = Gemm()
 HOPPER_GEMM = HopperGemm()
