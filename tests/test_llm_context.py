@@ -126,3 +126,22 @@ def test_a_user_kernel_prompt_states_each_outputs_own_tolerance():
     goal = Goal.load(Path(__file__).resolve().parents[1] / "resources/goals/custom/conv2d_c/goal.toml")
     text = _tolerance_text(custom_operator(goal, "cpu"), list(goal.shapes[0]), goal.dtype)
     assert "per output" in text and "out: |got - ref| <= 1.0e-04 * max|ref| + 1.0e-04 * |ref|" in text, text
+
+
+def test_a_multi_kernel_prompt_shows_every_launch_the_workspaces_and_the_norm_check():
+    """KDA is four kernels (or fewer, fused): the agent must see each one's grid and block in
+    order and the workspaces between them, and that outputs are judged by a norm, not per
+    element."""
+    shape = [2, 4096, 16, 128]
+    text, config, spec = _prompt("cuda", "kda", "bfloat16", shape)
+    steps = spec.operator.steps(config, shape, "bfloat16")
+    assert len(steps) >= 2
+    lines = text.splitlines()
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("launches for shape 2x4096x16x128"))
+    for i, step in enumerate(steps, 1):
+        assert lines[at + i].strip().startswith(f"{i}. {step.kernel}: grid {tuple(step.launch.grid)}")
+    spaces = spec.operator.workspaces(config, shape, "bfloat16")
+    line = next(ln for ln in lines if ln.startswith("workspaces the harness allocates"))
+    assert all(f"{name} " in line for name in spaces)
+    verification = next(ln for ln in lines if ln.startswith("verification:"))
+    assert "Frobenius" in verification and "per element" not in verification

@@ -48,15 +48,7 @@ class KernelSpec:
         if op is not None and self.shapes:
             shape = list(self.shapes[0])
             if self.language == "cuda" and hasattr(op, "launch"):
-                try:
-                    launch = op.launch(dict(config), shape, self.dtype)
-                    lines.append(f"launch for shape {_shape(shape)} and this configuration: grid "
-                                 f"{tuple(launch.grid)}, block {tuple(launch.block)}, dynamic "
-                                 f"shared memory {getattr(launch, 'shared_bytes', 0)} bytes "
-                                 "(the grid and block follow from the tuning parameters; keep "
-                                 "your kernel's indexing consistent with them)")
-                except (KeyError, TypeError, ValueError, ZeroDivisionError):
-                    lines.append("launch: the grid and block the configuration implies")
+                lines += _cuda_launch_lines(op, dict(config), shape, self.dtype)
             if self.language == "c":
                 lines.append("call: " + _c_call(op, shape))
                 lines.append("compile: " + _c_compile(config))
@@ -124,6 +116,37 @@ TIMING = ("timing: the harness times each call from outside (never the kernel it
           "inputs: write every output element on every call and cache nothing between calls.")
 
 
+def _cuda_launch_lines(op: Any, config: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
+    """How the harness launches the kernel, or each kernel of a multi-kernel operator in order
+    (its own grid and block), and the workspaces it allocates between them."""
+    keep = ("(the grid and block follow from the tuning parameters; keep your kernels' indexing "
+            "consistent with them)")
+    try:
+        steps = op.steps(config, shape, dtype) if hasattr(op, "steps") else []
+        if len(steps) <= 1:
+            launch = op.launch(config, shape, dtype)
+            return [f"launch for shape {_shape(shape)} and this configuration: grid "
+                    f"{tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
+                    f"{getattr(launch, 'shared_bytes', 0)} bytes {keep}"]
+        lines = [f"launches for shape {_shape(shape)} and this configuration, in this order on one "
+                 f"stream, timed together as one call {keep}:"]
+        for i, step in enumerate(steps, 1):
+            launch = step.launch
+            lines.append(f"  {i}. {step.kernel}: grid {tuple(launch.grid)}, block "
+                         f"{tuple(launch.block)}, dynamic shared memory "
+                         f"{getattr(launch, 'shared_bytes', 0)} bytes")
+        spaces = op.workspaces(config, shape, dtype) if hasattr(op, "workspaces") else {}
+        if spaces:
+            lines.append("workspaces the harness allocates (poisoned with NaN/-1 unless filled "
+                         "from the shape; only the final outputs are verified): " + ", ".join(
+                             f"{name} {_shape(list(w.shape))} {w.dtype}"
+                             + (" (filled)" if w.init is not None else "")
+                             for name, w in spaces.items()))
+        return lines
+    except (KeyError, TypeError, ValueError, ZeroDivisionError):
+        return ["launch: the grid and block the configuration implies"]
+
+
 def _shape(shape: list[int]) -> str:
     return "x".join(map(str, shape))
 
@@ -178,6 +201,11 @@ def _tolerance_text(op: Any, shape: list[int], dtype: str) -> str:
         tol = tolerance_for(op, shape, dtype)
     except (AttributeError, KeyError, TypeError, ValueError):
         return ""
+    if hasattr(op, "judge_output"):  # the operator judges its outputs as a whole (e.g. KDA)
+        why = (getattr(op, "judge_output").__doc__ or "a norm-based check").strip().splitlines()[0]
+        return (f"verification: dtype {dtype}; each output judged as a whole against the float64 "
+                f"reference: {why.rstrip('.')}, tolerance {tol.rtol:.1e}; on the goal shapes and "
+                "edge shapes, with several input distributions")
     return (f"verification: dtype {dtype}; |got - ref| <= {tol.atol:.1e} + {tol.rtol:.1e} * "
             "|ref| per element (float64 reference), on the goal shapes and edge shapes that are "
             "not multiples of any tile, with several input distributions")
