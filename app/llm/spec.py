@@ -125,11 +125,11 @@ def _cuda_launch_lines(op: Any, config: dict[str, Any], shape: list[int], dtype:
         steps = op.steps(config, shape, dtype) if hasattr(op, "steps") else []
         if len(steps) <= 1:
             launch = op.launch(config, shape, dtype)
-            return [f"launch for shape {_shape(shape)} and this configuration: grid "
-                    f"{tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
-                    f"{getattr(launch, 'shared_bytes', 0)} bytes {keep}"]
-        lines = [f"launches for shape {_shape(shape)} and this configuration, in this order on one "
-                 f"stream, timed together as one call {keep}:"]
+            return [(f"launch for shape {_shape(shape)} and this configuration: grid "
+                     f"{tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
+                     f"{getattr(launch, 'shared_bytes', 0)} bytes {keep}")]
+        lines = [(f"launches for shape {_shape(shape)} and this configuration, in this order on "
+                  f"one stream, timed together as one call {keep}:")]
         for i, step in enumerate(steps, 1):
             launch = step.launch
             lines.append(f"  {i}. {step.kernel}: grid {tuple(launch.grid)}, block "
@@ -202,7 +202,7 @@ def _tolerance_text(op: Any, shape: list[int], dtype: str) -> str:
     except (AttributeError, KeyError, TypeError, ValueError):
         return ""
     if hasattr(op, "judge_output"):  # the operator judges its outputs as a whole (e.g. KDA)
-        why = (getattr(op, "judge_output").__doc__ or "a norm-based check").strip().splitlines()[0]
+        why = (op.judge_output.__doc__ or "a norm-based check").strip().splitlines()[0]
         return (f"verification: dtype {dtype}; each output judged as a whole against the float64 "
                 f"reference: {why.rstrip('.')}, tolerance {tol.rtol:.1e}; on the goal shapes and "
                 "edge shapes, with several input distributions")
