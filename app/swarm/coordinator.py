@@ -108,7 +108,7 @@ class Coordinator:
 
             self.agents["transfer"] = TransferAgent(
                 space, random.Random(_derive_seed(seed, "transfer")), minimize, transfer.ranked,
-                transfer.scores)
+                transfer.scores, transfer.prior, transfer.candidates)
             self.learned_from = list(transfer.sources)
             self._seeds_left = min(TRANSFER_SEEDS, max(1, self.stop_rules.max_evals // 4))
         self.allocator = BudgetAllocator(  # LLM agents report tokens: cost per improvement

@@ -7,10 +7,16 @@ over the sources that measured it, and the configurations valid in this space ar
 it. The coordinator evaluates the head of that ranking first (seeding the elite pool) and then
 lets a transfer agent compete for budget like any other, so a device where the old ranking is
 wrong stops being misled after a few evaluations; the other agents keep exploring throughout.
+
+Beyond the head the transfer agent does not follow the ranking blindly: the evidence also
+carries each configuration's value relative to its source's best (`prior`, in log units), and
+the agent learns from every result here how this device departs from it, region by region
+(app.swarm.agents.transfer).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +34,10 @@ TOP_FRACTION = 0.05  # how deep into the transferred ranking the transfer agent 
 MIN_RANKED = 20
 HEAD = 5  # the first proposals come from this many distinct regions of the ranking
 HEAD_DISTANCE = 1.0  # normalised index distance (one parameter end to end, or several partly)
+# The transfer agent's candidates beyond the head: the best quarter of what the sources
+# measured (by prior), at least MIN_RANKED, at most MAX_CANDIDATES.
+CANDIDATE_FRACTION = 0.25
+MAX_CANDIDATES = 2000
 
 
 @dataclass
@@ -47,6 +57,11 @@ class TransferEvidence:
     # key (this space's) -> mean percentile elsewhere, for every configuration the sources
     # measured: what the transfer agent checks the new device's results against
     scores: dict[str, float] = field(default_factory=dict)
+    # key -> how far from its source's best the configuration was, mean over the sources, in
+    # log units (0: the best; log 2: twice as slow, or half the throughput); for the sources'
+    # best CANDIDATE_FRACTION, whose configurations are in `candidates`
+    prior: dict[str, float] = field(default_factory=dict)
+    candidates: dict[str, Config] = field(default_factory=dict)
 
     def __bool__(self) -> bool:
         return bool(self.ranked)
@@ -63,11 +78,27 @@ def percentiles(evaluations: Sequence[Evaluation], minimize: bool) -> dict[str, 
     return out
 
 
+def log_gaps(evaluations: Sequence[Evaluation], minimize: bool) -> dict[str, float]:
+    """Key -> log(value / best) among the run's correct evaluations (log(best / value) when
+    maximizing): 0 for its best, log 2 for twice as slow. Empty when a value is not positive
+    (the ratio means nothing then)."""
+    ok = [e for e in evaluations if e.ok and e.value is not None]
+    if not ok or any(e.value <= 0 for e in ok):
+        return {}
+    best = min(e.value for e in ok) if minimize else max(e.value for e in ok)
+    out: dict[str, float] = {}
+    for e in ok:
+        gap = math.log(e.value / best) if minimize else math.log(best / e.value)
+        out[e.key] = min(out.get(e.key, gap), gap)
+    return out
+
+
 def rank_transfer(space: SearchSpace, sources: Sequence[SourceRun]) -> TransferEvidence:
     """The configurations of `sources` that are valid in `space` (same parameter names and
     values allowed here), best mean percentile first."""
     names = set(space.params)
     scores: dict[str, list[float]] = {}
+    gaps: dict[str, list[float]] = {}
     configs: dict[str, Config] = {}
     used = []
     for src in sources:
@@ -75,17 +106,25 @@ def rank_transfer(space: SearchSpace, sources: Sequence[SourceRun]) -> TransferE
         if not fitting:
             continue
         used.append({"run_id": src.run_id, "device": src.device, "evaluations": len(fitting)})
-        for p, config in percentiles(fitting, src.minimize).values():
+        gap = log_gaps(fitting, src.minimize)
+        for source_key, (p, config) in percentiles(fitting, src.minimize).items():
             if not space.is_valid(config):
                 continue
             key = space.key(config)  # this space's key: sources may key configs differently
             scores.setdefault(key, []).append(p)
+            if source_key in gap:
+                gaps.setdefault(key, []).append(gap[source_key])
             configs.setdefault(key, dict(config))
     mean = {k: sum(v) / len(v) for k, v in scores.items()}
     order = sorted(mean, key=lambda k: (mean[k], k))
     depth = max(MIN_RANKED, int(TOP_FRACTION * len(order)))
     ranked = diverse_head(space, [configs[k] for k in order[:depth]], HEAD)
-    return TransferEvidence(sources=used, ranked=ranked, scores=mean)
+    prior = {k: sum(v) / len(v) for k, v in gaps.items()}
+    wide = sorted(prior, key=lambda k: (prior[k], k))
+    wide = wide[:min(MAX_CANDIDATES, max(MIN_RANKED, int(CANDIDATE_FRACTION * len(wide))))]
+    return TransferEvidence(sources=used, ranked=ranked, scores=mean,
+                            prior={k: prior[k] for k in wide},
+                            candidates={k: configs[k] for k in wide})
 
 
 def diverse_head(space: SearchSpace, ranked: list[Config], k: int) -> list[Config]:
