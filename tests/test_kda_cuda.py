@@ -1,11 +1,15 @@
-"""The CUDA KDA operator without a GPU: every recommended configuration compiles with NVRTC for
-sm_90a and sm_80 with no spills (registers / spills / shared memory per kernel printed: run with
--s to see the table), the space's restrictions agree with the kernels' shared-memory layouts, and
+"""The CUDA KDA operator without a GPU: every recommended configuration (and a STAGES=3 one)
+compiles with NVRTC for sm_90a and sm_80 with no spills (registers / spills / shared memory per
+kernel and STAGES printed: run with -s to see the table), the space's restrictions agree with the
+kernels' shared-memory layouts (kda_state's grows with its STAGES pipeline stages), and
 the NumPy emulation of the exact stage decomposition (tests/fake_kda.py: same workspaces, same
 chunk tables, bf16 where the kernels store bf16) matches the float64 recurrent reference within
-the bf16 norm tolerance, fixed-length and packed, with and without fusion."""
+the bf16 norm tolerance, fixed-length and packed, with and without fusion, at every STAGES
+(the emulation models the math, not the cp.async pipeline: STAGES changes no arithmetic)."""
 
 from __future__ import annotations
+
+import itertools
 
 import fake_kda
 import numpy as np
@@ -20,13 +24,15 @@ from app.gpu.verify import make_inputs as harness_inputs
 
 OP = get_operator("cuda", "kda")
 GOAL = [2, 4096, 16, 128]
+# compiled besides the recommended configurations: three stages in flight (fits sm_80 too)
+EXTRA = [{"BT": 32, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0, "STAGES": 3}]
 
 
 def compile_table(arch: str, tmp_path) -> list[tuple]:
     from app.gpu.cuda import nvrtc
 
     rows = []
-    for cfg in OP.recommended("bfloat16", GOAL):
+    for cfg in OP.recommended("bfloat16", GOAL) + EXTRA:
         built = nvrtc.compile_source(OP.render(cfg, GOAL, "bfloat16"), OP.kernel_for("bfloat16"), arch,
                                      cache=tmp_path)
         for step in OP.steps(cfg, GOAL, "bfloat16"):
@@ -44,32 +50,44 @@ def _threads(launch) -> int:
 def test_recommended_configs_compile_without_spills(arch, tmp_path):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     rows = compile_table(arch, tmp_path)
-    print(f"\nKDA {GOAL} bf16 on {arch}: config | kernel | registers | spill st/ld B | shared B | threads")
+    print(f"\nKDA {GOAL} bf16 on {arch}: config | STAGES | kernel | registers | spill st/ld B | shared B | threads")
     for arch_, cfg, kernel, regs, st, ld, smem, threads in rows:
-        flags = "".join(f"{k}={v} " for k, v in cfg.items())
-        print(f"  {flags}| {kernel:16s} | {regs:3d} | {st}/{ld} | {smem:6d} | {threads}")
+        flags = "".join(f"{k}={v} " for k, v in cfg.items() if k != "STAGES")
+        print(f"  {flags}| {cfg['STAGES']} | {kernel:16s} | {regs:3d} | {st}/{ld} | {smem:6d} | {threads}")
     for arch_, cfg, kernel, regs, st, ld, smem, threads in rows:
         assert regs > 0 and st == 0 and ld == 0, (arch, cfg, kernel)
         assert smem <= SHARED_LIMIT[arch], (arch, cfg, kernel, smem)
         assert regs * threads <= 65536
     kernels = {r[2] for r in rows}
     assert kernels == {"kda_gate_cumsum", "kda_wy", "kda_state", "kda_output"}
+    assert {r[1]["STAGES"] for r in rows if r[2] == "kda_state"} == {1, 2, 3}
 
 
 def test_recommended_configs_are_in_the_space_and_fit_hopper():
     space = OP.space("bfloat16")
-    for cfg in OP.recommended("bfloat16", GOAL):
+    recommended = OP.recommended("bfloat16", GOAL)
+    for cfg in recommended + EXTRA:
         assert space.is_valid(cfg) and OP.static_check(cfg, GOAL, "bfloat16") is None, cfg
+    assert {1, 2} <= {cfg["STAGES"] for cfg in recommended}
     # the restriction on shared memory is the kernels' own layout: valid <=> every kernel fits
-    for bt in (16, 32, 64):
-        for vt in (32, 64, 128):
-            for fuse in (0, 1):
-                cfg = {"BT": bt, "NT": 256, "VT": vt, "FUSE_GATE": 1, "FUSE_OUTPUT": fuse}
-                fits = all(shared_bytes(s.kernel, cfg) <= SHARED_LIMIT["sm_90a"]
-                           for s in OP.steps(cfg, GOAL, "bfloat16"))
-                if not fuse:  # the output kernel is compiled (as a rewrite's base) even when fused
-                    fits = fits and shared_bytes("kda_output", cfg) <= SHARED_LIMIT["sm_90a"]
-                assert space.is_valid(cfg) == fits, cfg
+    for bt, vt, fuse, stages in itertools.product((16, 32, 64), (32, 64, 128), (0, 1), (1, 2, 3)):
+        cfg = {"BT": bt, "NT": 256, "VT": vt, "FUSE_GATE": 1, "FUSE_OUTPUT": fuse, "STAGES": stages}
+        steps = OP.steps(cfg, GOAL, "bfloat16")
+        assert all(s.launch.shared_bytes == shared_bytes(s.kernel, cfg) for s in steps)
+        fits = all(shared_bytes(s.kernel, cfg) <= SHARED_LIMIT["sm_90a"] for s in steps)
+        if fuse:  # the output kernel is compiled (as a rewrite's base) even when fused
+            fits = fits and shared_bytes("kda_output", cfg) <= SHARED_LIMIT["sm_90a"]
+        assert space.is_valid(cfg) == fits, cfg
+    # the state kernel's layout in kda.cu: STAGES stages of raw tiles (w, k, u, q in bf16, Gc in
+    # fp32), then S, delta, the last gate row (+ the output kernel's buffers when fused)
+    for bt, vt, fuse, stages in itertools.product((16, 64), (32, 128), (0, 1), (1, 3)):
+        cfg = {"BT": bt, "VT": vt, "FUSE_OUTPUT": fuse, "STAGES": stages}
+        stage = 2 * bt * 128 * 2 + 4 * bt * 128 + 2 * bt * vt + fuse * 2 * bt * 128
+        rest = 128 * vt + bt * (vt + 1) + 128 + fuse * (3 * bt * 129 + bt * (bt + 1))
+        assert shared_bytes("kda_state", cfg) == stages * stage + 4 * rest, cfg
+    # what STAGES costs: chunk 64, V halves, unfused fits two stages on Hopper, not three
+    big = {"BT": 64, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0}
+    assert [space.is_valid({**big, "STAGES": s}) for s in (1, 2, 3)] == [True, True, False]
 
 
 def test_chunk_tables_never_cross_a_sequence():
@@ -118,11 +136,11 @@ def run_emulated_pipeline(config, shape, distribution="normal", seed=0):
     return inputs, views
 
 
-CONFIGS = [{"BT": 64, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0},
-           {"BT": 16, "NT": 128, "VT": 32, "FUSE_GATE": 0, "FUSE_OUTPUT": 1}]
+CONFIGS = [{"BT": 64, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0, "STAGES": 2},
+           {"BT": 16, "NT": 128, "VT": 32, "FUSE_GATE": 0, "FUSE_OUTPUT": 1, "STAGES": 3}]
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=["bt64", "bt16-fused"])
+@pytest.mark.parametrize("config", CONFIGS, ids=["bt64-stages2", "bt16-fused-stages3"])
 @pytest.mark.parametrize("shape,distribution", [([2, 200, 2, 128], "normal"), ([1, 300, 2, 128, 4], "wide")])
 def test_emulated_stages_match_the_recurrent_reference_within_the_bf16_norm(config, shape, distribution):
     inputs, outputs = run_emulated_pipeline(config, shape, distribution)
@@ -136,6 +154,22 @@ def test_emulated_stages_match_the_recurrent_reference_within_the_bf16_norm(conf
     assert tol.rtol == pytest.approx(TOLERANCE["bfloat16"])
     assert OP.judge_output(np, "o", from_storage(np, outputs["o"], "bfloat16"), ref["o"], shape,
                            "bfloat16", tol) is None
+
+
+@pytest.mark.parametrize("shape", [[1, 20, 2, 128], [1, 150, 2, 128, 3]], ids=["2-chunks", "packed"])
+def test_stages_change_no_result(shape):
+    """STAGES only multi-buffers kda_state's loads: every STAGES gives the same bits, also where a
+    sequence has fewer chunks than stages (T = 20 at chunk 16) and for packed sequences."""
+    base = {"BT": 16, "NT": 128, "VT": 32, "FUSE_GATE": 1, "FUSE_OUTPUT": 0}
+    space = OP.space("bfloat16")
+    runs = []
+    for stages in (1, 2, 3):
+        config = {**base, "STAGES": stages}
+        assert space.is_valid(config)
+        _, outputs = run_emulated_pipeline(config, shape)
+        runs.append({k: np.array(v) for k, v in outputs.items()})
+    for other in runs[1:]:
+        assert all(np.array_equal(runs[0][k], other[k]) for k in runs[0])
 
 
 def test_the_gpu_benchmark_runs_through_the_harness_on_the_fake_cupy(monkeypatch, tmp_path, capsys):

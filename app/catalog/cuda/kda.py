@@ -38,6 +38,7 @@ from app.core.space import SearchSpace
 
 KD = VD = 128
 FLOAT = 4
+BF16 = 2
 SHARED_LIMIT = {"sm_80": 166912, "sm_90": 232448, "sm_90a": 232448}  # opt-in bytes per block
 GATE_SCALE = 0.3  # g = -GATE_SCALE * softplus(x - 1): decays in (0, 1), most near 1 (Kimi Linear)
 
@@ -72,17 +73,18 @@ def chunk_tables(shape: list[int], chunk: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def shared_bytes(kernel: str, config: Config) -> int:
-    """Dynamic shared memory of each kernel (the layouts at the top of each kernel in kda.cu)."""
-    bt, vt = config["BT"], config["VT"]
+    """Dynamic shared memory of each kernel (the layouts at the top of each kernel in kda.cu):
+    kda_state holds STAGES pipeline stages of raw chunk tiles (w, k, u and q in bf16, Gc in fp32)."""
+    bt, vt, fused = config["BT"], config["VT"], config["FUSE_OUTPUT"]
     kp, ap, tp = KD + 1, bt + 1, vt + 1
+    stage = bt * (KD * (2 * BF16 + FLOAT + fused * BF16) + vt * BF16)
     floats = {
         "kda_gate_cumsum": 0,
         "kda_wy": 2 * bt * kp + bt * (VD + 1) + bt * ap + bt,
-        "kda_state": KD * vt + bt * kp + bt * tp + KD
-        + (2 * bt * kp + bt * ap if config["FUSE_OUTPUT"] else 0),
+        "kda_state": KD * vt + bt * tp + KD + (3 * bt * kp + bt * ap if fused else 0),
         "kda_output": 3 * bt * kp + bt * ap + KD * vt + bt * tp,
     }[kernel]
-    return floats * FLOAT
+    return floats * FLOAT + (config.get("STAGES", 1) * stage if kernel == "kda_state" else 0)
 
 
 class Kda(CudaOperator):
@@ -102,20 +104,25 @@ class Kda(CudaOperator):
     def space(self, dtype: str) -> SearchSpace:
         self.check_dtype(dtype)
         params = {"BT": [16, 32, 64], "NT": [128, 256], "VT": [32, 64, 128],
-                  "FUSE_GATE": [0, 1], "FUSE_OUTPUT": [0, 1]}
-        # shared memory of the largest kernel within the H100/H200 opt-in limit (227 KB)
+                  "FUSE_GATE": [0, 1], "FUSE_OUTPUT": [0, 1], "STAGES": [1, 2, 3]}
+        # shared memory of the output and state kernels (shared_bytes) within the H100/H200
+        # opt-in limit (227 KB); kda_wy always fits
         restrictions = [
             "(3 * BT * 129 + BT * (BT + 1) + 128 * VT + BT * (VT + 1)) * 4 <= 232448",
-            "(128 * VT + 3 * BT * 129 + BT * (VT + 1) + 128 + BT * (BT + 1)) * 4 <= 232448 or FUSE_OUTPUT == 0",
+            ("STAGES * BT * (128 * (8 + 2 * FUSE_OUTPUT) + 2 * VT) + (128 * VT + BT * (VT + 1)"
+             " + 128 + FUSE_OUTPUT * (3 * BT * 129 + BT * (BT + 1))) * 4 <= 232448"),
         ]
         return SearchSpace(params, restrictions=restrictions)
 
     def recommended(self, dtype: str, shape: list[int]) -> list[Config]:
-        """Starting points: chunk 64 split as fla does (separate output kernel, V in halves),
-        chunk 32 with everything fused (fewest launches), chunk 32 unfused (fits sm_80 too)."""
-        return [{"BT": 64, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0},
-                {"BT": 32, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 1},
-                {"BT": 32, "NT": 128, "VT": 32, "FUSE_GATE": 0, "FUSE_OUTPUT": 0}]
+        """Starting points (all fit sm_80 too): chunk 64 split as fla does (separate output
+        kernel, V in halves), chunk 32 with everything fused (fewest launches), chunk 32 unfused,
+        and chunk 64 in V quarters (a state block per SM at B*H = 32) with the next chunk's tiles
+        loading while the current one is computed (STAGES=2)."""
+        return [{"BT": 64, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 0, "STAGES": 1},
+                {"BT": 32, "NT": 256, "VT": 64, "FUSE_GATE": 1, "FUSE_OUTPUT": 1, "STAGES": 1},
+                {"BT": 32, "NT": 128, "VT": 32, "FUSE_GATE": 0, "FUSE_OUTPUT": 0, "STAGES": 1},
+                {"BT": 64, "NT": 256, "VT": 32, "FUSE_GATE": 1, "FUSE_OUTPUT": 0, "STAGES": 2}]
 
     # ---- checks -----------------------------------------------------------------------
     def check_shape(self, shape: list[int], dtype: str = "bfloat16") -> str | None:
@@ -141,7 +148,11 @@ class Kda(CudaOperator):
 
     # ---- source and launches ----------------------------------------------------------
     def defines(self, config: Config, shape: list[int], dtype: str) -> dict[str, Any]:
-        return {**{k: int(v) for k, v in config.items()}, "HEADS": shape[2], "KD": KD, "VD": VD}
+        return {"STAGES": 1, **{k: int(v) for k, v in config.items()}, "HEADS": shape[2], "KD": KD,
+                "VD": VD}
+
+    def headers_for(self, dtype: str) -> tuple[str, ...]:
+        return ("ampere.cuh",)  # cp.async (kda_state's pipeline stages)
 
     def kernels(self, dtype: str) -> tuple[str, ...]:
         return ("kda_wy", "kda_gate_cumsum", "kda_state", "kda_output")
