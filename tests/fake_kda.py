@@ -3,6 +3,9 @@ fake CuPy (tests/fake_cupy.py): each takes the very arguments the harness passes
 kernel (inputs, outputs, workspaces, index tables) and does what the kernel does, in the same
 stage decomposition: the same workspaces, the same chunking (from the harness's chunk and
 sequence tables), fp32 arithmetic, bf16 where the kernel stores bf16 (w, u, dv, hs, o).
+The math, not the schedule: kda_state's STAGES (cp.async multi-buffering of each chunk's tiles)
+changes which loads overlap which computation, not a single value, so every STAGES runs the same
+emulation (tests/test_kda_cuda.py checks the results are identical at STAGES 1, 2 and 3).
 
 `emulations(fault=None)` returns the table to register into fake_cupy.EMULATIONS (a test's own,
 cleared by the worker fixture). Faults plant a wrong pipeline on purpose:
