@@ -55,8 +55,8 @@ def parse_configs(text: str) -> list[dict[str, int]]:
 
 
 def label(cfg: dict[str, int]) -> str:
-    return "BT{BT}/NT{NT}/VT{VT}".format(**cfg) + ("+gate" if cfg["FUSE_GATE"] else "") + \
-        ("+out" if cfg["FUSE_OUTPUT"] else "")
+    return ("BT{BT}/NT{NT}/VT{VT}".format(**cfg) + ("+gate" if cfg["FUSE_GATE"] else "")
+            + ("+out" if cfg["FUSE_OUTPUT"] else "") + f"/S{cfg.get('STAGES', 1)}")
 
 
 def fla_kda() -> tuple[Any, str]:
