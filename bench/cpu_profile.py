@@ -24,7 +24,9 @@ This VM exposes no hardware performance counters (`perf stat -e cycles,instructi
    it to 90% of that roof.
 3. **DRAM**: the kernel and the copy probe on the 512 MB working set of bench/cpu_kernels.py,
    1 thread and all threads, interleaved; and the fixed cost of one call (rows = 0: OpenMP's
-   fork/join alone).
+   fork/join alone). Next to them, streaming loops with the row kernels' signature (the probe's
+   flat loop; y = x * s and y = x * w[col] by rows, 8 and 16 lanes): what one core's stream
+   reaches as the loop body grows, with no arithmetic to speak of.
 
 The configurations are the best ones of the last bench/cpu_kernels.py run recorded in
 bench/README.md (1 December 2026, tuned per thread count on the templates of that day)
@@ -454,7 +456,24 @@ def clock_ghz(h: ctypes.CDLL) -> float:
 def config_for(op_name: str, threads: int, which: str) -> dict:
     if which == "previous":
         return dict(PREVIOUS_BEST[(op_name, threads)])
-    return {}
+    if which == "defaults":
+        return {}
+    return dict(BENCH_BEST.get((op_name, threads), {}))
+
+
+BENCH_BEST: dict[tuple[str, int], dict] = {}
+TUNED_LINE = re.compile(r"^tuned (\w+)\s+(\d+) thr .*; best (.*)$", re.M)
+
+
+def read_bench_configs(path: str) -> dict[tuple[str, int], dict]:
+    """The best configurations a bench/cpu_kernels.py run printed ('tuned OP T thr ... best
+    K=V ...'), THREADS left out."""
+    found = {}
+    for op_name, threads, config in TUNED_LINE.findall(Path(path).read_text()):
+        pairs = dict(item.split("=") for item in config.split())
+        pairs.pop("THREADS", None)
+        found[(op_name, int(threads))] = {k: int(v) for k, v in pairs.items()}
+    return found
 
 
 def profile_memory_op(name: str, b: Builder, probe, roofs, args, ghz: float) -> dict:
@@ -532,6 +551,58 @@ def profile_memory_op(name: str, b: Builder, probe, roofs, args, ghz: float) -> 
     return row
 
 
+# Streaming loops with the row kernels' signature (y, x, w, rows, cols), at DRAM size: what a
+# single core's stream reaches as the loop body grows (the probe's flat loop, then row loops
+# with a scalar or an L1-resident weight row, 8 or 16 lanes). THREADS and LANES come as -D.
+STREAMS = {
+    "flat copy (the probe's loop)": ("flat", 16),
+    "rows y = x * s, 8 lanes": ("scalar", 8),
+    "rows y = x * s, 16 lanes": ("scalar", 16),
+    "rows y = x * w[col], 8 lanes": ("weight", 8),
+    "rows y = x * w[col], 16 lanes": ("weight", 16),
+}
+STREAM_C = r"""
+void ks_kernel(float *restrict y, const float *restrict x, const float *restrict w, long rows,
+               long cols) {
+#if KIND == 0
+    (void)w;
+    const long n = rows * cols;
+#pragma omp parallel for num_threads(THREADS) schedule(static)
+    for (long i = 0; i < n; ++i) y[i] = x[i] * 1.0f + 0.0f;
+#else
+#pragma omp parallel for num_threads(THREADS) schedule(static, 4)
+    for (long r = 0; r < rows; ++r) {
+        const float *restrict xr = x + r * cols;
+        float *restrict yr = y + r * cols;
+#pragma omp simd simdlen(LANES)
+#if KIND == 1
+        for (long k = 0; k < cols; ++k) yr[k] = xr[k] * 1.5f;
+#else
+        for (long k = 0; k < cols; ++k) yr[k] = xr[k] * w[k];
+#endif
+    }
+#endif
+}
+"""
+
+
+def profile_streams(b: Builder, probe, roofs, args) -> dict:
+    """The loops of STREAMS and the copy probe at DRAM size, 1 thread and 2, interleaved."""
+    op = get_operator("cpu", "rmsnorm")  # (y, x, w, rows, cols) and 8 bytes per element
+    ws = Workset.make(op, DRAM_SHAPE)
+    out = {}
+    for t in (1, 2):
+        contestants = {name: Kernel(b.harness, b.kernel(STREAM_C, {
+            "KIND": {"flat": 0, "scalar": 1, "weight": 2}[kind], "LANES": lanes, "THREADS": t}), ws)
+            for name, (kind, lanes) in STREAMS.items()}
+        contestants["copy probe"] = Copy(probe, ws.nbytes, t)
+        stats = interleave(contestants, args.dram_rounds, min_s=0.05)
+        out[t] = {k: (contestants[k].nbytes if k == "copy probe" else ws.nbytes) / s[STAT] / 1e9
+                  for k, s in stats.items()}
+        out[t]["roof"] = roofs.roof_for(ws.nbytes, t)[1]
+    return out
+
+
 def profile_gemm(b: Builder, args, ghz: float) -> dict:
     op = get_operator("cpu", "gemm")
     row: dict = {"operator": "gemm"}
@@ -598,9 +669,12 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
     p("roofs (cached copy probe, p90) GB/s: 1 thread " +
       " ".join(f"{k} {v:.0f}" for k, v in roofs.one_thread.items()) + "; all threads " +
       " ".join(f"{k} {v:.0f}" for k, v in roofs.all_threads.items()))
-    p(f"configurations: {args.configs}" + (" (bench/README.md run of 1 December 2026)" if args.configs == "previous" else " (template defaults)"))
+    p(f"configurations: {args.configs}" + {"previous": " (bench/README.md run of 1 December 2026)",
+                                             "defaults": " (template defaults)"}.get(args.configs, " (best of that bench/cpu_kernels.py run)"))
     mem = [r for r in rows if r["operator"] in MEMORY_OPS]
     for r in rows:
+        if r["operator"] == "streams":
+            continue
         p(f"  {r['operator']}: " + (" | ".join(f"{t} thr {' '.join(f'{k}={v}' for k, v in c.items())}" for t, c in r["config"].items())
                                    if r["operator"] != "gemm" else " ".join(f"{k}={v}" for k, v in r["config"].items())))
     tags = ["before", "now"] if args.before else ["now"]
@@ -653,6 +727,13 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
                     p(f"{r['operator']:<10} {t:>3} {tag:<7} {f(gbs, 1, 7)} {100 * d[f'{tag}_spread']:>3.0f}% "
                       f"{f(d['copy_gbs'], 1, 9)} {f(100 * gbs / d['copy_gbs'], 0, 6)}% {f(d['roof_gbs'], 0, 5)} "
                       f"{f(100 * gbs / d['roof_gbs'], 0, 6)}% {f(100 * serial / d['roof_gbs'], 0, 11)}%")
+    streams = next((r for r in rows if r["operator"] == "streams"), None)
+    if streams:
+        p("")
+        p("streaming loops at DRAM size (512 MB), best-sample GB/s, interleaved with the copy probe")
+        p(f"{'loop':<32} {'1 thread':>9} {'2 threads':>10}")
+        for k in streams["figures"][1]:
+            p(f"{k:<32} {f(streams['figures'][1][k], 1, 9)} {f(streams['figures'][2][k], 1, 10)}")
     g = next((r for r in rows if r["operator"] == "gemm"), None)
     if g:
         p("")
@@ -690,14 +771,19 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--operators", default=",".join(ALL_OPS))
-    parser.add_argument("--configs", choices=("previous", "defaults"), default="previous")
+    parser.add_argument("--configs", default="previous",
+                        help="previous (the README's run), defaults (the templates'), or the path of "
+                             "a bench/cpu_kernels.py output whose 'tuned ... best' lines are used")
     parser.add_argument("--before", help="git revision whose templates are measured next to the current ones")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved samples in cache")
     parser.add_argument("--dram-rounds", type=int, default=7, help="interleaved samples at DRAM size")
     parser.add_argument("--no-cachegrind", action="store_true")
     parser.add_argument("--no-dram", action="store_true")
+    parser.add_argument("--no-streams", action="store_true", help="skip the streaming loops at DRAM size")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args(argv)
+    if args.configs not in ("previous", "defaults"):
+        BENCH_BEST.update(read_bench_configs(args.configs))
     ops = [o.strip() for o in args.operators.split(",") if o.strip()]
     bad = [o for o in ops if o not in ALL_OPS]
     if bad:
@@ -714,6 +800,9 @@ def main(argv: list[str] | None = None) -> int:
         b = Builder(work)
         probe = cpu_roof._build_probe(tc.compiler, work)
         ghz = clock_ghz(b.harness)
+        if not args.no_dram and not args.no_streams:
+            print("streaming loops ...", file=sys.stderr, flush=True)
+            rows.append({"operator": "streams", "figures": profile_streams(b, probe, roofs, args)})
         for name in ops:
             print(f"profiling {name} ...", file=sys.stderr, flush=True)
             if name == "gemm":

@@ -36,7 +36,7 @@ BRANCHES = {
     "rmsnorm": [dict(zip(("VEC", "ACC", "ACC_DOUBLE"), v))
                 for v in itertools.product([4, 16], [1, 8], [0, 1])],
     "layernorm": [dict(zip(("VEC", "STATS"), v)) for v in itertools.product([4, 8, 16], [0, 1])],
-    "bias_gelu": [dict(zip(("VEC", "ERF_IMPL"), v)) for v in itertools.product([4, 16], [0, 1])],
+    "bias_gelu": [dict(zip(("VEC", "ERF_IMPL"), v)) for v in itertools.product([4, 16], [0, 1, 2])],
     "transpose": [dict(zip(("TILE", "VEC", "WRITE_MAJOR"), v))
                   for v in itertools.product([4, 8, 16, 32, 128], [4, 8, 16], [0, 1])],
 }
@@ -84,6 +84,20 @@ def test_every_branch_is_correct_on_tails_on_every_isa_path(tmp_path, operator, 
             if not ok:
                 failures.append((branch, shape, distribution))
     assert not failures, failures[:10]
+
+
+def test_the_rational_erf_is_accurate_across_the_range(tmp_path):
+    """bias_gelu with ERF_IMPL=2 against float64 erf, from deep negative to large positive z,
+    within the cascade's float32 tolerance (1e-5 of |y| + 0.05 |z|) on every ISA path."""
+    op = get_operator("cpu", "bias_gelu")
+    x = np.linspace(-30, 30, 200_001, dtype=np.float32).reshape(1, -1)
+    b = np.zeros(x.shape[1], np.float32)
+    for i, extra in enumerate(PATHS.values()):
+        fn = build(tmp_path, f"erf{i}", op.template(), {"ERF_IMPL": 2, "VEC": 16, "THREADS": 1}, extra).ks_kernel
+        fn.argtypes = [ctypes.c_void_p] * 3 + [ctypes.c_long] * 2
+        y = np.empty_like(x)
+        fn(y.ctypes.data, x.ctypes.data, b.ctypes.data, 1, x.shape[1])
+        assert relative_error(op, {"x": x, "b": b}, y) < 5e-6
 
 
 @pytest.mark.parametrize("operator", sorted(BRANCHES))

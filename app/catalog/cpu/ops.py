@@ -239,7 +239,8 @@ BIAS_GELU = CpuOperator(
     flops=lambda s: 10.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
     throughput_unit="GB/s",
-    base_params={"VEC": [4, 8, 16], "ERF_IMPL": [0, 1], "CHUNK": [1, 4, 16, 64]},
+    # ERF_IMPL 2: a rational erf without exp, about half the operations of 1 (bench/cpu_profile.md)
+    base_params={"VEC": [4, 8, 16], "ERF_IMPL": [0, 1, 2], "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "CHUNK"),
     near_limit_magnitude=lambda s: F32_MAX / 4,
 )

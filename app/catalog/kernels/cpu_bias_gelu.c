@@ -1,7 +1,8 @@
 /* Fused bias + exact GELU fp32: y[r, c] = 0.5 z (1 + erf(z / sqrt 2)), z = x[r, c] + b[c].
  * Tunables (-D): VEC simd length; ERF_IMPL 0 = libm erff, 1 = an inlined branch-free erf
  * (Abramowitz-Stegun 7.1.26, absolute error below 1.5e-7, with a polynomial exp) that the
- * compiler can vectorise; CHUNK rows per OpenMP work item; THREADS OpenMP threads. */
+ * compiler can vectorise, 2 = an inlined rational erf on [-4, 4] (no exp; absolute error
+ * about 3e-7 near |erf| = 1); CHUNK rows per OpenMP work item; THREADS OpenMP threads. */
 #include <math.h>
 #include <stddef.h>
 
@@ -27,7 +28,7 @@
 #define KS_FMA(a, b, c) ((a) * (b) + (c))
 #endif
 
-#if ERF_IMPL
+#if ERF_IMPL == 1
 /* exp(x) for x <= 0: range reduction by ln 2, Cephes expf polynomial, 2^n from the exponent
  * bits; arguments below -87 are clamped (an unsigned min on the bit pattern of x <= 0).
  * n = round(x / ln 2) is read from the low bits of x / ln 2 + 1.5 * 2^23, and the polynomial
@@ -58,6 +59,27 @@ static inline float ks_erf(float x) {
     const float p = KS_FMA(q, t2, 0.254829592f * t);
     const float e = KS_FMA(-p, ks_exp_neg(-a * a), 1.0f);
     return copysignf(e, x);
+}
+#elif ERF_IMPL == 2
+/* erf(x) = x P(x^2) / Q(x^2) on x clamped to [-4, 4] (beyond it erf is +-1 in fp32): the
+ * rational minimax fit of Eigen's and XLA's float erf (P degree 6 and Q degree 4 in x^2, a few
+ * ulp). One division and 13 multiply-adds, no exp: about half the operations of
+ * ERF_IMPL 1, whose exp alone cost as much as the rest (bench/cpu_profile.md). */
+static inline float ks_erf(float x) {
+    x = x < 4.0f ? x : 4.0f;
+    x = x > -4.0f ? x : -4.0f;
+    const float x2 = x * x;
+    float p = KS_FMA(x2, -2.72614225801306e-10f, 2.77068142495902e-08f);
+    p = KS_FMA(x2, p, -2.10102402082508e-06f);
+    p = KS_FMA(x2, p, -5.69250639462346e-05f);
+    p = KS_FMA(x2, p, -7.34990630326855e-04f);
+    p = KS_FMA(x2, p, -2.95459980854025e-03f);
+    p = KS_FMA(x2, p, -1.60960333262415e-02f);
+    float q = KS_FMA(x2, -1.45660718464996e-05f, -2.13374055278905e-04f);
+    q = KS_FMA(x2, q, -1.68282697438203e-03f);
+    q = KS_FMA(x2, q, -7.37332916720468e-03f);
+    q = KS_FMA(x2, q, -1.42647390514189e-02f);
+    return x * p / q;
 }
 #else
 #define ks_erf erff

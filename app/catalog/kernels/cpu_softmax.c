@@ -96,10 +96,11 @@ static void softmax_row(float *restrict y, const float *restrict x, long n) {
 #pragma omp simd simdlen(VEC)
         for (int a = 0; a < ACC * VEC; ++a) pm[a] = x[j + a] > pm[a] ? x[j + a] : pm[a];
     }
-    for (long k = j; k < n; ++k) pm[0] = x[k] > pm[0] ? x[k] : pm[0];
+    for (; j < n; ++j) pm[0] = x[j] > pm[0] ? x[j] : pm[0];
     float m = pm[0];
     for (int a = 1; a < ACC * VEC; ++a) m = pm[a] > m ? pm[a] : m;
-    for (j = 0; j + ACC * VEC <= n; j += ACC * VEC) {
+    j = 0;
+    for (; j + ACC * VEC <= n; j += ACC * VEC) {
 #pragma omp simd simdlen(VEC)
         for (int a = 0; a < ACC * VEC; ++a) {
             const float e = ks_exp(x[j + a] - m);
@@ -107,7 +108,7 @@ static void softmax_row(float *restrict y, const float *restrict x, long n) {
             ps[a] += e;
         }
     }
-    for (long k = j; k < n; ++k) { const float e = ks_exp(x[k] - m); y[k] = e; ps[0] += e; }
+    for (; j < n; ++j) { const float e = ks_exp(x[j] - m); y[j] = e; ps[0] += e; }
     float s = 0.0f;
     for (int a = 0; a < ACC * VEC; ++a) s += ps[a];
 #endif
