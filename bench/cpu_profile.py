@@ -30,7 +30,9 @@ This VM exposes no hardware performance counters (`perf stat -e cycles,instructi
 
 The configurations are the best ones of the last bench/cpu_kernels.py run recorded in
 bench/README.md (1 December 2026, tuned per thread count on the templates of that day)
-(`--configs previous`), or the templates' defaults (`--configs defaults`). `--before REV`
+(`--configs previous`), the templates' defaults (`--configs defaults`), the configurations
+chosen from this profile's interleaved sweeps of the current templates (`--configs good`), or
+the best ones a bench/cpu_kernels.py output printed (`--configs PATH`). `--before REV`
 builds the templates of git revision REV with the same configurations and measures them
 interleaved with the current ones (before/after of a template change).
 
@@ -97,6 +99,16 @@ PREVIOUS_BEST = {
                   "PAR": 1, "PF": 1, "SHARE_B": 1, "ISA": 2},
     ("gemm", 2): {"MR": 6, "NV": 1, "KC": 256, "MC": 96, "NC": 2048, "UK": 1, "ORDER": 1,
                   "PAR": 0, "PF": 0, "SHARE_B": 0, "ISA": 2},
+}
+
+# Configurations chosen in this profile's sessions from interleaved sweeps of the current
+# templates (in core at 1 thread and at DRAM size; bench/cpu_profile.md), for --configs good.
+GOOD = {
+    "softmax": {"VEC": 16, "ACC": 1, "ONLINE": 0, "CHUNK": 64, "EXP_IMPL": 1},
+    "rmsnorm": {"VEC": 8, "ACC": 2, "ACC_DOUBLE": 0, "CHUNK": 64},
+    "layernorm": {"VEC": 16, "STATS": 1, "CHUNK": 64},
+    "bias_gelu": {"VEC": 16, "ERF_IMPL": 2, "CHUNK": 64},
+    "transpose": {"TILE": 128, "WRITE_MAJOR": 1, "VEC": 8},
 }
 
 # working sets (rows, cols); bytes as op.bytes_moved counts them
@@ -406,7 +418,7 @@ def driver_args(lib: Path, symbol: str, mode: str, ws: Workset) -> list[str]:
             *(str(a.size) for a in ws.arrays)]
 
 
-def native_driver(driver: Path, args: list[str], env: dict | None = None, min_s: float = 0.2) -> float:
+def native_driver(driver: Path, args: list[str], env: dict | None = None, min_s: float = 0.05) -> float:
     """Seconds per call of the driver run natively (the binary cachegrind ran)."""
     reps = 4
     while True:
@@ -417,7 +429,7 @@ def native_driver(driver: Path, args: list[str], env: dict | None = None, min_s:
             break
         reps = max(reps * 2, int(reps * min_s / max(t * reps, 1e-9) * 1.3))
     best = t
-    for _ in range(2):  # best of three: the other engineer's load only slows a run down
+    for _ in range(6):  # best of seven: the other engineer's load only slows a run down
         proc = subprocess.run([str(driver), *args[:3], str(reps), *args[3:]], capture_output=True,
                               text=True, timeout=600, env={**os.environ, **(env or {})}, check=True)
         best = min(best, float(proc.stdout.strip()))
@@ -450,7 +462,9 @@ def git_source(rev: str, kernel_file: str) -> str:
 
 
 def clock_ghz(h: ctypes.CDLL) -> float:
-    return max(h.ks_clock_ghz(20_000_000) for _ in range(5))
+    """The fastest of 15 short add chains (4 ms each): on a shared core a longer one is
+    likely to be descheduled part of the time and read a lower clock."""
+    return max(h.ks_clock_ghz(2_000_000) for _ in range(15))
 
 
 def config_for(op_name: str, threads: int, which: str) -> dict:
@@ -458,6 +472,8 @@ def config_for(op_name: str, threads: int, which: str) -> dict:
         return dict(PREVIOUS_BEST[(op_name, threads)])
     if which == "defaults":
         return {}
+    if which == "good":
+        return dict(GOOD.get(op_name, PREVIOUS_BEST.get((op_name, threads), {})))
     return dict(BENCH_BEST.get((op_name, threads), {}))
 
 
@@ -497,13 +513,11 @@ def profile_memory_op(name: str, b: Builder, probe, roofs, args, ghz: float) -> 
             cg = cachegrind(b.driver, driver_args(lib, "ks_kernel", "ks", ws_cg), "ks_kernel*", b.work)
             n = ws_cg.elements
             sec = native_driver(b.driver, driver_args(lib, "ks_kernel", "ks", ws_l2))
-            cyc = sec * ghz * 1e9 / ws_l2.elements
             row["cg"][tag] = {"instr_per_elem": cg["Ir"] / n, "d1_per_elem": cg["D1"] / n,
                               "ll_per_elem": cg["LL"] / n, "llr_per_elem": cg["LLr"] / n,
                               "llw_per_elem": cg["LLw"] / n, "loads_per_elem": cg["Dr"] / n,
                               "stores_per_elem": cg["Dw"] / n,
-                              "avx2_cycles_per_elem_l2": cyc,
-                              "ipc": (cg["Ir"] / n) / cyc if cyc > 0 else float("nan")}
+                              "avx2_sec_per_elem_l2": sec / ws_l2.elements}
         row["cg_shape"] = CG_SHAPE
 
     # 2. in-core: 1 thread, L1 and L2 working sets, with the copy probe interleaved
@@ -517,7 +531,7 @@ def profile_memory_op(name: str, b: Builder, probe, roofs, args, ghz: float) -> 
         row["incore"][level] = {
             "shape": shape, "bytes": ws.nbytes, "roof_level": roofs.level_for(ws.nbytes, 1).name,
             **{f"{k}_gbs": ws.nbytes / s[STAT] / 1e9 for k, s in stats.items() if k != "copy"},
-            **{f"{k}_cyc_per_elem": s[STAT] * ghz * 1e9 / ws.elements
+            **{f"{k}_sec_per_elem": s[STAT] / ws.elements
                for k, s in stats.items() if k != "copy"},
             "copy_gbs": contestants["copy"].nbytes / stats["copy"][STAT] / 1e9}
     # fixed cost of a call: rows = 0 (fork/join and nothing else), 1 and 2 threads
@@ -630,8 +644,7 @@ def profile_gemm(b: Builder, args, ghz: float) -> dict:
             row["cg"][tag] = {"instr_per_flop": cg["Ir"] / flop, "d1_per_kflop": 1e3 * cg["D1"] / flop,
                               "ll_per_kflop": 1e3 * cg["LL"] / flop,
                               "loads_per_flop": cg["Dr"] / flop,
-                              "gflops": flop / sec / 1e9, "flop_per_cycle": flop / sec / (ghz * 1e9),
-                              "ipc": cg["Ir"] / (sec * ghz * 1e9)}
+                              "gflops": flop / sec / 1e9, "sec": sec, "instr": cg["Ir"]}
     # native: the AVX-512 tuned kernel vs numpy (OpenBLAS SkylakeX), 1 thread, interleaved
     row["native"] = {}
     lib = b.kernel(op.template(), cfg)
@@ -649,8 +662,7 @@ def profile_gemm(b: Builder, args, ghz: float) -> dict:
         with threadpool_limits(limits=1, user_api="blas"):
             stats = interleave({"tuned": k, "openblas": numpy_call}, args.rounds)
         flop = op.flops(tuple(shape))
-        row["native"][shape[0]] = {k2: {"gflops": flop / s[STAT] / 1e9,
-                                        "peak": flop / s[STAT] / (ghz * 1e9 * FMA_FLOP_PER_CYCLE)}
+        row["native"][shape[0]] = {k2: {"gflops": flop / s[STAT] / 1e9}
                                    for k2, s in stats.items()}
     return row
 
@@ -670,7 +682,8 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
       " ".join(f"{k} {v:.0f}" for k, v in roofs.one_thread.items()) + "; all threads " +
       " ".join(f"{k} {v:.0f}" for k, v in roofs.all_threads.items()))
     p(f"configurations: {args.configs}" + {"previous": " (bench/README.md run of 1 December 2026)",
-                                             "defaults": " (template defaults)"}.get(args.configs, " (best of that bench/cpu_kernels.py run)"))
+                                             "defaults": " (template defaults)",
+                                             "good": " (GOOD: chosen from this profile's sweeps; GEMM: previous)"}.get(args.configs, " (best of that bench/cpu_kernels.py run)"))
     mem = [r for r in rows if r["operator"] in MEMORY_OPS]
     for r in rows:
         if r["operator"] == "streams":
@@ -691,9 +704,11 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
                 if not c:
                     continue
                 ideal = 0.125  # one 64-byte line of x and one of y per 16 floats
+                cyc = c["avx2_sec_per_elem_l2"] * ghz * 1e9
+                c["avx2_cycles_per_elem_l2"], c["ipc"] = cyc, c["instr_per_elem"] / cyc
                 p(f"{r['operator']:<10} {tag:<7} {f(c['instr_per_elem'], 2, 8)} {f(c['loads_per_elem'], 2, 8)} "
                   f"{f(c['d1_per_elem'], 3, 10)} {f(c['ll_per_elem'], 3, 10)} {f(ideal, 3, 7)} "
-                  f"{f(c['avx2_cycles_per_elem_l2'], 2, 7)} {f(c['ipc'], 2, 5)}")
+                  f"{f(cyc, 2, 7)} {f(c['ipc'], 2, 5)}")
     if mem:
         p("")
         p("in-core, 1 thread (-march=native build), best-sample GB/s of op.bytes_moved, copy probe interleaved on the same bytes")
@@ -702,6 +717,8 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
     for r in mem:
         for tag in tags:
             l1, l2 = r["incore"]["L1"], r["incore"]["L2"]
+            for lv in (l1, l2):
+                lv[f"{tag}_cyc_per_elem"] = lv[f"{tag}_sec_per_elem"] * ghz * 1e9
             ceiling = max(l1[f"{tag}_gbs"], l2[f"{tag}_gbs"])
             r.setdefault("ceiling", {})[tag] = ceiling
             p(f"{r['operator']:<10} {tag:<7} {f(l1[f'{tag}_gbs'], 1, 8)} {f(l1[f'{tag}_cyc_per_elem'], 2, 7)} "
@@ -743,11 +760,15 @@ def report(rows: list[dict], roofs, ghz: float, load: tuple, args) -> list[str]:
             p(f"{'kernel':<9} {'instr/FLOP':>10} {'loads/FLOP':>10} {'D1 miss/kFLOP':>13} {'LL miss/kFLOP':>13} "
               f"{'GFLOP/s':>8} {'FLOP/cyc':>8} {'IPC':>5}")
             for tag, c in g["cg"].items():
+                c["flop_per_cycle"] = c["gflops"] / ghz
+                c["ipc"] = c["instr"] / (c["sec"] * ghz * 1e9)
                 p(f"{tag:<9} {f(c['instr_per_flop'], 4, 10)} {f(c['loads_per_flop'], 4, 10)} {f(c['d1_per_kflop'], 3, 13)} "
                   f"{f(c['ll_per_kflop'], 4, 13)} {f(c['gflops'], 1, 8)} {f(c['flop_per_cycle'], 1, 8)} {f(c['ipc'], 2, 5)}")
         p(f"GEMM native, 1 thread, interleaved (tuned AVX-512 vs numpy/OpenBLAS); FMA peak "
           f"{FMA_FLOP_PER_CYCLE} FLOP/cycle x {ghz:.2f} GHz = {FMA_FLOP_PER_CYCLE * ghz:.0f} GFLOP/s")
         for size, d in g["native"].items():
+            for v in d.values():
+                v["peak"] = v["gflops"] / (ghz * FMA_FLOP_PER_CYCLE)
             p(f"  {size}^3: tuned {d['tuned']['gflops']:.1f} GFLOP/s ({100 * d['tuned']['peak']:.0f}% of peak), "
               f"OpenBLAS {d['openblas']['gflops']:.1f} ({100 * d['openblas']['peak']:.0f}%), "
               f"tuned/OpenBLAS {d['tuned']['gflops'] / d['openblas']['gflops']:.2f}x")
@@ -772,7 +793,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--operators", default=",".join(ALL_OPS))
     parser.add_argument("--configs", default="previous",
-                        help="previous (the README's run), defaults (the templates'), or the path of "
+                        help="previous (the README's run), defaults (the templates'), good (GOOD), or the path of "
                              "a bench/cpu_kernels.py output whose 'tuned ... best' lines are used")
     parser.add_argument("--before", help="git revision whose templates are measured next to the current ones")
     parser.add_argument("--rounds", type=int, default=9, help="interleaved samples in cache")
@@ -782,7 +803,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-streams", action="store_true", help="skip the streaming loops at DRAM size")
     parser.add_argument("--json", help="write the raw figures here")
     args = parser.parse_args(argv)
-    if args.configs not in ("previous", "defaults"):
+    if args.configs not in ("previous", "defaults", "good"):
         BENCH_BEST.update(read_bench_configs(args.configs))
     ops = [o.strip() for o in args.operators.split(",") if o.strip()]
     bad = [o for o in ops if o not in ALL_OPS]
@@ -805,11 +826,11 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"operator": "streams", "figures": profile_streams(b, probe, roofs, args)})
         for name in ops:
             print(f"profiling {name} ...", file=sys.stderr, flush=True)
+            ghz = max(ghz, clock_ghz(b.harness))
             if name == "gemm":
                 rows.append(profile_gemm(b, args, ghz))
             else:
                 rows.append(profile_memory_op(name, b, probe, roofs, args, ghz))
-        ghz = max(ghz, clock_ghz(b.harness))
         lines = report(rows, roofs, ghz, load, args)
     print("\n".join(lines))
     if args.json:
