@@ -19,7 +19,7 @@ FAMILIES = [("softmax", "bfloat16", [2048, 4096]), ("softmax", "float32", [1000,
             ("rmsnorm", "float16", [2048, 4096]), ("layernorm", "bfloat16", [2048, 2048]),
             ("bias_gelu", "float32", [1024, 4096]), ("transpose", "float32", [2048, 4096]),
             ("gemm", "bfloat16", [1024, 1024, 1024]), ("gemm", "float16", [512, 768, 256]),
-            ("gemm", "float32", [512, 512, 512])]
+            ("gemm", "float32", [512, 512, 512]), ("gemm_mma", "bfloat16", [1024, 1024, 1024])]
 
 
 @pytest.fixture(scope="module")
@@ -44,8 +44,8 @@ def candidate(op, dtype, shape, i=0, source=None) -> Candidate:
 
 @pytest.mark.parametrize("name,dtype,shape", FAMILIES, ids=[f"{n}-{d}" for n, d, _ in FAMILIES])
 def test_recommended_kernels_verify_and_time(name, dtype, shape, shared_pool):
-    op = OPERATORS[name]
     ev = make(name, dtype, shape, pool=shared_pool)
+    op = ev.op  # as the device runs it: gemm on sm_90 is the wgmma + TMA template
     try:
         for i in range(len(op.recommended(dtype, shape))):
             result = ev.evaluate(candidate(op, dtype, shape, i))
@@ -55,6 +55,62 @@ def test_recommended_kernels_verify_and_time(name, dtype, shape, shared_pool):
         assert ev.baseline() is not None, ev.baselines()
     finally:
         ev.close()
+
+
+def _sm90(ev: CudaEvaluator) -> bool:
+    return str(ev.info().get("compute_capability", "")).replace(".", "") == "90"
+
+
+def test_wgmma_configurations_verify_on_odd_shapes_in_diagnostic_order(shared_pool):
+    """sm_90 only. The wgmma template's configurations, each isolating one more mechanism (a
+    review's order): BN=64 (A's k-step alone), the base BN=256 (B's LBO/SBO), BM=256 (two M
+    atoms per warpgroup), CLUSTER 2 (multicast, remote arrivals: a hang here is the empty
+    barrier), the TMA-store epilogue (a wrong swizzle permutes 16-byte chunks); on shapes that
+    are no multiple of any tile, where TMA zero-fills and the stores clip. All are evaluated and
+    every failure is named, so one run says which mechanism is wrong."""
+    shapes = [[72, 136, 40], [203, 264, 328]]
+    ev = make("gemm", "bfloat16", shapes[0], pool=shared_pool)
+    try:
+        if not _sm90(ev):
+            pytest.skip("the wgmma template runs on compute capability 9.0 only")
+        base = {"BM": 128, "BN": 256, "BK": 64, "STAGES": 4, "CONSUMERS": 2, "CLUSTER": 1,
+                "EPILOGUE": 0, "GROUP_M": 8}
+        order = [("BN=64", {**base, "BN": 64}), ("base", base), ("BM=256", {**base, "BM": 256, "BN": 128}),
+                 ("CLUSTER=2", {**base, "CLUSTER": 2}), ("TMA store", {**base, "STAGES": 3, "EPILOGUE": 1})]
+    finally:
+        ev.close()
+    failures = []
+    for shape in shapes:
+        ev = make("gemm", "bfloat16", shape, pool=shared_pool)
+        try:
+            for label, cfg in order:
+                assert ev.space.is_valid(cfg), (label, cfg)
+                r = ev.evaluate(Candidate(config=cfg, key=ev.space.key(cfg), agent="test"))
+                if not r.ok:
+                    failures.append(f"{label} on {shape}: {r.reason}: {r.detail[:300]}")
+        finally:
+            ev.close()
+    assert not failures, "\n".join(failures)
+
+
+def test_kda_recommended_configurations_verify_against_the_float64_reference(shared_pool):
+    """The multi-kernel KDA forward (fixed-length and packed sequences, T no multiple of any
+    chunk): every recommended configuration verifies by the per-head Frobenius tolerance."""
+    failures = []
+    for shape in ([1, 1000, 4, 128], [1, 700, 2, 128, 3]):
+        ev = make("kda", "bfloat16", shape, pool=shared_pool)
+        try:
+            for cfg in ev.op.recommended("bfloat16", shape):
+                if ev.op.static_check(cfg, shape, "bfloat16"):
+                    continue
+                r = ev.evaluate(Candidate(config=cfg, key=ev.space.key(cfg), agent="test"))
+                if not r.ok:
+                    failures.append(f"{cfg} on {shape}: {r.reason}: {r.detail[:300]}")
+                else:
+                    assert r.time_ms > 0
+        finally:
+            ev.close()
+    assert not failures, "\n".join(failures)
 
 
 SKIP_HALF = r"""
