@@ -66,8 +66,11 @@ static inline float ks_erf(float x) {
  * ulp). One division and 13 multiply-adds, no exp: about half the operations of
  * ERF_IMPL 1, whose exp alone cost as much as the rest (bench/cpu_profile.md). */
 static inline float ks_erf(float x) {
-    x = x < 4.0f ? x : 4.0f;
-    x = x > -4.0f ? x : -4.0f;
+    /* the clamp as an unsigned min on the bit pattern of |x| (float comparisons left the
+     * AVX2 build scalar: "control flow in loop") */
+    union { float f; unsigned int u; } a = { .f = fabsf(x) };
+    a.u = a.u < 0x40800000u ? a.u : 0x40800000u; /* 0x40800000 is 4.0f */
+    x = copysignf(a.f, x);
     const float x2 = x * x;
     float p = KS_FMA(x2, -2.72614225801306e-10f, 2.77068142495902e-08f);
     p = KS_FMA(x2, p, -2.10102402082508e-06f);
