@@ -5,7 +5,8 @@ kernels' shared-memory layouts (kda_state's grows with its STAGES pipeline stage
 the NumPy emulation of the exact stage decomposition (tests/fake_kda.py: same workspaces, same
 chunk tables, bf16 where the kernels store bf16) matches the float64 recurrent reference within
 the bf16 norm tolerance, fixed-length and packed, with and without fusion, at every STAGES
-(the emulation models the math, not the cp.async pipeline: STAGES changes no arithmetic)."""
+(the emulation models the math, not the cp.async pipeline: STAGES changes no arithmetic), and
+kda.cu itself, compiled by g++ with a CPU thread per CUDA thread, gives the same answers."""
 
 from __future__ import annotations
 
@@ -194,3 +195,156 @@ def test_the_gpu_benchmark_runs_through_the_harness_on_the_fake_cupy(monkeypatch
     assert "KDA forward: 1 shapes timed" in out.splitlines()[-1] and "tolerance 1e-02" in out
     report = (tmp_path / "gpu_kda.json").read_text()
     assert '"checks"' in report and (tmp_path / "gpu_kda.md").exists()
+
+
+# ---- kda.cu itself on the CPU: each CUDA thread a std::thread, __syncthreads a std::barrier ------
+# (g++ -std=c++20). Shared memory is malloc'd at exactly the launch's dynamic bytes and poisoned
+# with NaN; cp.async lands at the latest moment its wait_group allows (the destination NaN until
+# then) or, "eager", at issue. Checks the CUDA source's indexing, tables, tiles, masks and
+# pipeline order against the float64 reference; not warp timing or the device's memory model.
+CPU_SHIM = r"""
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+struct dim3 { unsigned x, y, z; };
+thread_local dim3 threadIdx;
+dim3 blockIdx;
+std::barrier<>* g_bar;
+unsigned char* g_smem;
+long g_smem_bytes;
+int g_eager;
+#define __syncthreads() g_bar->arrive_and_wait()
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __restrict__ __restrict
+#define __align__(n)
+#define __expf expf
+struct bf16 { uint16_t b; };
+typedef bf16 T;
+inline float to_f(float x) { return x; }
+inline float to_f(bf16 x) { uint32_t u = (uint32_t)x.b << 16; float f; memcpy(&f, &u, 4); return f; }
+template <typename U> inline U from_f(float x);
+template <> inline bf16 from_f<bf16>(float x) {
+    uint32_t u; memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{0x7fc0};
+    u += 0x7fffu + ((u >> 16) & 1u); return bf16{(uint16_t)(u >> 16)};
+}
+struct Copy { unsigned char* dst; const void* src; int n; };
+thread_local std::vector<Copy> pending;
+thread_local std::deque<std::vector<Copy>> groups;
+namespace ks_ampere {
+inline uint32_t smem_u32(const void* p) {
+    long off = (const unsigned char*)p - g_smem;
+    if (off < 0 || off + 16 > g_smem_bytes || off % 16) { fprintf(stderr, "cp.async dst %ld\n", off); abort(); }
+    return (uint32_t)off;
+}
+inline void land(const Copy& c) { memset(c.dst, 0, 16); memcpy(c.dst, c.src, c.n); }
+inline void cp_async16(uint32_t dst, const void* src, int n) {
+    if ((uintptr_t)src % 16) { fprintf(stderr, "cp.async src misaligned\n"); abort(); }
+    Copy c{g_smem + dst, src, n};
+    if (g_eager) land(c); else { memset(c.dst, 0xff, 16); pending.push_back(c); }
+}
+inline void cp_async_commit() { groups.push_back(pending); pending.clear(); }
+template <int kPending> inline void cp_async_wait() {
+    for (; (int)groups.size() > kPending; groups.pop_front()) for (auto& c : groups.front()) land(c);
+}
+}
+void launch(const int* grid, int nt, int smem, std::function<void()> body) {
+    std::barrier<> bar(nt);
+    g_bar = &bar;
+    for (int z = 0; z < grid[2]; ++z) for (int y = 0; y < grid[1]; ++y) for (int x = 0; x < grid[0]; ++x) {
+        blockIdx = {(unsigned)x, (unsigned)y, (unsigned)z};
+        g_smem_bytes = smem;
+        g_smem = (unsigned char*)malloc(smem + 1);
+        memset(g_smem, 0xff, smem);
+        std::vector<std::thread> th;
+        for (int t = 0; t < nt; ++t) th.emplace_back([&, t] {
+            threadIdx = {(unsigned)t, 0, 0}; pending.clear(); groups.clear(); body();
+            for (auto& g : groups) if (!g.empty()) { fprintf(stderr, "cp.async in flight at exit\n"); abort(); }
+        });
+        for (auto& t : th) t.join();
+        free(g_smem);
+    }
+}
+"""
+CPU_ENTRIES = r"""
+typedef const int* I;
+extern "C" {
+void run_kda_gate_cumsum(const int* G, int nt, int sm, const T* g, float* gc, I ch) {
+    launch(G, nt, sm, [=] { kda_gate_cumsum(g, gc, ch); }); }
+void run_kda_wy(const int* G, int nt, int sm, const T* k, const T* v, const T* g, const T* b, float* gc, T* w,
+    T* u, I ch) { launch(G, nt, sm, [=] { kda_wy(k, v, g, b, gc, w, u, ch); }); }
+void run_kda_state(const int* G, int nt, int sm, const T* q, const T* k, const float* gc, const T* w,
+    const T* u, const T* h0, T* hs, T* dv, T* o, float* ht, I sq, I ch, float s) {
+    launch(G, nt, sm, [=] { kda_state(q, k, gc, w, u, h0, hs, dv, o, ht, sq, ch, s); }); }
+void run_kda_output(const int* G, int nt, int sm, const T* q, const T* k, const float* gc, const T* hs,
+    const T* dv, T* o, I ch, float s) { launch(G, nt, sm, [=] { kda_output(q, k, gc, hs, dv, o, ch, s); }); }
+void set_eager(int e) { g_eager = e; }
+}
+"""
+
+
+def cpu_threads_library(config, shape, tmp_path):
+    import ctypes
+    import subprocess
+
+    from app.catalog.cuda.base import template_text
+
+    body = template_text("kda.cu")
+    for decl, ptr in (("extern __shared__ float smem[];", "float* smem = (float*)g_smem;"),
+                      ("extern __shared__ __align__(16) unsigned char ring[];", "unsigned char* ring = g_smem;")):
+        assert decl in body, decl
+        body = body.replace(decl, ptr)
+    defines = "".join(f"#define {k} {int(v)}\n" for k, v in OP.defines(config, shape, "bfloat16").items())
+    src, lib = tmp_path / "kda_cpu.cpp", tmp_path / "kda_cpu.so"
+    src.write_text(defines + CPU_SHIM + body + CPU_ENTRIES)
+    subprocess.run(["g++", "-std=c++20", "-O2", "-w", "-shared", "-fPIC", "-pthread", str(src), "-o", str(lib)],
+                   check=True)
+    return ctypes.CDLL(str(lib))
+
+
+@pytest.mark.parametrize("config", [OP.recommended("bfloat16", GOAL)[1], OP.recommended("bfloat16", GOAL)[3],
+                                    {"BT": 16, "NT": 128, "VT": 128, "FUSE_GATE": 0, "FUSE_OUTPUT": 1, "STAGES": 3}],
+                         ids=["bt32-fused", "bt64-stages2", "bt16-gate-fused-stages3"])
+def test_the_cuda_source_on_cpu_threads_matches_the_recurrent_reference(config, tmp_path):
+    """kda.cu compiled by g++ (a CPU thread per CUDA thread): an edge-length batch and packed
+    sequences, cp.async landing late (wait_group) and early (issue), every output element written,
+    the output guards intact, within the bf16 norm tolerance of the float64 reference."""
+    import ctypes
+    import shutil
+
+    if shutil.which("g++") is None:
+        pytest.skip("no g++")
+    lib = cpu_threads_library(config, [1, 1, 2, 128], tmp_path)  # HEADS = 2
+    for shape, eager in (([2, 77, 2, 128], 0), ([1, 150, 2, 128, 3], 1)):
+        lib.set_eager(eager)
+        inputs = harness_inputs(np, OP, CheckCase(shape, "wide", 3), "bfloat16")
+        outputs = make_outputs(np, OP, shape, "bfloat16")
+        spaces = {}
+        for name, ws in OP.workspaces(config, shape, "bfloat16").items():
+            arr = np.array(ws.init, dtype=ws.dtype) if ws.init is not None else np.empty(ws.shape, ws.dtype)
+            if ws.init is None:
+                arr.fill(np.nan if arr.dtype.kind == "f" else 0xFFFF)
+            spaces[name] = arr
+        views = {k: v.view for k, v in outputs.items()}
+        for i, step in enumerate(OP.steps(config, shape, "bfloat16")):
+            grid = (ctypes.c_int * 3)(*step.launch.grid)
+            args = [ctypes.c_float(a) if isinstance(a, np.floating) else ctypes.c_void_p(a.ctypes.data)
+                    for a in OP.step_args(config, i, inputs, views, spaces, shape)]
+            getattr(lib, f"run_{step.kernel}")(grid, step.launch.block[0], step.launch.shared_bytes, *args)
+        assert all(o.guards_intact() for o in outputs.values())
+        x64 = {k: from_storage(np, v, "bfloat16") for k, v in inputs.items()}
+        ref = OP.reference(np, x64, shape)
+        o = check_close(from_storage(np, views["o"], "bfloat16"), ref["o"], "bfloat16")
+        ht = check_close(views["ht"].astype(np.float64), ref["ht"], "bfloat16", keep_axes=(0, 1))
+        print(f"\n{config} {shape} eager={eager}: o {o}; ht {ht}")
+        assert o.ok and ht.ok and o.worst < TOLERANCE["bfloat16"] / 2, (shape, o, ht)
