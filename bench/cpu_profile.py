@@ -287,7 +287,7 @@ class Workset:
     arrays: list[np.ndarray] = field(default_factory=list)  # output first
 
     @classmethod
-    def make(cls, op, shape: list[int], seed: int = 7) -> "Workset":
+    def make(cls, op, shape: list[int], seed: int = 7) -> Workset:
         rng = np.random.default_rng(seed)
         s = tuple(shape)
         out = aligned(int(np.prod(op.output_shape(s))))
@@ -381,8 +381,8 @@ def interleave(contestants: dict, rounds: int, min_s: float = SAMPLE_S) -> dict[
 
 
 # ---- cachegrind -----------------------------------------------------------------------------------
-CG_TOTAL = re.compile(r"^summary:\s+(.*)$", re.M)
-CG_EVENTS = re.compile(r"^events:\s+(.*)$", re.M)
+CG_TOTAL = re.compile(r"^summary:\s+(.*)$", re.MULTILINE)
+CG_EVENTS = re.compile(r"^events:\s+(.*)$", re.MULTILINE)
 
 
 def cachegrind(driver: Path, args: list[str], toggle: str, work: Path, env: dict | None = None,
@@ -478,7 +478,7 @@ def config_for(op_name: str, threads: int, which: str) -> dict:
 
 
 BENCH_BEST: dict[tuple[str, int], dict] = {}
-TUNED_LINE = re.compile(r"^tuned (\w+)\s+(\d+) thr .*; best (.*)$", re.M)
+TUNED_LINE = re.compile(r"^tuned (\w+)\s+(\d+) thr .*; best (.*)$", re.MULTILINE)
 
 
 def read_bench_configs(path: str) -> dict[tuple[str, int], dict]:

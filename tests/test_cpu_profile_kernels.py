@@ -16,7 +16,6 @@ import pytest
 
 from app.catalog import get_operator
 from app.catalog.cpu.isa import cpu_flags
-from app.catalog.cpu.operator import kernel_source
 from app.gpu.cpu import find_compiler, static_problems, toolchain
 from app.gpu.verify import CheckCase, make_inputs
 
