@@ -147,3 +147,10 @@ def test_the_prompt_shows_an_elite_of_another_niche_with_its_structure_and_unit(
     assert "structure: serial, explicit SIMD" in inspiration.split("\n")[0]
     # the other slot goes to the fastest of the rest (CURRENT's own niche)
     assert prompt.count("ANOTHER GOOD CONFIGURATION") == 1 and "time 1.1 ms" in prompt
+
+
+def test_tensor_cores_through_the_shared_headers_helpers_are_the_mma_niche():
+    """gemm_tc.cu calls ampere.cuh's ldmatrix_x4/mma16816 and gemm_wgmma.cu hopper.cuh's
+    wgmma_m64... helpers: both are tensor-core kernels, as an engineer would say."""
+    assert _cu("gemm_wgmma.cu")["mma"]
+    assert _cu("gemm_tc.cu")["mma"]

@@ -31,7 +31,10 @@ _CU_VECTOR = re.compile(r"\b(float[24]|double2|int[24]|uint[24]|__half2|half2|__
                         r"|longlong2)\b|ld\.global\.v[24]|ld\.shared\.v[24]")
 _CU_SHUFFLE = re.compile(r"\b__shfl\w*|\b__reduce_\w+_sync\b|\b(" + "|".join(SHUFFLE_HELPERS)
                          + r")\s*(<[^>]*>)?\s*\(")
-_CU_MMA = re.compile(r"\bw?mma\b|\bwgmma\b|mma\.sync|\bldmatrix\b|\bwmma::|\bmma_sync\b|__hmma")
+# tensor cores, written out or through the shared headers' helpers (ampere.cuh: ldmatrix_x4,
+# mma16816; hopper.cuh: wgmma_m64...)
+_CU_MMA = re.compile(r"\bw?mma\b|\bwgmma\b|mma\.sync|\bldmatrix\b|\bwmma::|\bmma_sync\b|__hmma"
+                     r"|\bldmatrix_\w+\s*\(|\bmma16816\s*\(|\bwgmma_m64\w*")
 _TOKEN = re.compile(r"[A-Za-z_]\w*|\d[\w.]*|\+=|-=|\+\+|--|\S")
 
 
