@@ -23,9 +23,9 @@
  * multiply-adds of the polynomials are written as fmaf where the machine has FMA (profile in
  * bench/cpu_profile.md: the chain of 3-cycle operations, not the arithmetic, set the speed) */
 #if defined(__FMA__) || defined(__aarch64__)
-#define KS_FMA(a, b, c) fmaf(a, b, c)
+#define MADD(a, b, c) fmaf(a, b, c)
 #else
-#define KS_FMA(a, b, c) ((a) * (b) + (c))
+#define MADD(a, b, c) ((a) * (b) + (c))
 #endif
 
 #if ERF_IMPL == 1
@@ -37,27 +37,27 @@ static inline float ks_exp_neg(float x) {
     union { float f; unsigned int u; } in = { .f = x };
     in.u = in.u < 0xC2AE0000u ? in.u : 0xC2AE0000u; /* 0xC2AE0000 is -87.0f */
     x = in.f;
-    union { float f; int i; } t = { .f = KS_FMA(x, 1.44269504088896341f, 12582912.0f) };
+    union { float f; int i; } t = { .f = MADD(x, 1.44269504088896341f, 12582912.0f) };
     const float n = t.f - 12582912.0f;
-    const float r = KS_FMA(n, 2.12194440e-4f, KS_FMA(n, -0.693359375f, x));
+    const float r = MADD(n, 2.12194440e-4f, MADD(n, -0.693359375f, x));
     const float r2 = r * r;
-    const float a = KS_FMA(1.6666665459e-1f, r, 5.0000001201e-1f);
-    const float b = KS_FMA(8.3334519073e-3f, r, 4.1665795894e-2f);
-    const float c = KS_FMA(1.9875691500e-4f, r, 1.3981999507e-3f);
-    const float p = KS_FMA(KS_FMA(c, r2, b), r2, a);
-    const float e = KS_FMA(p, r2, r) + 1.0f;
+    const float a = MADD(1.6666665459e-1f, r, 5.0000001201e-1f);
+    const float b = MADD(8.3334519073e-3f, r, 4.1665795894e-2f);
+    const float c = MADD(1.9875691500e-4f, r, 1.3981999507e-3f);
+    const float p = MADD(MADD(c, r2, b), r2, a);
+    const float e = MADD(p, r2, r) + 1.0f;
     union { int i; float f; } scale = { .i = (t.i - 0x4B400000 + 127) << 23 };
     return e * scale.f;
 }
 
 static inline float ks_erf(float x) {
     const float a = fabsf(x);
-    const float t = 1.0f / KS_FMA(0.3275911f, a, 1.0f);
+    const float t = 1.0f / MADD(0.3275911f, a, 1.0f);
     const float t2 = t * t;
     /* ((((a5 t + a4) t + a3) t + a2) t + a1) t, Estrin's scheme */
-    const float q = KS_FMA(KS_FMA(1.061405429f, t, -1.453152027f), t2, KS_FMA(1.421413741f, t, -0.284496736f));
-    const float p = KS_FMA(q, t2, 0.254829592f * t);
-    const float e = KS_FMA(-p, ks_exp_neg(-a * a), 1.0f);
+    const float q = MADD(MADD(1.061405429f, t, -1.453152027f), t2, MADD(1.421413741f, t, -0.284496736f));
+    const float p = MADD(q, t2, 0.254829592f * t);
+    const float e = MADD(-p, ks_exp_neg(-a * a), 1.0f);
     return copysignf(e, x);
 }
 #elif ERF_IMPL == 2
@@ -72,16 +72,16 @@ static inline float ks_erf(float x) {
     a.u = a.u < 0x40800000u ? a.u : 0x40800000u; /* 0x40800000 is 4.0f */
     x = copysignf(a.f, x);
     const float x2 = x * x;
-    float p = KS_FMA(x2, -2.72614225801306e-10f, 2.77068142495902e-08f);
-    p = KS_FMA(x2, p, -2.10102402082508e-06f);
-    p = KS_FMA(x2, p, -5.69250639462346e-05f);
-    p = KS_FMA(x2, p, -7.34990630326855e-04f);
-    p = KS_FMA(x2, p, -2.95459980854025e-03f);
-    p = KS_FMA(x2, p, -1.60960333262415e-02f);
-    float q = KS_FMA(x2, -1.45660718464996e-05f, -2.13374055278905e-04f);
-    q = KS_FMA(x2, q, -1.68282697438203e-03f);
-    q = KS_FMA(x2, q, -7.37332916720468e-03f);
-    q = KS_FMA(x2, q, -1.42647390514189e-02f);
+    float p = MADD(x2, -2.72614225801306e-10f, 2.77068142495902e-08f);
+    p = MADD(x2, p, -2.10102402082508e-06f);
+    p = MADD(x2, p, -5.69250639462346e-05f);
+    p = MADD(x2, p, -7.34990630326855e-04f);
+    p = MADD(x2, p, -2.95459980854025e-03f);
+    p = MADD(x2, p, -1.60960333262415e-02f);
+    float q = MADD(x2, -1.45660718464996e-05f, -2.13374055278905e-04f);
+    q = MADD(x2, q, -1.68282697438203e-03f);
+    q = MADD(x2, q, -7.37332916720468e-03f);
+    q = MADD(x2, q, -1.42647390514189e-02f);
     return x * p / q;
 }
 #else

@@ -32,9 +32,9 @@
 #endif
 
 #if defined(__FMA__) || defined(__aarch64__)
-#define KS_FMA(a, b, c) fmaf(a, b, c)
+#define MADD(a, b, c) fmaf(a, b, c)
 #else
-#define KS_FMA(a, b, c) ((a) * (b) + (c))
+#define MADD(a, b, c) ((a) * (b) + (c))
 #endif
 
 #if EXP_IMPL
@@ -50,15 +50,15 @@ static inline float ks_exp(float x) {
     union { float f; unsigned int u; } in = { .f = x };
     in.u = in.u < 0xC2AE0000u ? in.u : 0xC2AE0000u; /* 0xC2AE0000 is -87.0f */
     x = in.f;
-    union { float f; int i; } t = { .f = KS_FMA(x, 1.44269504088896341f, 12582912.0f) };
+    union { float f; int i; } t = { .f = MADD(x, 1.44269504088896341f, 12582912.0f) };
     const float n = t.f - 12582912.0f; /* round(x / ln 2) */
-    const float r = KS_FMA(n, 2.12194440e-4f, KS_FMA(n, -0.693359375f, x));
+    const float r = MADD(n, 2.12194440e-4f, MADD(n, -0.693359375f, x));
     const float r2 = r * r;
-    const float a = KS_FMA(1.6666665459e-1f, r, 5.0000001201e-1f);
-    const float b = KS_FMA(8.3334519073e-3f, r, 4.1665795894e-2f);
-    const float c = KS_FMA(1.9875691500e-4f, r, 1.3981999507e-3f);
-    const float p = KS_FMA(KS_FMA(c, r2, b), r2, a);
-    const float y = KS_FMA(p, r2, r) + 1.0f;
+    const float a = MADD(1.6666665459e-1f, r, 5.0000001201e-1f);
+    const float b = MADD(8.3334519073e-3f, r, 4.1665795894e-2f);
+    const float c = MADD(1.9875691500e-4f, r, 1.3981999507e-3f);
+    const float p = MADD(MADD(c, r2, b), r2, a);
+    const float y = MADD(p, r2, r) + 1.0f;
     union { int i; float f; } scale = { .i = (t.i - 0x4B400000 + 127) << 23 };
     return y * scale.f;
 }

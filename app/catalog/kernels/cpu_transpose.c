@@ -98,14 +98,14 @@ static void edges(float *restrict y, const float *restrict x, long rows, long co
         for (long c = (r < rm ? cm : c0); c < c1; ++c) y[c * rows + r] = x[r * cols + c];
 }
 
-#ifndef KS_PF
-#define KS_PF 1
+#ifndef TILE_PREFETCH
+#define TILE_PREFETCH 1
 #endif
 /* the lines of the next tile that the micro-tile at offset (dr, dc) will need: x rows
  * nr + dr.. at column nc + dc, y rows nc + dc.. at column nr + dr (for writing) */
 static inline void prefetch_next(float *y, const float *x, long rows, long cols, long nr,
                                  long nc, long dr, long dc, long n_r, long n_c) {
-#if KS_PF
+#if TILE_PREFETCH
     if (dc % 16 == 0)
         for (long i = 0; i < MB && nr + dr + i < n_r; ++i)
             __builtin_prefetch(x + (nr + dr + i) * cols + nc + dc, 0, 3);
