@@ -86,6 +86,16 @@ def standardised(f: float, f_rand: float, f_opt: float) -> float:
     return (f_rand - f) / (f_rand - f_opt) if f_rand != f_opt else 1.0
 
 
+def standard_error(values: Sequence[float]) -> float:
+    """Of the mean of `values` (0 for fewer than two). P is linear in f, so the mean of the
+    runs' own P equals the P of their mean f, and this is the spread of that mean."""
+    n = len(values)
+    if n < 2:
+        return 0.0
+    mean = sum(values) / n
+    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+
+
 def best_of_first(trace: Sequence[tuple[tuple, float | None]], m: int) -> float | None:
     """Best valid value among the first m distinct configurations of an evaluation trace."""
     seen: set[tuple] = set()
@@ -587,9 +597,11 @@ def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) ->
                 runs = best.get((path, strategy, m))
                 if not runs:
                     continue
-                f = sum(st.penalty if v is None else v for v in runs) / len(runs)
+                found = [st.penalty if v is None else v for v in runs]
+                f = sum(found) / len(found)
                 p = standardised(f, fr, st.f_opt)
-                row[m] = {"f": f, "f_rand": fr, "P": p, "runs": len(runs)}
+                row[m] = {"f": f, "f_rand": fr, "P": p, "runs": len(runs),
+                          "se": standard_error([standardised(v, fr, st.f_opt) for v in found])}
                 per_strategy[strategy].append(p)
             rows[strategy] = row
         report["spaces"][st.name] = {"n_configs": st.n_configs, "f_opt": st.f_opt,
@@ -621,7 +633,7 @@ def virtual_best(report: dict) -> dict[str, dict[str, float]]:
     (per space the agent with the best mean P over the budgets, chosen with hindsight) and of
     the oracle that picks the best agent per space and budget (stricter still)."""
     out: dict[str, dict[str, float]] = {}
-    cells: dict[str, list[tuple[float, float, float]]] = {str(m): [] for m in report["budgets"]}
+    cells: dict[str, list[tuple[float, float, float, float]]] = {str(m): [] for m in report["budgets"]}
     for space in report["spaces"].values():
         rows = space["strategies"]
         alone = {s: r for s, r in rows.items() if s.startswith("swarm-") and r}
@@ -630,13 +642,16 @@ def virtual_best(report: dict) -> dict[str, dict[str, float]]:
         chosen = max(alone, key=lambda s: sum(v["P"] for v in alone[s].values()) / len(alone[s]))
         for m, column in cells.items():
             if m in rows["swarm"] and all(m in r for r in alone.values()):
+                # the margin's variance on this space: independent runs of the two
+                var = rows["swarm"][m].get("se", 0.0) ** 2 + alone[chosen][m].get("se", 0.0) ** 2
                 column.append((rows["swarm"][m]["P"], alone[chosen][m]["P"],
-                                 max(r[m]["P"] for r in alone.values())))
+                               max(r[m]["P"] for r in alone.values()), var))
     for m, c in cells.items():
         if c:
             out[m] = {"swarm": sum(x[0] for x in c) / len(c),
                       "virtual_best": sum(x[1] for x in c) / len(c),
-                      "oracle_per_budget": sum(x[2] for x in c) / len(c), "spaces": len(c)}
+                      "oracle_per_budget": sum(x[2] for x in c) / len(c), "spaces": len(c),
+                      "margin_se": math.sqrt(sum(x[3] for x in c)) / len(c)}
     return out
 
 
@@ -646,10 +661,11 @@ def print_ablation(report: dict) -> None:
     if not vb:
         return
     print("\nablation (mean P over spaces; virtual best: per space the single agent with the best "
-          "mean P, chosen with hindsight; oracle: the best agent per space and budget):")
+          "mean P, chosen with hindsight; ± one standard error of the margin over the seeds; "
+          "oracle: the best agent per space and budget):")
     for m, row in vb.items():
         print(f"  M={m:<6} swarm {row['swarm']:7.3f}   virtual best agent {row['virtual_best']:7.3f}"
-              f"   margin {row['swarm'] - row['virtual_best']:+.3f}"
+              f"   margin {row['swarm'] - row['virtual_best']:+.3f} ± {row['margin_se']:.3f}"
               f"   (oracle {row['oracle_per_budget']:.3f})")
     swarm = sum(r["swarm"] for r in vb.values()) / len(vb)
     best = sum(r["virtual_best"] for r in vb.values()) / len(vb)

@@ -135,3 +135,26 @@ def test_shared_runs_restore_kernel_tuner(bench, kt_json):
     _trace(bench, kt_json, "random_sample", 10, 0)
     assert util.read_cache is read_cache and qmc.LatinHypercube is lhs
     assert interface.Searchspace is Searchspace
+
+
+def test_the_ablation_margin_carries_the_spread_of_its_seeds(bench):
+    """The swarm-vs-virtual-best margin is reported with one standard error: the runs of the
+    swarm and of the chosen agent are independent, so their variances add per space."""
+    assert bench.standard_error([1.0]) == 0.0
+    assert bench.standard_error([0.0, 2.0]) == pytest.approx(1.0)  # sd sqrt(2), over sqrt(2)
+
+    def cell(p, se):
+        return {"P": p, "se": se}
+
+    report = {"budgets": [50], "spaces": {
+        "a": {"strategies": {"swarm": {"50": cell(0.5, 0.03)},
+                             "swarm-local": {"50": cell(0.6, 0.04)},
+                             "swarm-model": {"50": cell(0.2, 0.5)}}},
+        "b": {"strategies": {"swarm": {"50": cell(0.4, 0.0)},
+                             "swarm-local": {"50": cell(0.1, 0.0)},
+                             "swarm-model": {"50": cell(0.3, 0.12)}}}}}
+    row = bench.virtual_best(report)["50"]
+    assert row["virtual_best"] == pytest.approx((0.6 + 0.3) / 2)  # local on a, model on b
+    assert row["swarm"] == pytest.approx(0.45)
+    # sqrt(0.03² + 0.04² + 0.12²) / 2 spaces
+    assert row["margin_se"] == pytest.approx(0.13 / 2)
