@@ -263,3 +263,20 @@ def test_several_outputs_are_each_checked():
 
     failure = V.verify(np, op, bad_var, cases)
     assert failure is not None and "outputs of 'var'" in failure.problem
+
+
+def test_an_untouched_bf16_output_reads_as_nan_without_a_floating_point_warning():
+    """The canary left in an output no kernel wrote is a signalling NaN: widening it must give
+    NaN (the comparison then names the output) and must not raise numpy's invalid-cast
+    warning, which a run would otherwise print once per unwritten output."""
+    import warnings
+
+    import numpy as np
+
+    from app.catalog.protocol import from_storage
+
+    stored = np.array([0x7FA5, 0x3F80], dtype=np.uint16)  # the canary, then 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = from_storage(np, stored, "bfloat16")
+    assert np.isnan(got[0]) and got[1] == 1.0

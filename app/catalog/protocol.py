@@ -11,6 +11,8 @@ everywhere, so it is stored as uint16 bit patterns (round-to-nearest-even on the
 
 from __future__ import annotations
 
+import contextlib
+
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
@@ -115,7 +117,13 @@ def from_storage(xp: Any, stored: Any, dtype: str) -> Any:
     """Storage -> float64 values."""
     if dtype != "bfloat16":
         return stored.astype(xp.float64)
-    return (stored.astype(xp.uint32) << xp.uint32(16)).view(xp.float32).astype(xp.float64)
+    widened = (stored.astype(xp.uint32) << xp.uint32(16)).view(xp.float32)
+    # An untouched output still holds the verifier's canary, a signalling NaN: widening it
+    # raises the invalid flag, which numpy reports as a warning. It stays NaN, which is what
+    # the comparison is there to catch, so the flag says nothing here.
+    errstate = getattr(xp, "errstate", None)
+    with errstate(invalid="ignore") if errstate is not None else contextlib.nullcontext():
+        return widened.astype(xp.float64)
 
 
 def dtype_limits(dtype: str) -> tuple[float, float]:
