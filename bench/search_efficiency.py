@@ -36,6 +36,7 @@ import multiprocessing as mp
 import os
 import random
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -89,11 +90,9 @@ def standardised(f: float, f_rand: float, f_opt: float) -> float:
 def standard_error(values: Sequence[float]) -> float:
     """Of the mean of `values` (0 for fewer than two). P is linear in f, so the mean of the
     runs' own P equals the P of their mean f, and this is the spread of that mean."""
-    n = len(values)
-    if n < 2:
+    if len(values) < 2:
         return 0.0
-    mean = sum(values) / n
-    return math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n)
+    return statistics.stdev(values) / math.sqrt(len(values))
 
 
 def best_of_first(trace: Sequence[tuple[tuple, float | None]], m: int) -> float | None:

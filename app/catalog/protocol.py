@@ -12,7 +12,6 @@ everywhere, so it is stored as uint16 bit patterns (round-to-nearest-even on the
 from __future__ import annotations
 
 import contextlib
-
 from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
