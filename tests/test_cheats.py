@@ -131,15 +131,23 @@ def timed_transpose():
 
 def test_early_return_on_valid_output_never_fires_on_timed_calls(timed_transpose):
     """(a) Outputs are poisoned before every timed call: the shortcut never fires, so the
-    kernel is timed doing its work, like its honest twin."""
+    kernel is timed doing its work, like its honest twin. The twin is timed before and after
+    the cheat and its faster figure counts: these calls take microseconds, and a busy machine
+    only ever makes one look slower, so a single slow twin would blame the cheat for nothing."""
+    twin_source = (KERNELS / "early_return_valid_transpose.c").read_text().replace(
+        "if (valid) return;", "(void)valid;")
+
+    def twin(key):
+        return timed_transpose.evaluate(Candidate(config=HONEST["transpose"], key=key,
+                                                  agent="llm", source=twin_source))
+
+    before = twin("twin-before")
     cheat = planted(timed_transpose, "early_return_valid_transpose.c")
-    honest_twin = timed_transpose.evaluate(Candidate(
-        config=HONEST["transpose"], key="twin", agent="llm",
-        source=(KERNELS / "early_return_valid_transpose.c").read_text().replace(
-            "if (valid) return;", "(void)valid;")))
-    assert cheat.ok and honest_twin.ok, (cheat.detail, honest_twin.detail)
+    after = twin("twin-after")
+    assert cheat.ok and before.ok and after.ok, (cheat.detail, before.detail, after.detail)
+    honest_ms = min(before.time_ms, after.time_ms)
     # a shortcut taken on timed calls measured 12x faster; with poisoned outputs it cannot be
-    assert cheat.time_ms > 0.4 * honest_twin.time_ms, (cheat.time_ms, honest_twin.time_ms)
+    assert cheat.time_ms > 0.4 * honest_ms, (cheat.time_ms, before.time_ms, after.time_ms)
 
 
 def test_early_return_on_written_output_is_not_deterministic(timed_transpose):
