@@ -27,7 +27,7 @@ from app.catalog.cuda import OPERATORS
 from app.core.evaluator import BackendUnavailable
 from app.core.types import Candidate, Evaluation
 from app.goal import Goal, StopRules
-from app.gpu.cuda.evaluator import CudaEvaluator, make_pool, visible_devices
+from app.gpu.cuda.evaluator import COMPILERS, CudaEvaluator, make_pool, visible_devices
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
 
@@ -91,11 +91,12 @@ def local_search(ev: CudaEvaluator, prior: list[Evaluation], max_evals: int, sec
     return history
 
 
-def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool) -> dict:
+def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool,
+                 compilers: tuple[str, ...] = COMPILERS) -> dict:
     goal = Goal(name=f"bench {name} {dtype} {shape}", operator=name, backend="cuda", dtype=dtype,
                 shapes=[shape], device=0).validate()
     ev = CudaEvaluator(goal, protocol=SEARCH, pool=pool, devices=[0],
-                       deadlines=Deadlines(compile_s=120, run_s=60))
+                       deadlines=Deadlines(compile_s=120, run_s=60), compilers=compilers)
     # the operator as the device runs it: gemm on sm_90 is the wgmma + TMA template
     op = ev.op if ev.op.name == name else OPERATORS[name]
     t0 = time.monotonic()
@@ -117,9 +118,11 @@ def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool) 
         row = {"kernel": name, "dtype": dtype, "shape": shape, "template": op.kernel_for(dtype),
                "evaluations": len(history),
                "failures": failures, "baselines": {k: {"ms": sum(v["ms"]) if v.get("ms") else None,
-                                                        "ok": v["ok"], "error": v.get("error", "")}
+                                                        "ok": v["ok"], "error": v.get("error", ""),
+                                                        "compiled": bool(v.get("compiled"))}
                                                     for k, v in baselines.get("baselines", {}).items()},
-               "best_baseline": baselines.get("best"), "search_s": time.monotonic() - t0}
+               "best_baseline": baselines.get("best"), "anchor_baseline": baselines.get("anchor"),
+               "compiled_error": baselines.get("compiled_error", ""), "search_s": time.monotonic() - t0}
         if not ok:
             row["error"] = "no correct candidate"
             detail = next((e.detail for e in history if not e.ok), "")
@@ -235,11 +238,19 @@ def markdown(device: dict, rows: list[dict], faults: list[dict], summary: str) -
                          f"({res.get('registers')} regs, "
                          f"{res.get('static_shared_bytes', 0) + res.get('dynamic_shared_bytes', 0)} B smem, "
                          f"spills {res.get('spill_stores')}, timing {res.get('timing_mode')})")
-    lines += ["", "Baselines (all measured in the same run):", ""]
+    lines += ["", ("Baselines (all measured in the same run; compiled ones in the trusted baseline cell, "
+                   "the candidate timed beside the anchor and scaled to the best by their measured ratio):"),
+              ""]
     for r in rows:
         for name, b in r.get("baselines", {}).items():
+            tags = [t for t, on in (("best", name == r.get("best_baseline")),
+                                    ("anchor", name == r.get("anchor_baseline")),
+                                    ("compiled", b.get("compiled"))) if on]
             lines.append(f"- {r['kernel']} {r['dtype']} {name}: "
-                         f"{fmt(b['ms'], '.4f')} ms{'' if b['ok'] else ' (unusable: ' + b['error'][:120] + ')'}")
+                         f"{fmt(b['ms'], '.4f')} ms{' [' + ', '.join(tags) + ']' if tags else ''}"
+                         f"{'' if b['ok'] else ' (unusable: ' + b['error'][:120] + ')'}")
+        if r.get("compiled_error"):
+            lines.append(f"- {r['kernel']} {r['dtype']}: no compiled baselines: {r['compiled_error'][:200]}")
     mem = [r for r in rows if r.get("memory_bound") and r.get("pct_copy_bw")]
     if mem:
         lines += ["", "Memory-bound operators, % of copy bandwidth: " + ", ".join(
@@ -301,6 +312,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--only", default="", help="comma-separated kernel names or name:dtype")
     ap.add_argument("--no-faults", action="store_true")
     ap.add_argument("--faults-only", action="store_true", help="only the planted faults (hang last)")
+    ap.add_argument("--compilers", default=",".join(COMPILERS),
+                    help="compiled baselines to measure, measured in a trusted cell of their own "
+                         "(triton, torch.compile; '' for none): torch.compile takes tens of seconds "
+                         "per operator to build")
     ap.add_argument("--worker-factory", default="", help=argparse.SUPPRESS)  # tests: a stand-in GPU
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -335,7 +350,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {dtype} {shape}: searching for {seconds:.0f} s", flush=True)
             doing = f"{name} {dtype}"
             try:
-                row = bench_kernel(name, dtype, shape, seconds, pool)
+                row = bench_kernel(name, dtype, shape, seconds, pool,
+                                   tuple(c for c in args.compilers.split(",") if c))
             except Exception as exc:  # noqa: BLE001 - one kernel's trouble must not hide the others
                 row = {"kernel": name, "dtype": dtype, "shape": shape, "evaluations": 0, "failures": {},
                        "error": f"{type(exc).__name__}: {exc}"}

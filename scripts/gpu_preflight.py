@@ -11,6 +11,8 @@ Checks, each timed and recorded (JSON at DIR/preflight.json):
   nvml         driver, compute mode, MIG, clocks, power limit, throttle reasons       [device]
   device       properties: SMs, memory, L2, shared memory per block                   [device]
   torch        torch and Triton available, a DLPack round trip, a tiny bf16 matmul    [device]
+  triton       the catalog's Triton baselines compile for the architecture (no device needed);
+               the C compiler Triton's launcher needs; one launch checked [device]
 
 `--dry-run` runs every step that needs no device (on a machine without a GPU it is what
 scripts/gpu-check --dry-run calls) and marks the others "skipped". A must-have that fails
@@ -226,6 +228,38 @@ def torch_and_triton(entry: dict) -> None:
         entry["triton"] = f"not importable: {exc}"
 
 
+def triton_baselines(entry: dict, arch: str, on_device: bool) -> None:
+    """Not a must-have: without Triton (or a C compiler for its launcher) the Triton baselines
+    are missing from the report, which says so."""
+    try:
+        import triton
+    except Exception as exc:  # noqa: BLE001
+        skip(entry, f"triton not importable: {exc}")
+        return
+    import shutil
+
+    from app.catalog.cuda import triton_kernels
+
+    entry["triton"] = triton.__version__
+    cc = int("".join(ch for ch in arch if ch.isdigit()))
+    sizes = triton_kernels.compile_all(cc)
+    entry["compiled"] = f"{sum(len(v) for v in sizes.values())} kernels for sm_{cc}"
+    compiler = next((shutil.which(c) for c in (os.environ.get("CC"), "cc", "gcc", "clang")
+                     if c and shutil.which(c)), None)
+    entry["c_compiler"] = compiler or "none found: Triton cannot build its launcher"
+    if not on_device:
+        return
+    import torch
+
+    x = torch.randn(8, 1000, device="cuda", dtype=torch.float16)
+    y = torch.empty_like(x)
+    triton_kernels.launch("softmax", [x], y, 1000)
+    err = float((y.float() - torch.softmax(x.float(), dim=-1)).abs().max())
+    entry["softmax_max_error"] = err
+    if not err < 1e-3:
+        raise RuntimeError(f"Triton's softmax is off by {err}")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out/gpu-check"))
@@ -253,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
                 skip(entry, "dry run: needs a device")
             else:
                 fn(entry)
+    with Step("triton", report) as entry:
+        triton_baselines(entry, arch, on_device=not args.dry_run)
     report["seconds"] = round(time.time() - report["started"], 2)
     failed = [n for n in MUST_HAVE if report["steps"].get(n, {}).get("ok") is False]
     report["verdict"] = "ok" if not failed else f"failed: {', '.join(failed)}"

@@ -13,6 +13,8 @@ hangs), `slow_512_worker` (kernels of 512 threads per block are correct and SLOW
 
 from __future__ import annotations
 
+import os
+import signal
 import sys
 import time
 import types
@@ -191,3 +193,65 @@ def slow_512_worker(index: int):
     call (BY_THREADS is this worker process's own): two kernels whose timings differ."""
     BY_THREADS[512] = "slow"
     return fake_worker(index)
+
+
+SLOW_LIBRARY_S = 0.003  # what the stand-in library baseline of fake_baseline_worker wastes per call
+
+
+def _stand_in_softmax_baselines() -> None:
+    """softmax's baselines in this process: one library baseline that sleeps SLOW_LIBRARY_S per
+    call and one "compiled" baseline that does not (both the float64 reference, stored)."""
+    from app.catalog.cuda.rows import Softmax
+
+    def maker(delay: float):
+        def make(inputs, shape, dtype):
+            box = {}
+
+            def run():
+                if delay:
+                    time.sleep(delay)
+                x = from_storage(np, inputs["x"], dtype)
+                box["y"] = to_storage(np, Softmax().reference(np, {"x": x}, shape)["y"], dtype)
+            return run, lambda: dict(box)
+        return make
+
+    Softmax.baselines = lambda self, dtype: {"cupy:slow": maker(SLOW_LIBRARY_S)}
+    Softmax.compiled_baselines = lambda self, dtype: {"triton:fast": maker(0.0)}
+
+
+def fake_worker_with_stand_in_baselines(index: int):
+    """fake_worker (the sealed cell) with softmax's stand-in library baseline."""
+    worker = fake_worker(index)
+    _stand_in_softmax_baselines()
+    return worker
+
+
+def fake_baseline_worker(index: int):
+    """The trusted baseline cell (make_baseline_handler) on this fake CuPy, with softmax's
+    stand-in baselines: the best is compiled and the anchor is not. Its replies say which kind
+    of cell served them (`cell`), as the worker sees its own plan."""
+    install()
+    _stand_in_softmax_baselines()
+    from app.gpu import sandbox
+    from app.gpu.cuda.worker import CudaWorker
+
+    worker = CudaWorker(index, compiled_baselines=True)
+    baselines = worker.baselines
+
+    def tagged(spec, progress):
+        plan = sandbox.current_plan()
+        return {**baselines(spec, progress), "cell": plan.kind if plan else None}
+
+    worker.baselines = tagged
+    return worker
+
+
+def fake_failing_baseline_worker(index: int):
+    """A baseline cell that dies while it measures (as a compiler crash would take it down)."""
+    worker = fake_baseline_worker(index)
+
+    def crash(spec, progress):
+        os.kill(os.getpid(), signal.SIGSEGV)
+
+    worker.baselines = crash
+    return worker

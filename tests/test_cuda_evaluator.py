@@ -166,3 +166,46 @@ def test_a_failing_compile_in_the_worker_is_compile_failed_with_the_log(evaluato
     broken = evaluator.evaluate(cand(256, source="__global__ void softmax( { this is not CUDA"))
     assert broken.reason == COMPILE_FAILED and "error" in broken.log
     assert [s.name for s in broken.stages] == ["static_check", "compile"]
+
+
+def test_a_compiled_best_baseline_is_measured_in_its_own_cell_and_anchors_the_speedup():
+    """Compiled baselines (Triton, torch.compile) run in a trusted cell of kind "baseline",
+    never in the sealed cell; the candidate is timed against the fastest baseline the sealed
+    cell can run (the anchor), and its speedup is scaled to the compiled best by the ratio the
+    baseline cell measured. Real cells and processes; only CuPy is the stand-in."""
+    from fake_cupy import SLOW_LIBRARY_S
+
+    ev = CudaEvaluator(goal(), devices=[0], worker_factory="fake_cupy:fake_worker_with_stand_in_baselines",
+                       protocol=QUICK, deadlines=Deadlines(compile_s=60, run_s=30),
+                       baseline_factory="fake_cupy:fake_baseline_worker")
+    try:
+        b = ev.baselines()
+        assert b["cell"] == "baseline"
+        assert (b["best"], b["anchor"]) == ("triton:fast", "cupy:slow")
+        assert b["baselines"]["triton:fast"]["compiled"] and not b["baselines"]["cupy:slow"]["compiled"]
+        slow, fast = (sum(b["baselines"][n]["ms"]) for n in ("cupy:slow", "triton:fast"))
+        assert slow > fast + 0.8 * SLOW_LIBRARY_S * 1e3
+        assert ev.baseline() == pytest.approx(fast)  # the target: beat the best, compiled or not
+        c = ev.evaluate(cand(256))
+        assert c.ok, (c.detail, c.log[-2000:])
+        # the sealed cell timed the candidate beside the anchor, not the compiled best
+        assert c.metrics["anchor_ms"] > SLOW_LIBRARY_S * 1e3 * 0.8
+        assert c.metrics["baseline_ms"] == pytest.approx(c.metrics["anchor_ms"] * fast / slow)
+        assert c.metrics["speedup"] == pytest.approx(c.metrics["baseline_ms"] / c.time_ms)
+    finally:
+        ev.close()
+
+
+def test_without_the_baseline_cell_the_sealed_cells_baselines_stand():
+    """A baseline cell that dies costs the compiled baselines only: the library ones are
+    measured in the sealed cell, and the reason is kept."""
+    ev = CudaEvaluator(goal(dtype="float32"), devices=[0], worker_factory=FAKE, protocol=QUICK,
+                       deadlines=Deadlines(compile_s=60, run_s=30),
+                       baseline_factory="fake_cupy:fake_failing_baseline_worker")
+    try:
+        b = ev.baselines()
+        assert "baseline cell failed" in b["compiled_error"] and "SIGSEGV" in b["compiled_error"]
+        assert b["best"] == b["anchor"] == "cupy:composed"
+        assert not any(r["compiled"] for r in b["baselines"].values())
+    finally:
+        ev.close()

@@ -353,3 +353,26 @@ def test_a_cell_is_single_threaded_until_it_enters_its_sandbox(entry):
     out = subprocess.run([sys.executable, "-I", "-c", code], capture_output=True, text=True,
                          timeout=120, check=True).stdout.split()
     assert out == ["False", "1"], out
+
+
+@pytest.mark.skipif(GCC is None, reason="needs a C compiler")
+def test_the_baseline_cell_may_compile_and_is_still_walled_in(tmp_path):
+    """The trusted baseline cell (Triton and torch.compile start ptxas and the C compiler; no
+    candidate runs there) is unsealed by design: it runs the toolchain itself. Its other walls
+    stand: no program outside the toolchain, no files outside scratch and cache."""
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-baseline-", kind="baseline")
+    try:
+        worker = pool.workers[0]
+        ask(pool, "threads")  # started
+        assert worker.protections["processes"] == sandbox.BASELINE_LINE
+        assert worker.protections["network"].startswith("on")
+        Path(worker.scratch, "k.c").write_text("int twice(int x) { return 2 * x; }\n")
+        built = ask(pool, "run", [GCC, "-c", f"{worker.scratch}/k.c", "-o", f"{worker.scratch}/k.o"])
+        assert built.get("rc") == 0, built
+        assert Path(worker.scratch, "k.o").stat().st_size > 0
+        assert ask(pool, "open", (str(tmp_path / "theirs.txt"), "w")) == "PermissionError"
+        if landlock.abi_version() >= 1:
+            shell = ask(pool, "run", ["/bin/sh", "-c", "id"])
+            assert "PermissionError" in shell.get("error", ""), shell
+    finally:
+        pool.close()

@@ -34,6 +34,7 @@ def make(name, dtype, shape, **kw) -> CudaEvaluator:
     goal = Goal(name=f"{name} gpu test", operator=name, backend="cuda", dtype=dtype,
                 shapes=[shape], device=0).validate()
     kw.setdefault("protocol", QUICK)
+    kw.setdefault("compilers", ())  # the compiled baselines have their own test
     return CudaEvaluator(goal, **kw)
 
 
@@ -131,6 +132,26 @@ extern "C" __global__ void softmax(const T* __restrict__ x, T* __restrict__ y, i
     while (spin) { __nanosleep(1000); }
 }
 """
+
+
+def test_compiled_baselines_build_verify_and_time_in_the_trusted_cell(shared_pool):
+    """Triton's softmax (and torch.compile's, where it builds offline) in the baseline cell:
+    verified against the float64 reference and timed beside the library baselines; a candidate
+    is timed against the anchor and its speedup scaled to the best."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    ev = make("softmax", "bfloat16", [2048, 4096], pool=shared_pool,
+              compilers=("triton", "torch.compile"), deadlines=Deadlines(compile_s=180, run_s=60))
+    b = ev.baselines()
+    assert not b.get("compiled_error"), b.get("compiled_error")
+    triton = b["baselines"]["triton:softmax"]
+    assert triton["compiled"] and triton["ok"] and triton["ms"][0] > 0, triton
+    assert b["anchor"] and not b["baselines"][b["anchor"]]["compiled"]
+    print({n: (r["ok"], r["ms"], r["error"][:100]) for n, r in b["baselines"].items()}, b["best"])
+    op = OPERATORS["softmax"]
+    c = ev.evaluate(candidate(op, "bfloat16", [2048, 4096]))
+    assert c.ok, c.detail
+    assert c.metrics["speedup"] == pytest.approx(c.metrics["baseline_ms"] / c.time_ms)
 
 
 def test_planted_faults_are_recorded_and_the_run_continues():

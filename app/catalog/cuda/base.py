@@ -248,6 +248,12 @@ class CudaOperator:
         Names start with the library ('cupy:', 'cublas:', 'torch:')."""
         return {}
 
+    def compiled_baselines(self, dtype: str) -> dict[str, Callable[..., dict[str, Any]]]:
+        """Baselines a compiler builds at their first call ('triton:', 'torch.compile:'), as
+        `baselines`. They start ptxas and a C compiler, so only the trusted baseline cell runs
+        them (app.gpu.cuda.worker.make_baseline_handler), never the sealed candidate cell."""
+        return {}
+
 
 def largest_dividing_vec(cols: int, vec: int) -> int:
     """The widest vector <= vec that divides the row length (rows stay vector-aligned)."""

@@ -16,6 +16,7 @@ from app.catalog.cuda.base import (
     to_storage,
 )
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.catalog.cuda.compiled_baselines import torch_compiled_baseline, triton_baseline
 from app.core.space import SearchSpace
 
 
@@ -88,8 +89,16 @@ class BiasGelu(CudaOperator):
                 z = x.astype(cp.float32) + b.astype(cp.float32)
                 return (0.5 * z * (1.0 + erf(z * 0.7071067811865476))).astype(x.dtype)
             out["cupy:composed"] = cupy_baseline(composed, ("x", "b"))
-        out["torch:gelu"] = torch_baseline(lambda t, x, b: t.nn.functional.gelu(x + b), ("x", "b"))
+        out["torch:gelu"] = torch_baseline(bias_gelu_torch, ("x", "b"))
         return out
+
+    def compiled_baselines(self, dtype):
+        return {"triton:bias_gelu": triton_baseline("bias_gelu", ("x", "b")),
+                "torch.compile:gelu": torch_compiled_baseline(bias_gelu_torch, ("x", "b"))}
+
+
+def bias_gelu_torch(t, x, b):
+    return t.nn.functional.gelu(x + b)
 
 
 # The body of a fused bias + GELU as one CuPy ElementwiseKernel: b (cols,) broadcasts over the

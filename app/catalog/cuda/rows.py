@@ -20,6 +20,7 @@ from app.catalog.cuda.base import (
     to_storage,
 )
 from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.catalog.cuda.compiled_baselines import torch_compiled_baseline, triton_baseline
 from app.core.space import SearchSpace
 
 MAX_VALUES_PER_THREAD = 128  # beyond this the cached row spills out of registers
@@ -118,8 +119,16 @@ class Softmax(RowOperator):
                 e = cp.exp(xf - xf.max(axis=1, keepdims=True))
                 return (e / e.sum(axis=1, keepdims=True)).astype(x.dtype)
             out["cupy:composed"] = cupy_baseline(composed, ("x",))
-        out["torch:softmax"] = torch_baseline(lambda t, x: t.softmax(x, dim=-1), ("x",))
+        out["torch:softmax"] = torch_baseline(softmax_torch, ("x",))
         return out
+
+    def compiled_baselines(self, dtype):
+        return {"triton:softmax": triton_baseline("softmax", ("x",)),
+                "torch.compile:softmax": torch_compiled_baseline(softmax_torch, ("x",))}
+
+
+def softmax_torch(t, x):
+    return t.softmax(x, dim=-1)
 
 
 class RMSNorm(RowOperator):
@@ -162,14 +171,19 @@ class RMSNorm(RowOperator):
                 return (xf / r * w.astype(cp.float32)).astype(x.dtype)
             out["cupy:composed"] = cupy_baseline(composed, ("x", "w"))
 
-        def torch_rms(t, x, w):
-            f = getattr(t.nn.functional, "rms_norm", None)
-            if f is not None:
-                return f(x, (x.shape[-1],), w, eps)
-            xf = x.float()
-            return (xf * t.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
-        out["torch:rms_norm"] = torch_baseline(torch_rms, ("x", "w"))
+        out["torch:rms_norm"] = torch_baseline(self.torch_rms, ("x", "w"))
         return out
+
+    def torch_rms(self, t, x, w):
+        f = getattr(t.nn.functional, "rms_norm", None)
+        if f is not None:
+            return f(x, (x.shape[-1],), w, self.eps)
+        xf = x.float()
+        return (xf * t.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps) * w.float()).to(x.dtype)
+
+    def compiled_baselines(self, dtype):
+        return {"triton:rms_norm": triton_baseline("rmsnorm", ("x", "w"), self.eps),
+                "torch.compile:rms_norm": torch_compiled_baseline(self.torch_rms, ("x", "w"))}
 
 
 class LayerNorm(RowOperator):
@@ -217,6 +231,13 @@ class LayerNorm(RowOperator):
                 return ((xf - mean) / cp.sqrt(var + eps) * w.astype(cp.float32)
                         + b.astype(cp.float32)).astype(x.dtype)
             out["cupy:composed"] = cupy_baseline(composed, ("x", "w", "b"))
-        out["torch:layer_norm"] = torch_baseline(
-            lambda t, x, w, b: t.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps), ("x", "w", "b"))
+        out["torch:layer_norm"] = torch_baseline(self.torch_layer_norm, ("x", "w", "b"))
         return out
+
+    def torch_layer_norm(self, t, x, w, b):
+        return t.nn.functional.layer_norm(x, (x.shape[-1],), w, b, self.eps)
+
+    def compiled_baselines(self, dtype):
+        return {"triton:layer_norm": triton_baseline("layernorm", ("x", "w", "b"), self.eps),
+                "torch.compile:layer_norm": torch_compiled_baseline(self.torch_layer_norm,
+                                                                    ("x", "w", "b"))}

@@ -6,6 +6,7 @@ import numpy as np
 
 from app.catalog.cuda.base import ITEMSIZE, CudaOperator, Launch, ceil_div, draw, to_storage
 from app.catalog.cuda.baselines import cupy_baseline, torch_baseline
+from app.catalog.cuda.compiled_baselines import torch_compiled_baseline
 from app.core.space import SearchSpace
 
 
@@ -70,4 +71,12 @@ class Transpose(CudaOperator):
 
             return cp.ascontiguousarray(x.T)
         return {"cupy:ascontiguousarray": cupy_baseline(composed, ("x",)),
-                "torch:contiguous": torch_baseline(lambda t, x: x.t().contiguous(), ("x",))}
+                "torch:contiguous": torch_baseline(transpose_torch, ("x",))}
+
+    def compiled_baselines(self, dtype):
+        # Inductor writes a tiled transpose, where torch's eager copy is a generic strided one
+        return {"torch.compile:contiguous": torch_compiled_baseline(transpose_torch, ("x",))}
+
+
+def transpose_torch(t, x):
+    return x.t().contiguous()

@@ -12,6 +12,7 @@ which is replaced, and the run continues.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import random
 import threading
@@ -35,6 +36,8 @@ from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
 WORKER_FACTORY = "app.gpu.cuda.worker:make_handler"
+BASELINE_FACTORY = "app.gpu.cuda.worker:make_baseline_handler"  # the trusted baseline cell
+COMPILERS = ("triton", "torch.compile")  # the compiled baselines' kinds (their names' prefixes)
 IMPOSSIBLE_FRACTION = ROOF_MARGIN  # beyond the roofline by more: re-timed once, then refused
 
 
@@ -66,13 +69,19 @@ def make_pool(devices: list[int], worker_factory: str = WORKER_FACTORY) -> Worke
     return WorkerPool(worker_factory, [(d,) for d in devices], name="cuda", recycle_after=200)
 
 
+def compiled_kinds(baselines: dict[str, Any], compilers: tuple[str, ...]) -> dict[str, Any]:
+    """The baselines whose kind (the name before ':') is one of `compilers`."""
+    return {n: b for n, b in baselines.items() if n.split(":", 1)[0] in compilers}
+
+
 class CudaEvaluator(Evaluator):
     def __init__(self, goal: Goal, validation_cases: list[dict] | tuple = (), *, bus: Any = None,
                  run_id: int | None = None, protocol: Protocol | None = None,
                  deadlines: Deadlines | None = None, compile_cache: Any = True,
                  measure_baseline: bool = True, telemetry_interval_s: float = 1.0,
                  devices: list[int] | None = None, worker_factory: str = WORKER_FACTORY,
-                 pool: WorkerPool | None = None) -> None:
+                 pool: WorkerPool | None = None, baseline_factory: str | None = None,
+                 compilers: tuple[str, ...] = COMPILERS) -> None:
         # a catalog operator, or your own kernel (app.catalog.custom): no library baselines then
         op = custom_operator(goal, "cuda") if goal.kernel else get_operator("cuda", goal.operator)
         measure_baseline = measure_baseline and not goal.kernel
@@ -97,6 +106,12 @@ class CudaEvaluator(Evaluator):
         # True: the default cache (the worker's sandbox may write only under app.paths.cache_dir)
         self.compile_cache = compile_cache
         self.measure_baseline = measure_baseline
+        # compiled baselines (Triton, torch.compile: both launch on torch tensors) run in a
+        # trusted cell of their own; a stand-in worker (tests) gets none unless it names its own
+        self.baseline_factory = baseline_factory if baseline_factory is not None else (
+            BASELINE_FACTORY if worker_factory == WORKER_FACTORY
+            and importlib.util.find_spec("torch") is not None else None)
+        self.compilers = tuple(compilers)  # which compiled baselines (torch.compile's are slow to build)
         self.devices = devices if devices is not None else visible_devices(goal.device)
         self.max_parallel = len(self.devices)
         # A pool may be shared by several evaluators (a benchmark over many goals): its worker
@@ -169,24 +184,55 @@ class CudaEvaluator(Evaluator):
             "copy": f"{info['copy_bw'] / 1e9:.0f} GB/s", "workers": len(self.devices)})
 
     def baselines(self) -> dict[str, Any]:
-        """Every library baseline measured once on the goal shapes, and the best one."""
+        """Every library and compiler baseline measured once on the goal shapes: "baselines"
+        (name -> figures per shape), "best" (the fastest correct one) and "anchor" (the fastest
+        the sealed candidate cell can run: a candidate is timed against it, sample by sample)."""
         with self._lock:
             cached = self._baselines
         if cached is not None:
             return cached
         self.info()
-        reply = self.pool.call(("baselines", {
-            "operator": self.op.name, "dtype": self.dtype, "goal_shapes": self.shapes,
-            "rtol": self.goal.tolerance.rtol, "atol": self.goal.tolerance.atol,
-            "protocol": self.protocol}), self.deadlines)
-        if reply.fault is not None or not reply.result.get("ok"):
-            why = reply.fault.detail if reply.fault else reply.result.get("detail")
-            result = {"baselines": {}, "best": None, "error": why}
-        else:
-            result = reply.result
+        spec = {"operator": self.op.name, "dtype": self.dtype, "goal_shapes": self.shapes,
+                "rtol": self.goal.tolerance.rtol, "atol": self.goal.tolerance.atol,
+                "protocol": self.protocol, "compilers": self.compilers}
+        result, compiled_error = None, ""
+        if self.baseline_factory and compiled_kinds(self.op.compiled_baselines(self.dtype), self.compilers):
+            result, compiled_error = self._trusted_baselines(spec)
+        if result is None:
+            reply = self.pool.call(("baselines", spec), self.deadlines)
+            if reply.fault is not None or not reply.result.get("ok"):
+                why = reply.fault.detail if reply.fault else reply.result.get("detail")
+                result = {"baselines": {}, "best": None, "anchor": None, "error": why}
+            else:
+                result = reply.result
+        if compiled_error:
+            result["compiled_error"] = compiled_error
         with self._lock:
             self._baselines = result
         return result
+
+    def _trusted_baselines(self, spec: dict[str, Any]) -> tuple[dict[str, Any] | None, str]:
+        """The baselines from a trusted cell started for this one request on the first device
+        (and closed, so its CUDA context does not sit beside the candidates'): (result, "") or
+        (None, why) when it could not give one; the sealed cell's library baselines then stand."""
+        try:
+            pool = WorkerPool(self.baseline_factory, [(self.devices[0],)], name="cuda-baselines",
+                              kind="baseline", recycle_after=1)
+        except (RuntimeError, OSError) as exc:
+            return None, f"the baseline cell could not start: {exc}"
+        try:
+            reply = pool.call(("baselines", spec), self.deadlines)
+        except (RuntimeError, OSError) as exc:
+            return None, f"the baseline cell could not start: {exc}"
+        finally:
+            pool.close()
+        if reply.fault is not None:
+            log.warning("compiled baselines: %s", reply.fault.detail)
+            return None, f"the baseline cell failed ({reply.fault.reason}): {reply.fault.detail}"
+        if not isinstance(reply.result, dict) or not reply.result.get("ok"):
+            detail = reply.result.get("detail") if isinstance(reply.result, dict) else reply.result
+            return None, f"the baseline cell failed: {detail}"
+        return reply.result, ""
 
     def _objective(self, total_ms: float) -> float:
         if self.goal.objective.metric == "throughput":
@@ -230,7 +276,8 @@ class CudaEvaluator(Evaluator):
 
     def _request(self, candidate: Candidate | Evaluation, seed: int,
                  with_baseline: bool = True) -> CascadeRequest:
-        baseline = self.baselines().get("best") if self.measure_baseline and with_baseline else None
+        b = self.baselines() if self.measure_baseline and with_baseline else {}
+        baseline = b.get("anchor", b.get("best"))  # a compiled best cannot run in the sealed cell
         cache = self.compile_cache
         lim = self.limits()
         floors = [lim.time_floor_s(self.op.flops(s), self.op.bytes_moved(s, self.dtype), self.dtype)
@@ -314,8 +361,23 @@ class CudaEvaluator(Evaluator):
         nbytes = sum(self.op.bytes_moved(s, self.dtype) for s in self.shapes)
         metrics.update(lim.achieved(flops, nbytes, self.dtype, total_ms / 1e3))
         if "baseline_ms" in metrics:
+            self._scale_to_best(metrics)
             metrics["speedup"] = metrics["baseline_ms"] / total_ms if total_ms > 0 else 0.0
         ev.value = self._objective(total_ms)
+
+    def _scale_to_best(self, metrics: dict[str, float]) -> None:
+        """The candidate was timed against the anchor; when a compiled baseline is faster, the
+        best's time on the candidate's terms is the anchor's times the ratio the baseline cell
+        measured between them, interleaved (the anchor's own figure stays as anchor_ms)."""
+        b = self.baselines()
+        best, anchor = b.get("best"), b.get("anchor")
+        if not best or not anchor or best == anchor:
+            return
+        best_ms, anchor_ms = (sum(b["baselines"][n]["ms"]) for n in (best, anchor))
+        if anchor_ms <= 0:
+            return
+        metrics["anchor_ms"] = metrics["baseline_ms"]
+        metrics["baseline_ms"] = metrics["baseline_ms"] * best_ms / anchor_ms
 
     def close(self) -> None:
         self.telemetry.stop()

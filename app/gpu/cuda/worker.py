@@ -50,6 +50,22 @@ def make_handler(device_index: int) -> CudaWorker:
     return CudaWorker(device_index)
 
 
+def make_baseline_handler(device_index: int) -> CudaWorker:
+    """The trusted baseline cell's handler (sandbox kind "baseline"): it runs no candidate, only
+    library and compiler baselines, Triton's and torch.compile's included, which compile by
+    starting ptxas and a C compiler."""
+    return CudaWorker(device_index, compiled_baselines=True)
+
+
+def best_baselines(results: dict[str, dict[str, Any]], shapes: int) -> dict[str, str | None]:
+    """{"best": the fastest baseline correct on every shape, "anchor": the fastest of those a
+    sealed cell can run (not compiled)}, by time summed over the shapes; None where none is."""
+    usable = {n: sum(r["ms"]) for n, r in results.items() if r["ok"] and len(r["ms"]) == shapes}
+    library = {n: t for n, t in usable.items() if not results[n].get("compiled")}
+    return {"best": min(usable, key=usable.get) if usable else None,
+            "anchor": min(library, key=library.get) if library else None}
+
+
 def shape_key(shape: Any) -> str:
     return "x".join(str(int(d)) for d in shape)
 
@@ -306,10 +322,11 @@ def sm_limits(props: dict[str, Any]) -> dict[str, int]:
 
 
 class CudaWorker:
-    def __init__(self, device_index: int) -> None:
+    def __init__(self, device_index: int, compiled_baselines: bool = False) -> None:
         import cupy as cp
 
         self.cp = cp
+        self.compiled_baselines = compiled_baselines  # only in the trusted baseline cell
         self.index = device_index
         cp.cuda.Device(device_index).use()
         props = cp.cuda.runtime.getDeviceProperties(device_index)
@@ -393,22 +410,32 @@ class CudaWorker:
     # ---- baselines ----------------------------------------------------------------------
     def baselines(self, spec: dict[str, Any], progress: Progress) -> dict[str, Any]:
         """Every library baseline of the operator verified (app.gpu.verify.compare) and timed
-        interleaved on the goal shapes. spec: operator, dtype, goal_shapes, protocol, rtol, atol."""
+        interleaved on the goal shapes; in the trusted baseline cell the compiled ones too
+        (Triton, torch.compile: each compiles on its first call, under the compile deadline).
+        spec: operator, dtype, goal_shapes, protocol, rtol, atol. "best" is the fastest
+        correct one; "anchor" the fastest a sealed candidate cell can run too, the one a
+        candidate is timed against sample by sample."""
         cp = self.cp
         op: CudaOperator = get_operator("cuda", spec["operator"])
         dtype = spec["dtype"]
         protocol = spec.get("protocol") or Protocol()
         progress("baselines")
-        results: dict[str, dict[str, Any]] = {}
-        for name in op.baselines(dtype):
-            results[name] = {"ok": True, "ms": [], "p10": [], "p90": [], "n": [], "error": ""}
+        library = op.baselines(dtype)
+        compiled = {n: b for n, b in op.compiled_baselines(dtype).items()
+                    if n.split(":", 1)[0] in spec.get("compilers", ("triton", "torch.compile"))
+                    } if self.compiled_baselines else {}
+        makers = {**library, **compiled}
+        results: dict[str, dict[str, Any]] = {
+            name: {"ok": True, "ms": [], "p10": [], "p90": [], "n": [], "error": "",
+                   "compiled": name in compiled} for name in makers}
         for shape in spec["goal_shapes"]:
             inputs = make_inputs(cp, op, CheckCase(list(shape), "normal", 12345), dtype)
             tol = tolerance_for(op, shape, dtype, spec.get("rtol"), spec.get("atol"))
             runs: dict[str, Callable[[], Any]] = {}
-            for name, make in op.baselines(dtype).items():
+            for name, make in makers.items():
                 if not results[name]["ok"]:
                     continue
+                progress("compile" if name in compiled else "baselines")
                 try:
                     run, fetch = make(inputs, shape, dtype)
                     run()
@@ -417,11 +444,12 @@ class CudaWorker:
                 except (cp.cuda.driver.CUDADriverError, cp.cuda.runtime.CUDARuntimeError):
                     raise
                 except Exception as exc:  # noqa: BLE001 - library missing or op unsupported for this dtype
-                    problem = f"{type(exc).__name__}: {exc}"
+                    problem = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 if problem:
                     results[name].update(ok=False, error=problem)
                 else:
                     runs[name] = run
+            progress("baselines")
             if runs:
                 m = self.timer.measure(runs, protocol)
                 for name, st in m.stats.items():
@@ -433,10 +461,7 @@ class CudaWorker:
                     r["mode"] = m.mode[name]
             del inputs
             self.release()
-        usable = {n: sum(r["ms"]) for n, r in results.items()
-                  if r["ok"] and len(r["ms"]) == len(spec["goal_shapes"])}
-        best = min(usable, key=usable.get) if usable else None
-        return {"ok": True, "baselines": results, "best": best}
+        return {"ok": True, "baselines": results, **best_baselines(results, len(spec["goal_shapes"]))}
 
     # ---- re-timing two kernels ------------------------------------------------------------
     def retime(self, first: CascadeRequest, second: CascadeRequest, progress: Progress) -> dict[str, Any]:

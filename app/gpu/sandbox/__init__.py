@@ -53,6 +53,9 @@ _GPU_READ = ("/sys", "/proc/driver/nvidia", "/proc/modules", "/proc/devices")
 CANDIDATE_LINE = ("on: each CPU candidate in its own process (libc only: no numpy or BLAS "
                   "mapped, nothing kept from earlier candidates); seccomp before loading it, and "
                   "after: no files, no executable memory")
+# not "on": the baseline cell is left unsealed on purpose; it never runs a candidate
+BASELINE_LINE = ("by design unsealed: trusted library and compiler baselines only (Triton and "
+                 "torch.compile start ptxas and the C compiler); no candidate runs in this cell")
 _notes: dict[str, str] = {}
 
 
@@ -138,24 +141,47 @@ def _python_read_paths(sys_path: Sequence[str], app_dir: str | None = None,
 
 def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
               memory_limit_bytes: int | None = None, own_programs: Sequence[str] = ()) -> CellPlan:
-    """own_programs: our programs the cell starts before its seal (the CPU kernel host)."""
+    """kind: "cpu" (candidate code runs on the host), "gpu" (candidate kernels on the device,
+    host code ours) or "baseline" (no candidate at all: library and compiler baselines, which
+    may start the compilers Triton and torch.compile run). own_programs: our programs the cell
+    starts before its seal (the CPU kernel host)."""
+    device = kind in ("gpu", "baseline")
     read, list_only = _python_read_paths(sys.path)
-    read += list(_SYSTEM_READ) + (list(_GPU_READ) if kind == "gpu" else [])
+    read += list(_SYSTEM_READ) + (list(_GPU_READ) if device else [])
     # the libraries the cell is told to load from (passed on in its environment)
     read += [d for d in os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep)
              if os.path.isabs(d) and os.path.realpath(d) not in ("/", os.path.expanduser("~"))]
     devices = list(_DEVICES)
     write = [scratch, *writable]
-    if kind == "gpu":
+    if device:
         devices += sorted(glob.glob("/dev/nvidia*") + glob.glob("/dev/dri/*"))
         write += ["/dev/shm", "/proc/self"]  # the driver's shared files, thread names
         read += [os.environ[k] for k in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(k)]
     programs = list(toolchain_programs()) if kind == "cpu" else []
+    # the baseline cell starts its compilers itself (no helper: it is never sealed)
+    baseline_programs = list(toolchain_programs()) + compiler_programs() if kind == "baseline" else []
     rules = landlock.FileRules(read=read, list_only=list_only, write=write,
-                               exec_files=programs + [os.path.realpath(p) for p in own_programs],
+                               exec_files=programs + baseline_programs
+                               + [os.path.realpath(p) for p in own_programs],
                                devices=devices)
     sys_path = [p or os.getcwd() for p in sys.path]  # '' is the parent's directory, not the cell's
     return CellPlan(kind, scratch, rules, programs, memory_limit_bytes, sys_path, enabled())
+
+
+def compiler_programs() -> list[str]:
+    """What Triton starts to build a kernel and its launcher, besides the C toolchain: its own
+    ptxas/cuobjdump/nvdisasm (found without importing Triton) and ldconfig (libcuda's place)."""
+    import importlib.util
+
+    found = [os.path.realpath(p) for p in ("/sbin/ldconfig", "/usr/sbin/ldconfig") if os.path.exists(p)]
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        spec = None
+    if spec and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            found += glob.glob(os.path.join(root, "backends", "nvidia", "bin", "*"))
+    return sorted(set(found))
 
 
 @functools.lru_cache(maxsize=1)
@@ -254,7 +280,7 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
             _tools = ToolClient(proc)  # it gets ready while the worker imports its handler
         except OSError as exc:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
-    applied["limits"] = limits.apply(limits.worker_limits(plan.kind == "gpu",
+    applied["limits"] = limits.apply(limits.worker_limits(plan.kind in ("gpu", "baseline"),
                                                           plan.memory_limit_bytes))
     applied["files"] = landlock.restrict(plan.rules)
     return applied
@@ -278,6 +304,9 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
             _tools = None
     applied.update(_notes)
+    if plan.kind == "baseline":
+        applied["processes"] = BASELINE_LINE
+        return
     if _tools is None and plan.kind == "cpu":  # no compile helper (frozen build): the cell
         # itself must still start the compiler, so it stays unsealed; the status says so
         applied["processes"] = "off: no compile helper in this build (the compiler runs here)"
@@ -294,7 +323,7 @@ _reported: set[tuple[str, str]] = set()
 def report_off(applied: dict[str, str]) -> None:
     """Log (once per process and message) each protection that is not fully on."""
     for name, line in applied.items():
-        if not line.startswith("on") and (name, line) not in _reported:
+        if not line.startswith(("on", "by design")) and (name, line) not in _reported:
             _reported.add((name, line))
             log.warning("sandbox: %s protection is %s", name, line)
 
@@ -304,12 +333,17 @@ def cache_environment(cache: str) -> dict[str, str]:
     CuPy's kernels and the CUDA driver's JIT cache go under the application's cache."""
     return {"KERNELSWARM_CACHE": cache,
             "CUPY_CACHE_DIR": os.environ.get("CUPY_CACHE_DIR") or os.path.join(cache, "cupy"),
-            "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or os.path.join(cache, "nv")}
+            "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or os.path.join(cache, "nv"),
+            # the baseline cell's compilers: kept across cells and runs, built in this process
+            "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1"}
 
 
 def writable_caches(cache: str) -> list[str]:
     """The cache directories a cell may write (created here: Landlock needs them to exist)."""
-    dirs = [cache, *(v for k, v in cache_environment(cache).items() if k != "KERNELSWARM_CACHE")]
+    dirs = [cache, *(v for k, v in cache_environment(cache).items()
+                     if k != "KERNELSWARM_CACHE" and os.path.isabs(v))]
     for d in dirs:
         try:
             os.makedirs(d, exist_ok=True)
