@@ -92,11 +92,12 @@ def local_search(ev: CudaEvaluator, prior: list[Evaluation], max_evals: int, sec
 
 
 def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool,
-                 compilers: tuple[str, ...] = COMPILERS) -> dict:
+                 compilers: tuple[str, ...] = COMPILERS, baseline_factory: str | None = None) -> dict:
     goal = Goal(name=f"bench {name} {dtype} {shape}", operator=name, backend="cuda", dtype=dtype,
                 shapes=[shape], device=0).validate()
     ev = CudaEvaluator(goal, protocol=SEARCH, pool=pool, devices=[0],
-                       deadlines=Deadlines(compile_s=120, run_s=60), compilers=compilers)
+                       deadlines=Deadlines(compile_s=120, run_s=60), compilers=compilers,
+                       baseline_factory=baseline_factory)
     # the operator as the device runs it: gemm on sm_90 is the wgmma + TMA template
     op = ev.op if ev.op.name == name else OPERATORS[name]
     t0 = time.monotonic()
@@ -317,6 +318,7 @@ def main(argv: list[str] | None = None) -> int:
                          "(triton, torch.compile; '' for none): torch.compile takes tens of seconds "
                          "per operator to build")
     ap.add_argument("--worker-factory", default="", help=argparse.SUPPRESS)  # tests: a stand-in GPU
+    ap.add_argument("--baseline-factory", default=None, help=argparse.SUPPRESS)  # and baseline cell
     args = ap.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -351,7 +353,9 @@ def main(argv: list[str] | None = None) -> int:
             doing = f"{name} {dtype}"
             try:
                 row = bench_kernel(name, dtype, shape, seconds, pool,
-                                   tuple(c for c in args.compilers.split(",") if c))
+                                   tuple(c for c in args.compilers.split(",") if c),
+                                   args.baseline_factory if args.baseline_factory is not None
+                                   else "" if args.worker_factory else None)
             except Exception as exc:  # noqa: BLE001 - one kernel's trouble must not hide the others
                 row = {"kernel": name, "dtype": dtype, "shape": shape, "evaluations": 0, "failures": {},
                        "error": f"{type(exc).__name__}: {exc}"}

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from app.core.types import Evaluation, Stage
 from app.gpu.cascade import STAGES
 
@@ -47,12 +49,26 @@ class BenchGpu:
         return {"evaluation": ev.to_dict(), "restart": False}
 
 
+class BenchBaselineGpu(BenchGpu):
+    """Stand-in trusted baseline cell: a compiled baseline ("triton:x", 0.15 ms per shape)
+    beats the library one ("torch:x", the anchor the stand-in GPU worker times beside)."""
+
+    def __call__(self, request, progress):
+        if request[0] != "baselines":
+            return super().__call__(request, progress)
+        shapes = len(request[1]["goal_shapes"])
+        return {"ok": True, "best": "triton:x", "anchor": "torch:x", "baselines": {
+            "torch:x": {"ok": True, "ms": [0.2] * shapes, "compiled": False},
+            "triton:x": {"ok": True, "ms": [0.15] * shapes, "compiled": True}}}
+
+
 def test_benchmark_report_and_last_line(tmp_path):
     env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "KERNELSWARM_CACHE": str(tmp_path / "cache"),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "gpu_kernels.py"), "--out", str(tmp_path), "--budget-s", "8",
-         "--only", "softmax:bfloat16,gemm:bfloat16", "--no-faults", "--worker-factory", "test_cuda_bench:BenchGpu"],
+         "--only", "softmax:bfloat16,gemm:bfloat16", "--no-faults", "--worker-factory", "test_cuda_bench:BenchGpu",
+         "--baseline-factory", "test_cuda_bench:BenchBaselineGpu"],
         check=False, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     last = proc.stdout.strip().splitlines()[-1]
@@ -61,11 +77,18 @@ def test_benchmark_report_and_last_line(tmp_path):
     rows = {(r["kernel"], r["dtype"]): r for r in data["rows"]}
     soft = rows[("softmax", "bfloat16")]
     assert soft["evaluations"] >= 3 and soft["time_ms"] >= 0.1 and soft["pct_copy_bw"] > 0
+    # a compiled best: the candidate was timed beside the anchor (0.2 ms), scaled to the best
+    assert (soft["best_baseline"], soft["anchor_baseline"]) == ("triton:x", "torch:x")
+    assert soft["baseline_ms"] == pytest.approx(0.15) and soft["speedup"] == pytest.approx(0.15 / soft["time_ms"])
     gemm = rows[("gemm", "bfloat16")]
     assert gemm["tflops"] > 0 and gemm["speedup"] == gemm["baseline_ms"] / gemm["time_ms"]
     assert f"GEMM bf16 {100 * 0.2 / gemm['time_ms']:.1f}% of cuBLAS" in last
     md = (tmp_path / "gpu_kernels.md").read_text()
     assert "| softmax | bfloat16 | 8192x8192 |" in md and md.strip().endswith(last)
+    assert "softmax bfloat16 triton:x: 0.1500 ms [best, compiled]" in md
+    assert "softmax bfloat16 torch:x: 0.2000 ms [anchor]" in md
+    # gemm has no compiled baseline: no baseline cell, the library's best stands
+    assert gemm["best_baseline"] == "torch:x" and gemm["baseline_ms"] == pytest.approx(0.2)
 
 
 def test_benchmark_without_a_gpu_says_so(tmp_path):
