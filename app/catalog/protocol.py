@@ -25,6 +25,11 @@ Shape = tuple[int, ...]
 DISTRIBUTIONS = ("normal", "uniform", "uniform_large", "offset", "wide", "small", "near_limits",
                  "constant_rows", "sparse")
 
+# Output rounding dominates: float32 ~6e-8, float16 2^-11, bfloat16 2^-8 relative (half an ulp),
+# with headroom for a different summation order than the float64 reference. (app.gpu.verify
+# applies it; operators that budget their tolerance against it read it here.)
+RTOL = {"float64": 1e-12, "float32": 1e-5, "float16": 4e-3, "bfloat16": 2e-2}
+
 
 @runtime_checkable
 class Operator(Protocol):
@@ -54,7 +59,7 @@ class Operator(Protocol):
         """Per output, the magnitude the relative tolerance scales with (usually |ref|)."""
         ...
     def rtol_growth(self, shape: Sequence[int], dtype: str) -> float:
-        """Factor on the dtype's table rtol (app.gpu.verify.RTOL): accumulation error."""
+        """Factor on the dtype's table rtol (RTOL above): accumulation error."""
         ...
     def atol(self, shape: Sequence[int], dtype: str, rtol: float) -> float: ...
     def edge_shapes(self, goal_shapes: Sequence[Sequence[int]], dtype: str,

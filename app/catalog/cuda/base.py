@@ -23,7 +23,7 @@ Config = dict[str, Any]
 DTYPE_CODES = {"float32": 0, "float16": 1, "bfloat16": 2}
 ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2}
 # float32 kernels run with -ftz, fast intrinsics and their own reduction order: 10x the table's
-# float32 rtol (app.gpu.verify.RTOL). 16-bit outputs: output rounding dominates, the table holds.
+# float32 rtol (app.catalog.protocol.RTOL). 16-bit outputs: output rounding dominates, the table holds.
 FLOAT32_GROWTH = 10.0
 DEFAULT_ATOL = {"float32": 1e-6, "float16": 1e-5, "bfloat16": 1e-5}
 
