@@ -209,3 +209,20 @@ def test_without_the_baseline_cell_the_sealed_cells_baselines_stand():
         assert not any(r["compiled"] for r in b["baselines"].values())
     finally:
         ev.close()
+
+
+def test_an_anchor_the_sealed_cell_cannot_run_is_not_used():
+    """The trusted cell's library baseline ("cupy:slow") is unknown to the sealed cell (whose
+    softmax baselines all fail here): no anchor then, the candidate is timed alone and still
+    evaluates, without a speedup, rather than failing on a baseline it cannot run."""
+    ev = CudaEvaluator(goal(), devices=[0], worker_factory=FAKE, protocol=QUICK,
+                       deadlines=Deadlines(compile_s=60, run_s=30),
+                       baseline_factory="fake_cupy:fake_baseline_worker")
+    try:
+        b = ev.baselines()
+        assert b["cell"] == "baseline" and b["best"] == "triton:fast" and b["anchor"] is None
+        c = ev.evaluate(cand(256))
+        assert c.ok, c.detail
+        assert "speedup" not in c.metrics and "anchor_ms" not in c.metrics
+    finally:
+        ev.close()
