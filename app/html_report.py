@@ -282,7 +282,8 @@ def render_report(store, run_id: int, top: int = 20) -> str:
         ["timing of the best", _esc(spread or "—") + (
             " <span class='flag'>measured while the machine was busy or with a wide spread</span>"
             if best is not None and best.metrics.get("noisy") else "")],
-        ["baseline", _esc(format_value(baseline, unit) if baseline else "— (none measured)")],
+        ["baseline", _esc((format_value(baseline, unit) + (f" ({device['baseline']})" if device.get("baseline") else ""))
+                          if baseline else "— (none measured)")],
         ["speedup", _esc(f"{format_gain(speed)} over {'the baseline' if baseline else 'the first correct candidate'}"
                          if speed else "—")],
         ["limit", _esc(format_value(limit, unit) if limit else "— (unknown for this backend)")],

@@ -109,10 +109,14 @@ class RunSession:
             # the unit rides in the run's device record, so reopened runs and exports know it;
             # so do the earlier runs this one learned from
             learned = {"learned_from": transfer.sources} if transfer else {}
-            self.run_id = store.create_run(goal, {"kind": device.kind, "name": device.name,
-                                                  **device.details, "unit": self.unit, **learned}
-                                           ) if store else None
+            record = {"kind": device.kind, "name": device.name, **device.details, "unit": self.unit,
+                      **learned}
+            self.run_id = store.create_run(goal, record) if store else None
         baseline = self.evaluator.baseline()
+        name_baseline = getattr(self.evaluator, "baseline_name", None)
+        if baseline is not None and name_baseline is not None and resume_run_id is None and self.run_id:
+            # which library or compiler baseline "the baseline" is, for the report
+            store.set_run_info(self.run_id, device={**record, "baseline": name_baseline()})
         limit = self.evaluator.limit()
         # strategies the swarm makes by name; the others (llm) are made here as a team
         agents: list[Any] = [a for a in goal.swarm.agents if agent_spec(a).make is not None]

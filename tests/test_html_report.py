@@ -63,6 +63,10 @@ def test_a_cpu_run_shows_the_kernel_that_ran(tmp_path):
     assert _export(db, session.run_id, out).returncode == 0
     page = out.read_text()
     assert "ks_kernel" in page and "#define THREADS" in page
+    # the baseline is named: which library (or compiler) the speedup is over
+    with Store(db) as store:
+        assert store.get_run(session.run_id)["device"]["baseline"] == "numpy"
+    assert re.search(r"<td>baseline</td><td>[^<]* ms \(numpy\)</td>", page), page[:3000]
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")

@@ -768,6 +768,9 @@ class CpuEvaluator(Evaluator):
         b = self._ensure_baselines()
         return self._objective(b["numpy_ms"]) if b and b.get("numpy_ms") else None
 
+    def baseline_name(self) -> str | None:
+        return "numpy" if self.baseline() is not None else None
+
     def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
         """The run's best and its baselines timed again, interleaved, in one measurement at the
         end of a run: the speedup a run claims comes from this, not from the baseline measured

@@ -261,6 +261,10 @@ class CudaEvaluator(Evaluator):
             return None
         return self._objective(sum(b["baselines"][b["best"]]["ms"]))
 
+    def baseline_name(self) -> str | None:
+        """Which baseline baseline() is ("triton:softmax", "cublas:cupy.matmul", ...)."""
+        return self.baselines().get("best") if self.measure_baseline else None
+
     def limit(self) -> float | None:
         lim = self.limits()
         floors = [lim.time_floor_s(self.op.flops(s), self.op.bytes_moved(s, self.dtype), self.dtype)
