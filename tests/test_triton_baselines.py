@@ -76,3 +76,39 @@ def test_the_triton_baselines_match_the_reference_in_the_interpreter():
     wrong = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(wrong) == 4 * 3 * 2
     assert not any(wrong.values()), {k: v for k, v in wrong.items() if v}
+
+
+class TritonProbe:
+    """Runs inside a worker cell ("test_triton_baselines:TritonProbe"): compiles the Triton
+    baselines for a GPU target there, as the baseline cell does before its first launch."""
+
+    def __call__(self, request, progress):
+        from app.catalog.cuda.triton_kernels import compile_all
+
+        try:
+            return compile_all(request[1])
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            return f"{type(exc).__name__}: {str(exc)[:300]}"
+
+
+@needs_triton
+def test_triton_compiles_inside_the_baseline_cell_and_not_in_a_sealed_one():
+    """Triton starts its own ptxas: the baseline cell's file rules let it (and write its cache
+    under the application's cache), the sealed GPU cell refuses it."""
+    from app.gpu.worker import Deadlines, WorkerPool
+
+    results = {}
+    for kind in ("baseline", "gpu"):
+        pool = WorkerPool("test_triton_baselines:TritonProbe", [()], name=f"triton-{kind}-", kind=kind)
+        try:
+            reply = pool.call(("compile", 90), Deadlines(compile_s=120, run_s=120))
+            assert reply.fault is None, reply.fault
+            results[kind] = reply.result
+        finally:
+            pool.close()
+    assert isinstance(results["baseline"], dict) and set(results["baseline"]) == {
+        "softmax", "rmsnorm", "layernorm", "bias_gelu"}, results["baseline"]
+    from app.gpu.sandbox import seccomp
+
+    if seccomp.available() == "":
+        assert isinstance(results["gpu"], str) and "Permission" in results["gpu"], results["gpu"]
