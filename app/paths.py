@@ -30,6 +30,14 @@ def cache_dir() -> Path:
     return Path(override) if override else Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
+def baseline_cache_dir() -> Path:
+    """The caches of the trusted baseline cell (Triton's launchers, Inductor's modules, CuPy's
+    kernels): beside the cache, not inside it, because every sealed cell may write the cache and
+    the baseline cell loads and runs what it finds here."""
+    cache = cache_dir()
+    return cache.with_name(cache.name + "-baselines")
+
+
 def log_dir() -> Path:
     return Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
 

@@ -13,6 +13,8 @@ Checks, each timed and recorded (JSON at DIR/preflight.json):
   torch        torch and Triton available, a DLPack round trip, a tiny bf16 matmul    [device]
   triton       the catalog's Triton baselines compile for the architecture (no device needed);
                the C compiler Triton's launcher needs; one launch checked [device]
+  cell         the same compile inside a baseline cell (the sandbox lets Triton start its
+               ptxas); on a device also Triton's driver module, built and loaded there
 
 `--dry-run` runs every step that needs no device (on a machine without a GPU it is what
 scripts/gpu-check --dry-run calls) and marks the others "skipped". A must-have that fails
@@ -260,6 +262,47 @@ def triton_baselines(entry: dict, arch: str, on_device: bool) -> None:
         raise RuntimeError(f"Triton's softmax is off by {err}")
 
 
+class TritonCellProbe:
+    """Handler of a baseline cell ("gpu_preflight:TritonCellProbe"): Triton's compiles there,
+    as the cell will run them, and on a device the C module Triton builds to reach the driver
+    (with the libcuda the parent found: the cell may not run ldconfig)."""
+
+    def __call__(self, request, progress):
+        import triton
+
+        from app.catalog.cuda import triton_kernels
+
+        out = {"compiled": sum(len(v) for v in triton_kernels.compile_all(request[1]).values()),
+               "libcuda": os.environ.get("TRITON_LIBCUDA_PATH", "")}
+        if request[2]:
+            from triton.runtime import driver
+
+            out["driver"] = type(driver.active).__name__
+            out["device"] = driver.active.get_current_device()
+        out["triton"] = triton.__version__
+        return out
+
+
+def baseline_cell(entry: dict, arch: str, on_device: bool) -> None:
+    try:
+        import triton  # noqa: F401
+    except Exception as exc:  # noqa: BLE001
+        skip(entry, f"triton not importable: {exc}")
+        return
+    from app.gpu.worker import Deadlines, WorkerPool
+
+    cc = int("".join(ch for ch in arch if ch.isdigit()))
+    pool = WorkerPool("gpu_preflight:TritonCellProbe", [()], name="preflight-baseline-", kind="baseline")
+    try:
+        reply = pool.call(("probe", cc, on_device), Deadlines(compile_s=60, run_s=60))
+        entry["protections"] = pool.workers[0].protections
+    finally:
+        pool.close()
+    if reply.fault is not None:
+        raise RuntimeError(f"the baseline cell failed: {reply.fault.detail} {reply.fault.log[-500:]}")
+    entry.update(reply.result)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default=os.environ.get("OUT", "out/gpu-check"))
@@ -289,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
                 fn(entry)
     with Step("triton", report) as entry:
         triton_baselines(entry, arch, on_device=not args.dry_run)
+    with Step("cell", report) as entry:
+        baseline_cell(entry, arch, on_device=not args.dry_run)
     report["seconds"] = round(time.time() - report["started"], 2)
     failed = [n for n in MUST_HAVE if report["steps"].get(n, {}).get("ok") is False]
     report["verdict"] = "ok" if not failed else f"failed: {', '.join(failed)}"

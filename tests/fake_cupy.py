@@ -255,3 +255,16 @@ def fake_failing_baseline_worker(index: int):
 
     worker.baselines = crash
     return worker
+
+
+def fake_empty_baseline_worker(index: int):
+    """A baseline cell in which no baseline verifies (every one raised, as without torch)."""
+    worker = fake_baseline_worker(index)
+
+    def nothing(spec, progress):
+        return {"ok": True, "best": None, "anchor": None, "baselines": {
+            "triton:fast": {"ok": False, "ms": [], "error": "RuntimeError: torch is not importable",
+                            "compiled": True}}}
+
+    worker.baselines = nothing
+    return worker

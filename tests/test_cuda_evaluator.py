@@ -196,15 +196,17 @@ def test_a_compiled_best_baseline_is_measured_in_its_own_cell_and_anchors_the_sp
         ev.close()
 
 
-def test_without_the_baseline_cell_the_sealed_cells_baselines_stand():
-    """A baseline cell that dies costs the compiled baselines only: the library ones are
-    measured in the sealed cell, and the reason is kept."""
+@pytest.mark.parametrize("cell,why", [("fake_failing_baseline_worker", "SIGSEGV"),
+                                      ("fake_empty_baseline_worker", "no baseline verified")])
+def test_without_the_baseline_cell_the_sealed_cells_baselines_stand(cell, why):
+    """A baseline cell that dies, or in which nothing verifies, costs the compiled baselines
+    only: the library ones are measured in the sealed cell, and the reason is kept."""
     ev = CudaEvaluator(goal(dtype="float32"), devices=[0], worker_factory=FAKE, protocol=QUICK,
                        deadlines=Deadlines(compile_s=60, run_s=30),
-                       baseline_factory="fake_cupy:fake_failing_baseline_worker")
+                       baseline_factory=f"fake_cupy:{cell}")
     try:
         b = ev.baselines()
-        assert "baseline cell failed" in b["compiled_error"] and "SIGSEGV" in b["compiled_error"]
+        assert why in b["compiled_error"], b["compiled_error"]
         assert b["best"] == b["anchor"] == "cupy:composed"
         assert not any(r["compiled"] for r in b["baselines"].values())
     finally:

@@ -136,3 +136,13 @@ def test_cpu_and_cuda_share_the_cascade_stages_and_failure_format(worker, tmp_pa
         assert ev.failing_case["check"] == "verify" and ev.failing_case["shape"] == [64, 256]
     assert cpu_stages == gpu_stages == ["static_check", "compile", "resources", "verify"]
     assert [s.name for s in cpu_ev.stages] == [s.name for s in gpu_ev.stages] == cpu_stages
+
+
+def test_the_baseline_handler_serves_baselines_only(worker):
+    """The baseline cell is not sealed: whatever reaches it, it never compiles or runs a
+    candidate (evaluate, retime), it only answers info and baselines."""
+    worker.compiled_baselines = True  # as make_baseline_handler builds it
+    for request in (("evaluate", None), ("retime", None, None)):
+        reply = worker(request, lambda stage: None)
+        assert not reply["ok"] and "baselines only" in reply["detail"], reply
+    assert worker(("info", False), lambda stage: None)["ok"]

@@ -355,24 +355,54 @@ def test_a_cell_is_single_threaded_until_it_enters_its_sandbox(entry):
     assert out == ["False", "1"], out
 
 
+PY_EXTENSION = """#include <Python.h>
+static struct PyModuleDef mod = {PyModuleDef_HEAD_INIT, "probe", NULL, -1, NULL};
+PyMODINIT_FUNC PyInit_probe(void) { return PyModule_Create(&mod); }
+"""
+
+
 @pytest.mark.skipif(GCC is None, reason="needs a C compiler")
-def test_the_baseline_cell_may_compile_and_is_still_walled_in(tmp_path):
+def test_the_baseline_cell_may_compile_and_is_still_walled_in(tmp_path, monkeypatch):
     """The trusted baseline cell (Triton and torch.compile start ptxas and the C compiler; no
-    candidate runs there) is unsealed by design: it runs the toolchain itself. Its other walls
-    stand: no program outside the toolchain, no files outside scratch and cache."""
-    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-baseline-", kind="baseline")
+    candidate runs there) is unsealed by design: it builds a Python extension as Triton builds
+    its launcher. Its other walls stand: no program outside the toolchain, no files outside
+    scratch and its own cache, which the candidate cells may not write (it loads what is there)."""
+    monkeypatch.setenv("KERNELSWARM_CACHE", str(tmp_path / "cache"))
+    own_cache = tmp_path / "cache-baselines"
+    pools = {kind: WorkerPool("test_sandbox:CellProbe", [()], name=f"probe-{kind}-", kind=kind)
+             for kind in ("baseline", "gpu")}
     try:
-        worker = pool.workers[0]
-        ask(pool, "threads")  # started
+        worker = pools["baseline"].workers[0]
+        env = ask(pools["baseline"], "env")["env"]
+        assert env["TRITON_CACHE_DIR"] == str(own_cache / "triton")
+        assert env["KERNELSWARM_CACHE"] == str(own_cache)
         assert worker.protections["processes"] == sandbox.BASELINE_LINE
         assert worker.protections["network"].startswith("on")
-        Path(worker.scratch, "k.c").write_text("int twice(int x) { return 2 * x; }\n")
-        built = ask(pool, "run", [GCC, "-c", f"{worker.scratch}/k.c", "-o", f"{worker.scratch}/k.o"])
+        Path(worker.scratch, "probe.c").write_text(PY_EXTENSION)
+        include = sysconfig.get_paths()["include"]
+        built = ask(pools["baseline"], "run", [GCC, "-shared", "-fPIC", f"-I{include}",
+                                               f"{worker.scratch}/probe.c", "-o", f"{worker.scratch}/probe.so"])
         assert built.get("rc") == 0, built
-        assert Path(worker.scratch, "k.o").stat().st_size > 0
-        assert ask(pool, "open", (str(tmp_path / "theirs.txt"), "w")) == "PermissionError"
+        assert Path(worker.scratch, "probe.so").stat().st_size > 0
+        assert ask(pools["baseline"], "open", (str(own_cache / "triton" / "k.so"), "w")) == "ok"
+        assert ask(pools["baseline"], "open", (str(tmp_path / "theirs.txt"), "w")) == "PermissionError"
+        # a candidate cell writes the application's cache, never the baseline cell's
+        assert "TRITON_CACHE_DIR" not in ask(pools["gpu"], "env")["env"]
+        assert ask(pools["gpu"], "open", (str(tmp_path / "cache" / "x"), "w")) == "ok"
         if landlock.abi_version() >= 1:
-            shell = ask(pool, "run", ["/bin/sh", "-c", "id"])
+            planted = ask(pools["gpu"], "open", (str(own_cache / "triton" / "planted.so"), "w"))
+            assert planted == "PermissionError"
+            shell = ask(pools["baseline"], "run", ["/bin/sh", "-c", "id"])
             assert "PermissionError" in shell.get("error", ""), shell
     finally:
-        pool.close()
+        for pool in pools.values():
+            pool.close()
+
+
+def test_libcuda_is_found_in_ldconfigs_listing():
+    listing = ("\tlibcudart.so.12 (libc6,x86-64) => /usr/local/cuda/lib64/libcudart.so.12\n"
+               "\tlibcuda.so.1 (libc6) => /usr/lib/i386-linux-gnu/libcuda.so.1\n"
+               "\tlibcuda.so.1 (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so.1\n"
+               "\tlibcuda.so (libc6,x86-64) => /usr/lib/x86_64-linux-gnu/libcuda.so\n")
+    assert sandbox.libcuda_in_ldconfig(listing) == "/usr/lib/x86_64-linux-gnu"
+    assert sandbox.libcuda_in_ldconfig("\tlibcudart.so.12 (libc6,x86-64) => /x/libcudart.so.12\n") is None

@@ -44,7 +44,7 @@ from typing import Any
 
 from app.core.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
 from app.gpu import sandbox
-from app.paths import cache_dir
+from app.paths import baseline_cache_dir, cache_dir
 
 LOG_TAIL_CHARS = 20_000
 _LIVE_SCRATCH: set[str] = set()  # cells' scratch directories, removed at exit if still there
@@ -125,6 +125,12 @@ def _receive(conn: Any) -> Any:
         return ("error", CRASH, f"the worker sent a message that is not plain data ({exc})", "")
 
 
+def cell_cache(kind: str) -> Any:
+    """The cache a cell of `kind` writes: the application's, or the baseline cell's own (which
+    no candidate cell may write: the baseline cell runs what it finds there)."""
+    return baseline_cache_dir() if kind == "baseline" else cache_dir()
+
+
 def _load_factory(spec: str) -> Callable[..., Any]:
     module, _, attr = spec.partition(":")
     return getattr(importlib.import_module(module), attr)
@@ -152,7 +158,8 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     _line_buffered_output()
-    clean = sandbox.cell_environment(plan.scratch, sandbox.cache_environment(str(cache_dir())))
+    clean = sandbox.cell_environment(plan.scratch, sandbox.cache_environment(
+        str(cell_cache(plan.kind)), compilers=plan.kind == "baseline"))
     os.environ.clear()
     os.environ.update(clean)
     applied = sandbox.enter_cell(plan)
@@ -268,8 +275,9 @@ class Worker:
         self._drop_scratch()  # a process that died on its own left its cell behind
         self.scratch = tempfile.mkdtemp(prefix=f"kernelswarm-{self.name}-cell-")
         _LIVE_SCRATCH.add(self.scratch)
-        cache = str(cache_dir())
-        plan = sandbox.plan_cell(self.kind, self.scratch, sandbox.writable_caches(cache),
+        cache = str(cell_cache(self.kind))
+        plan = sandbox.plan_cell(self.kind, self.scratch,
+                                 sandbox.writable_caches(cache, compilers=self.kind == "baseline"),
                                  self.memory_limit_bytes, self.programs)
         if self.via_multiprocessing:
             proc, parent = self._spawn(plan)
@@ -299,7 +307,8 @@ class Worker:
         ours, theirs = socket.socketpair()
         boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
                 "from app.gpu.worker import _cell_main; _cell_main(int(sys.argv[2]))")
-        env = sandbox.cell_environment(self.scratch, sandbox.cache_environment(cache))
+        env = sandbox.cell_environment(self.scratch, sandbox.cache_environment(
+            cache, compilers=plan.kind == "baseline"))
         with open(self.log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(

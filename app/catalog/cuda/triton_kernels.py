@@ -108,7 +108,11 @@ def compile_all(cc: int, block: int = 1024) -> dict[str, dict[str, int]]:
             signature = {a: f"*{ttype}" if a.endswith("_ptr") else "fp32" if a == "eps" else "i32"
                          for a in args}
             signature.update({c: "constexpr" for c in constexprs})
-            source = ASTSource(fn=fn, signature=signature, constexprs={"BLOCK": block})
+            try:
+                source = ASTSource(fn=fn, signature=signature, constexprs={"BLOCK": block})
+            except TypeError as exc:  # older Triton: index-keyed signatures, `constants=`
+                raise RuntimeError(f"Triton {triton.__version__}'s compile API is not the one this "
+                                   f"check is written for (3.2 or later): {exc}") from None
             built = triton.compile(source, target=GPUTarget("cuda", cc, 32), options={"num_warps": 4})
             sizes.setdefault(name, {})[dtype] = len(built.asm["cubin"])
     return sizes

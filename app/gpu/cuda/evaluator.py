@@ -213,10 +213,17 @@ class CudaEvaluator(Evaluator):
             sealed_result = {"baselines": {}, "best": None, "anchor": None, "error": why}
         else:
             sealed_result = sealed.result
+        if sealed_result.get("error"):
+            log.warning("library baselines in the GPU worker: %s", sealed_result["error"])
+        if result is not None and not result.get("best"):
+            compiled_error = "no baseline verified in the baseline cell"
+            result = None
         if result is None:
             result = sealed_result
         else:  # the anchor must also run where the candidates run
             result["anchor"] = runnable_anchor(result, sealed_result, len(self.shapes))
+            if sealed_result.get("error"):
+                result["anchor_error"] = sealed_result["error"]
         if compiled_error:
             result["compiled_error"] = compiled_error
         with self._lock:

@@ -354,6 +354,10 @@ class CudaWorker:
     # ---- dispatch -----------------------------------------------------------------------
     def __call__(self, request: tuple, progress: Progress) -> dict[str, Any]:
         kind = request[0]
+        if self.compiled_baselines and kind not in ("info", "baselines"):
+            # the unsealed baseline cell never runs a candidate, whoever asks
+            return {"ok": False, "reason": RUNTIME_FAILED, "restart": False,
+                    "detail": f"the baseline cell serves baselines only, not {kind!r}"}
         if kind == "evaluate":
             req: CascadeRequest = request[1]
             op: CudaOperator = req.options["operator"]  # a catalog name or your own kernel's operator

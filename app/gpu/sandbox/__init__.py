@@ -160,6 +160,8 @@ def plan_cell(kind: str, scratch: str, writable: Sequence[str] = (),
     programs = list(toolchain_programs()) if kind == "cpu" else []
     # the baseline cell starts its compilers itself (no helper: it is never sealed)
     baseline_programs = list(toolchain_programs()) + compiler_programs() if kind == "baseline" else []
+    if kind == "baseline" and libcuda_dir():
+        read.append(libcuda_dir())  # Triton links its launcher against it
     rules = landlock.FileRules(read=read, list_only=list_only, write=write,
                                exec_files=programs + baseline_programs
                                + [os.path.realpath(p) for p in own_programs],
@@ -328,28 +330,68 @@ def report_off(applied: dict[str, str]) -> None:
             log.warning("sandbox: %s protection is %s", name, line)
 
 
-def cache_environment(cache: str) -> dict[str, str]:
+def cache_environment(cache: str, compilers: bool = False) -> dict[str, str]:
     """Where the libraries inside a cell keep their caches (HOME is the throw-away scratch):
-    CuPy's kernels and the CUDA driver's JIT cache go under the application's cache."""
-    return {"KERNELSWARM_CACHE": cache,
-            "CUPY_CACHE_DIR": os.environ.get("CUPY_CACHE_DIR") or os.path.join(cache, "cupy"),
-            "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or os.path.join(cache, "nv"),
-            # the baseline cell's compilers: kept across cells and runs, built in this process
-            "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
-            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-            "TORCHINDUCTOR_COMPILE_THREADS": "1"}
+    CuPy's kernels and the CUDA driver's JIT cache go under `cache`. compilers: the baseline
+    cell, whose `cache` is its own (app.paths.baseline_cache_dir): Triton's and Inductor's
+    caches too, and where libcuda is, so Triton need not run ldconfig (on Ubuntu a shell
+    script, which the cell may not start)."""
+    env = {"KERNELSWARM_CACHE": cache,
+           "CUPY_CACHE_DIR": os.path.join(cache, "cupy"),
+           "CUDA_CACHE_PATH": os.path.join(cache, "nv")}
+    if not compilers:  # the user's own cache places for the candidate cells, as before
+        env["CUPY_CACHE_DIR"] = os.environ.get("CUPY_CACHE_DIR") or env["CUPY_CACHE_DIR"]
+        env["CUDA_CACHE_PATH"] = os.environ.get("CUDA_CACHE_PATH") or env["CUDA_CACHE_PATH"]
+        return env
+    env.update({"TRITON_CACHE_DIR": os.path.join(cache, "triton"),
+                "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
+                "TORCHINDUCTOR_COMPILE_THREADS": "1"})  # no compile worker processes
+    libcuda = libcuda_dir()
+    if libcuda:
+        env["TRITON_LIBCUDA_PATH"] = libcuda
+    return env
 
 
-def writable_caches(cache: str) -> list[str]:
+def writable_caches(cache: str, compilers: bool = False) -> list[str]:
     """The cache directories a cell may write (created here: Landlock needs them to exist)."""
-    dirs = [cache, *(v for k, v in cache_environment(cache).items()
-                     if k != "KERNELSWARM_CACHE" and os.path.isabs(v))]
+    dirs = [cache, *(v for k, v in cache_environment(cache, compilers).items()
+                     if k.endswith(("_DIR", "_PATH")) and k != "TRITON_LIBCUDA_PATH"
+                     and os.path.isabs(v))]
     for d in dirs:
         try:
             os.makedirs(d, exist_ok=True)
         except OSError:
             pass
     return dirs
+
+
+def libcuda_in_ldconfig(listing: str) -> str | None:
+    """The directory of libcuda.so.1 in `ldconfig -p`'s listing, a 64-bit one (flags
+    "x86-64", "AArch64") before any other."""
+    found = [(name, path.strip()) for name, _, path in (line.partition("=>") for line in listing.splitlines())
+             if name.strip().startswith("libcuda.so.1 ") and path.strip()]
+    found.sort(key=lambda entry: "64" not in entry[0])
+    return os.path.dirname(found[0][1]) if found else None
+
+
+@functools.lru_cache(maxsize=1)
+def libcuda_dir() -> str | None:
+    """The directory of the driver's libcuda.so.1, found here (outside any cell): ldconfig's
+    cache first, then the usual places; None where there is no driver."""
+    for ldconfig in ("/sbin/ldconfig", "/usr/sbin/ldconfig"):
+        try:
+            out = subprocess.run([ldconfig, "-p"], capture_output=True, text=True, timeout=30,
+                                 check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        found = libcuda_in_ldconfig(out)
+        if found:
+            return found
+    for pattern in ("/usr/lib/x86_64-linux-gnu/libcuda.so.1", "/usr/lib64/libcuda.so.1",
+                    "/usr/local/nvidia/lib64/libcuda.so.1", "/usr/lib/wsl/lib/libcuda.so.1"):
+        if os.path.exists(pattern):
+            return os.path.dirname(pattern)
+    return None
 
 
 def run_tool(cmd: Sequence[Any], *, check: bool = False, capture_output: bool = True,
