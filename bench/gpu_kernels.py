@@ -340,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
     search_budget = max(5.0 * len(kernels), args.budget_s - 6.0 * len(kernels) - (45 if with_faults else 0))
     rows: list[dict] = []
     faults: list[dict] = []
+    compilers = tuple(c for c in args.compilers.split(",") if c)
     device: dict = {}
     note = ""
     doing = "device info"
@@ -352,10 +353,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {dtype} {shape}: searching for {seconds:.0f} s", flush=True)
             doing = f"{name} {dtype}"
             try:
-                row = bench_kernel(name, dtype, shape, seconds, pool,
-                                   tuple(c for c in args.compilers.split(",") if c),
+                row = bench_kernel(name, dtype, shape, seconds, pool, compilers,
                                    args.baseline_factory if args.baseline_factory is not None
                                    else "" if args.worker_factory else None)
+                if compilers and "baseline cell" in row.get("compiled_error", ""):
+                    # it died or hung: the next kernels are not made to wait for it again
+                    print(f"  compiled baselines off for the rest of the run: {row['compiled_error'][:200]}",
+                          flush=True)
+                    compilers = ()
             except Exception as exc:  # noqa: BLE001 - one kernel's trouble must not hide the others
                 row = {"kernel": name, "dtype": dtype, "shape": shape, "evaluations": 0, "failures": {},
                        "error": f"{type(exc).__name__}: {exc}"}

@@ -62,6 +62,32 @@ class BenchBaselineGpu(BenchGpu):
             "triton:x": {"ok": True, "ms": [0.15] * shapes, "compiled": True}}}
 
 
+class BenchDeadBaselineGpu(BenchGpu):
+    """Stand-in baseline cell that dies on its request (as a compiler crash would take it down)."""
+
+    def __call__(self, request, progress):
+        if request[0] == "baselines":
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return super().__call__(request, progress)
+
+
+def test_a_dead_baseline_cell_is_not_waited_for_again(tmp_path):
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "KERNELSWARM_CACHE": str(tmp_path / "cache"),
+           "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "gpu_kernels.py"), "--out", str(tmp_path), "--budget-s", "8",
+         "--only", "softmax:bfloat16,rmsnorm:bfloat16", "--no-faults", "--worker-factory",
+         "test_cuda_bench:BenchGpu", "--baseline-factory", "test_cuda_bench:BenchDeadBaselineGpu"],
+        check=False, capture_output=True, text=True, timeout=240, env=env, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {r["kernel"]: r for r in json.loads((tmp_path / "gpu_kernels.json").read_text())["rows"]}
+    assert "baseline cell failed" in rows["softmax"]["compiled_error"]
+    assert rows["rmsnorm"]["compiled_error"] == "" and rows["rmsnorm"]["best_baseline"] == "torch:x"
+    assert "compiled baselines off for the rest of the run" in proc.stdout
+    md = (tmp_path / "gpu_kernels.md").read_text()
+    assert "softmax bfloat16: no compiled baselines: the baseline cell failed" in md
+
+
 def test_benchmark_report_and_last_line(tmp_path):
     env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "KERNELSWARM_CACHE": str(tmp_path / "cache"),
            "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
