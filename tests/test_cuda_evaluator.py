@@ -91,8 +91,11 @@ def test_a_good_candidate_gets_time_bandwidth_and_speedup(evaluator):
     assert [s.name for s in ev.stages] == ["static_check", "compile", "resources", "verify", "time", "reverify"]
     assert evaluator.limit() == pytest.approx(nbytes / 4.0e12 * 1e3)
     assert evaluator.device().name == "NVIDIA H200"
-    # no torch here: no library baseline verifies, so none is timed beside the candidate
-    assert evaluator.baselines()["best"] is None and "speedup" not in ev.metrics
+    # no torch here: CuPy's composed baseline (bfloat16 widened and narrowed) is the one, timed
+    # beside the candidate
+    b = evaluator.baselines()
+    assert b["best"] == b["anchor"] == "cupy:composed" and b["baselines"]["torch:softmax"]["ok"] is False
+    assert ev.metrics["speedup"] == pytest.approx(ev.metrics["baseline_ms"] / ev.time_ms)
 
 
 def test_faults_cost_one_worker_and_the_run_continues(evaluator):

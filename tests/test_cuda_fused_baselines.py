@@ -60,3 +60,30 @@ def test_the_bfloat16_narrowing_rounds_to_nearest_even():
     tie_odd = np.array([1.0 + 3 * 2.0 ** -8], np.float32)
     assert (_to_bf16_bits(tie_even).astype(np.uint32) << 16).view(np.float32)[0] == 1.0
     assert (_to_bf16_bits(tie_odd).astype(np.uint32) << 16).view(np.float32)[0] == 1.0 + 2.0 ** -6
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm", "layernorm"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_the_composed_row_baselines_verify_in_every_dtype_without_torch(name, dtype, monkeypatch):
+    """CuPy's composed row baselines widen bfloat16 bits to float32 and narrow back with
+    round-to-nearest-even, so a bfloat16 goal keeps a baseline when torch is missing or fails.
+    NumPy stands in for CuPy (the same array API); the GPU tests run them on CuPy."""
+    import sys
+
+    from app.catalog.protocol import from_storage, to_storage
+    from app.gpu.verify import compare, tolerance_for
+
+    monkeypatch.setitem(sys.modules, "cupy", np)
+    op = OPERATORS[name]
+    shape = [7, 300]
+    inputs = op.make_inputs(np, shape, dtype, np.random.default_rng(5), "normal")
+    run, fetch = op.baselines(dtype)["cupy:composed"](inputs, shape, dtype)
+    run()
+    out = fetch()
+    assert out["y"].dtype == inputs["x"].dtype
+    assert compare(np, op, inputs, out, shape, dtype, tolerance_for(op, shape, dtype)) is None
+    if dtype == "bfloat16":  # rounded exactly as the catalog stores bfloat16
+        from app.catalog.cuda.baselines import narrow
+
+        values = from_storage(np, out["y"], dtype).astype(np.float32) * np.float32(1.0 + 2.0 ** -9)
+        assert np.array_equal(narrow(np, values, out["y"]), to_storage(np, values, dtype))

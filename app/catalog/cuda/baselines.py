@@ -23,6 +23,22 @@ def cupy_supports(dtype: str) -> bool:
     return dtype in ("float32", "float16")  # bfloat16 arrays are uint16 bits to CuPy
 
 
+def widen(cp: Any, x: Any) -> Any:
+    """float32 values of a stored array; bfloat16 (uint16 bits to CuPy) by a 16-bit shift."""
+    if x.dtype == cp.uint16:
+        return (x.astype(cp.uint32) << 16).view(cp.float32)
+    return x.astype(cp.float32)
+
+
+def narrow(cp: Any, y: Any, like: Any) -> Any:
+    """float32 values stored as `like` is; bfloat16 rounded to nearest even (the GPU's own
+    __float2bfloat16_rn for finite values), so composed baselines run without torch too."""
+    if like.dtype == cp.uint16:
+        u = cp.ascontiguousarray(y, dtype=cp.float32).view(cp.uint32)
+        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+    return y.astype(like.dtype)
+
+
 def to_torch(torch: Any, arr: Any, dtype: str) -> Any:
     if dtype == "bfloat16":
         import cupy

@@ -19,7 +19,7 @@ from app.catalog.cuda.base import (
     largest_dividing_vec,
     to_storage,
 )
-from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.catalog.cuda.baselines import cupy_baseline, narrow, torch_baseline, widen
 from app.catalog.cuda.compiled_baselines import torch_compiled_baseline, triton_baseline
 from app.core.space import SearchSpace
 
@@ -111,14 +111,14 @@ class Softmax(RowOperator):
 
     def baselines(self, dtype):
         out = {}
-        if cupy_supports(dtype):
-            def composed(x):
-                import cupy as cp
 
-                xf = x.astype(cp.float32)
-                e = cp.exp(xf - xf.max(axis=1, keepdims=True))
-                return (e / e.sum(axis=1, keepdims=True)).astype(x.dtype)
-            out["cupy:composed"] = cupy_baseline(composed, ("x",))
+        def composed(x):
+            import cupy as cp
+
+            xf = widen(cp, x)
+            e = cp.exp(xf - xf.max(axis=1, keepdims=True))
+            return narrow(cp, e / e.sum(axis=1, keepdims=True), x)
+        out["cupy:composed"] = cupy_baseline(composed, ("x",))
         out["torch:softmax"] = torch_baseline(softmax_torch, ("x",))
         return out
 
@@ -162,14 +162,14 @@ class RMSNorm(RowOperator):
     def baselines(self, dtype):
         eps = self.eps
         out = {}
-        if cupy_supports(dtype):
-            def composed(x, w):
-                import cupy as cp
 
-                xf = x.astype(cp.float32)
-                r = cp.sqrt((xf * xf).mean(axis=1, keepdims=True) + eps)
-                return (xf / r * w.astype(cp.float32)).astype(x.dtype)
-            out["cupy:composed"] = cupy_baseline(composed, ("x", "w"))
+        def composed(x, w):
+            import cupy as cp
+
+            xf = widen(cp, x)
+            r = cp.sqrt((xf * xf).mean(axis=1, keepdims=True) + eps)
+            return narrow(cp, xf / r * widen(cp, w), x)
+        out["cupy:composed"] = cupy_baseline(composed, ("x", "w"))
 
         out["torch:rms_norm"] = torch_baseline(self.torch_rms, ("x", "w"))
         return out
@@ -221,16 +221,15 @@ class LayerNorm(RowOperator):
     def baselines(self, dtype):
         eps = self.eps
         out = {}
-        if cupy_supports(dtype):
-            def composed(x, w, b):
-                import cupy as cp
 
-                xf = x.astype(cp.float32)
-                mean = xf.mean(axis=1, keepdims=True)
-                var = ((xf - mean) ** 2).mean(axis=1, keepdims=True)
-                return ((xf - mean) / cp.sqrt(var + eps) * w.astype(cp.float32)
-                        + b.astype(cp.float32)).astype(x.dtype)
-            out["cupy:composed"] = cupy_baseline(composed, ("x", "w", "b"))
+        def composed(x, w, b):
+            import cupy as cp
+
+            xf = widen(cp, x)
+            mean = xf.mean(axis=1, keepdims=True)
+            var = ((xf - mean) ** 2).mean(axis=1, keepdims=True)
+            return narrow(cp, (xf - mean) / cp.sqrt(var + eps) * widen(cp, w) + widen(cp, b), x)
+        out["cupy:composed"] = cupy_baseline(composed, ("x", "w", "b"))
         out["torch:layer_norm"] = torch_baseline(self.torch_layer_norm, ("x", "w", "b"))
         return out
 
