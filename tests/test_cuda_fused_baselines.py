@@ -87,3 +87,28 @@ def test_the_composed_row_baselines_verify_in_every_dtype_without_torch(name, dt
 
         values = from_storage(np, out["y"], dtype).astype(np.float32) * np.float32(1.0 + 2.0 ** -9)
         assert np.array_equal(narrow(np, values, out["y"]), to_storage(np, values, dtype))
+
+
+def test_the_cublas_gemm_ex_baseline_maps_row_major_onto_column_major():
+    """gemmEx's arguments for a row-major C = A @ B, replayed with NumPy reading each buffer
+    column-major with its leading dimension, as cuBLAS does. (Calling cuBLAS needs a GPU: the
+    GPU tests verify the baseline itself against the float64 reference.)"""
+    from app.catalog.cuda.baselines import row_major_gemm_ex
+
+    rng = np.random.default_rng(9)
+    m, n, k = 5, 7, 3
+    buffers = {"a": rng.normal(size=(m, k)), "b": rng.normal(size=(k, n))}
+    rows, cols, inner, first, ld_first, second, ld_second, ldc = row_major_gemm_ex(m, n, k)
+
+    def column_major(flat, n_rows, n_cols, ld):  # element (i, j) at flat[i + j * ld]
+        return np.array([[flat[i + j * ld] for j in range(n_cols)] for i in range(n_rows)])
+
+    x = column_major(buffers[first].ravel(), rows, inner, ld_first)
+    y = column_major(buffers[second].ravel(), inner, cols, ld_second)
+    c_flat = np.zeros(m * n)
+    product = x @ y
+    for i in range(rows):
+        for j in range(cols):
+            c_flat[i + j * ldc] = product[i, j]
+    assert np.allclose(c_flat.reshape(m, n), buffers["a"] @ buffers["b"])
+    assert set(OPERATORS["gemm"].baselines("bfloat16")) >= {"cublas:gemmEx", "torch:matmul"}

@@ -87,3 +87,46 @@ def torch_baseline(compute: Callable[..., Any], names: tuple[str, ...], out_name
         return run, lambda: {out_name: from_torch(torch, box[out_name], dtype)}
 
     return make
+
+
+def row_major_gemm_ex(m: int, n: int, k: int) -> tuple[int, int, int, str, int, str, int, int]:
+    """cuBLAS is column-major: a row-major C[m, n] = A[m, k] @ B[k, n] is the column-major
+    C^T[n, m] = B^T[n, k] @ A^T[k, m] on the same buffers, with no transposes.
+    (rows, cols, inner, first operand, its leading dim, second operand, its leading dim, ldc)."""
+    return n, m, k, "b", n, "a", k, n
+
+
+def cublas_gemm_ex(dtype: str) -> Callable[..., Prepared]:
+    """C = A @ B through cuBLAS's gemmEx (fp32 accumulation, tensor cores) by CuPy's binding:
+    the library GEMM for bfloat16 without torch (cupy.matmul takes no bfloat16)."""
+
+    def make(inputs: dict[str, Any], shape: list[int], _dtype: str) -> Prepared:
+        import cupy
+        import numpy
+        from cupy_backends.cuda.libs import cublas
+
+        m, n, k = (int(d) for d in shape)
+        kind = {"bfloat16": cupy.cuda.runtime.CUDA_R_16BF, "float16": cupy.cuda.runtime.CUDA_R_16F}[dtype]
+        rows, cols, inner, first, ld_first, second, ld_second, ldc = row_major_gemm_ex(m, n, k)
+        a, b = (cupy.ascontiguousarray(inputs[name]) for name in ("a", "b"))
+        operands = {"a": a, "b": b}
+        c = cupy.empty((m, n), dtype=a.dtype)
+        one, zero = numpy.array(1.0, numpy.float32), numpy.array(0.0, numpy.float32)
+        handle = cupy.cuda.device.get_cublas_handle()
+
+        def run() -> None:
+            cublas.setStream(handle, cupy.cuda.get_current_stream().ptr)
+            mode = cublas.getPointerMode(handle)
+            cublas.setPointerMode(handle, cublas.CUBLAS_POINTER_MODE_HOST)  # alpha, beta: host
+            try:
+                cublas.gemmEx(handle, cublas.CUBLAS_OP_N, cublas.CUBLAS_OP_N, rows, cols, inner,
+                              one.ctypes.data, operands[first].data.ptr, kind, ld_first,
+                              operands[second].data.ptr, kind, ld_second, zero.ctypes.data,
+                              c.data.ptr, kind, ldc, cublas.CUBLAS_COMPUTE_32F,
+                              cublas.CUBLAS_GEMM_DEFAULT_TENSOR_OP)
+            finally:
+                cublas.setPointerMode(handle, mode)
+
+        return run, lambda: {"c": c}
+
+    return make

@@ -19,7 +19,7 @@ from app.catalog.cuda.base import (
     draw,
     to_storage,
 )
-from app.catalog.cuda.baselines import cupy_baseline, cupy_supports, torch_baseline
+from app.catalog.cuda.baselines import cublas_gemm_ex, cupy_baseline, cupy_supports, torch_baseline
 from app.core.space import SearchSpace
 
 SHARED_LIMIT_SM90 = 232448  # 227 KB opt-in per block on Hopper; smaller devices reject at launch
@@ -151,6 +151,8 @@ class Gemm(CudaOperator):
 
                 return cp.matmul(a, b)
             out["cublas:cupy.matmul"] = cupy_baseline(matmul, ("a", "b"), "c")
+        if dtype in ("float16", "bfloat16"):
+            out["cublas:gemmEx"] = cublas_gemm_ex(dtype)
         out["torch:matmul"] = torch_baseline(lambda t, a, b: t.matmul(a, b), ("a", "b"), "c")
         return out
 
