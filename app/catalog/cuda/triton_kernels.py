@@ -96,15 +96,21 @@ def launch(op_name: str, tensors: list, out, n_cols: int, eps: float | None = No
 TRITON_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 
 
-def compile_all(cc: int, block: int = 1024) -> dict[str, dict[str, int]]:
-    """Every kernel above compiled for compute capability `cc` without a device (what the
-    preflight and the tests check here): {op: {dtype: cubin bytes}}; raises on a failure."""
+def compile_all(cc: int, block: int = 1024, names: tuple[str, ...] | None = None,
+                dtypes: tuple[str, ...] | None = None) -> dict[str, dict[str, int]]:
+    """The kernels above (all, or `names` in `dtypes`) compiled for compute capability `cc`
+    without a device (what the tests and the preflight check): {op: {dtype: cubin bytes}};
+    raises on a failure."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     sizes: dict[str, dict[str, int]] = {}
     for name, (fn, args, constexprs) in KERNELS.items():
+        if names is not None and name not in names:
+            continue
         for dtype, ttype in TRITON_TYPES.items():
+            if dtypes is not None and dtype not in dtypes:
+                continue
             signature = {a: f"*{ttype}" if a.endswith("_ptr") else "fp32" if a == "eps" else "i32"
                          for a in args}
             signature.update({c: "constexpr" for c in constexprs})
