@@ -417,15 +417,17 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit
                   f"{busy}")
         run = store.get_run(run_id) if store is not None and run_id is not None else {}
         baseline = run.get("baseline_value")
+        which = (run.get("device") or {}).get("baseline")
+        named = f"the baseline ({which})" if which else "the baseline"
         again = getattr(result, "comparison", None) or {}
         if again.get("baseline_value") and again.get("best_value"):
             factor = gain(again["best_value"], again["baseline_value"], minimize)
-            print(f"  {format_gain(factor)} over the baseline, both re-timed interleaved at the end "
+            print(f"  {format_gain(factor)} over {named}, both re-timed interleaved at the end "
                   f"({_fmt(again['best_value'], unit)} vs {_fmt(again['baseline_value'], unit)}; "
                   f"{format_gain(again.get('speedup_vs_c_reference'))} over the plain C loop)")
         elif baseline:
             factor = gain(best.value, baseline, minimize)
-            print(f"  {format_gain(factor)} over the baseline ({_fmt(baseline, unit)})")
+            print(f"  {format_gain(factor)} over {which or 'the baseline'} ({_fmt(baseline, unit)})")
         elif ok:
             first = ok[0]
             factor = gain(best.value, first.value, minimize)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sqlite3
 import subprocess
 import sys
@@ -239,3 +240,18 @@ def test_a_notice_is_one_line_on_stderr_with_what_the_user_can_do():
     assert first.endswith("Ctrl-C stops it, then `kernelswarm run --resume 7 --cluster-fallback "
                           "local` goes on here")
     assert second == "kernelswarm: the Ray cluster at h:1 is back; the run goes on"
+
+
+def test_a_cpu_run_names_its_baseline(capsys, tmp_db, tmp_path):
+    """The claimed gain says over what: the library that is the baseline (numpy on the CPU)."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    goal = tmp_path / "cpu.toml"
+    goal.write_text('name = "softmax cpu"\nbackend = "cpu"\noperator = "softmax"\n'
+                    'shapes = [[64, 256]]\n[stop]\nmax_evals = 3\n'
+                    '[swarm]\nagents = ["explorer"]\nworkers = 1\n')
+    rc, out, err = _run(capsys, "run", goal, "--db", tmp_db, "--quiet")
+    assert rc == 0, out + err
+    assert re.search(r"× over the baseline \(numpy\)", out), out
