@@ -114,9 +114,10 @@ class RunSession:
             self.run_id = store.create_run(goal, record) if store else None
         baseline = self.evaluator.baseline()
         name_baseline = getattr(self.evaluator, "baseline_name", None)
-        if baseline is not None and name_baseline is not None and resume_run_id is None and self.run_id:
+        baseline_name = (name_baseline() or "") if baseline is not None and name_baseline else ""
+        if baseline_name and resume_run_id is None and self.run_id:
             # which library or compiler baseline "the baseline" is, for the report
-            store.set_run_info(self.run_id, device={**record, "baseline": name_baseline()})
+            store.set_run_info(self.run_id, device={**record, "baseline": baseline_name})
         limit = self.evaluator.limit()
         # strategies the swarm makes by name; the others (llm) are made here as a team
         agents: list[Any] = [a for a in goal.swarm.agents if agent_spec(a).make is not None]
@@ -133,6 +134,7 @@ class RunSession:
             prior_elapsed_s=prior_elapsed,
             simulated_clock=self.backend.runs_on_simulated_clock(goal),
             target_value=target_value(goal, baseline, limit), baseline_value=baseline,
+            baseline_name=baseline_name,
             limit_value=limit, goal_name=goal.name, backend=goal.backend, unit=self.unit,
             transfer=transfer,
         )

@@ -36,6 +36,7 @@ class RunStarted(Event):
     baseline_value: float | None = None
     limit_value: float | None = None
     target_value: float | None = None
+    baseline_name: str = ""  # which library or compiler the baseline is ("numpy", "triton:softmax")
     resumed_evals: int = 0
     unit: str = ""  # the objective's unit (app.core.units), decided once per run
     # earlier runs on other devices this run starts from: run_id, device, evaluations

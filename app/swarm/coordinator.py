@@ -77,7 +77,7 @@ class Coordinator:
                  prior: Sequence[Evaluation] = (), prior_elapsed_s: float = 0.0,
                  simulated_clock: bool = False, target_value: float | None = None,
                  baseline_value: float | None = None, limit_value: float | None = None,
-                 goal_name: str = "", backend: str = "", unit: str = "",
+                 baseline_name: str = "", goal_name: str = "", backend: str = "", unit: str = "",
                  transfer: TransferEvidence | None = None) -> None:
         self.space = space
         self.evaluator = evaluator
@@ -91,6 +91,7 @@ class Coordinator:
         self.unit = unit  # the objective's unit, decided by the session (app.core.units)
         self.target_value = target_value
         self.baseline_value = baseline_value
+        self.baseline_name = baseline_name
         self.limit_value = limit_value
         self.simulated_clock = simulated_clock
         self.board = Blackboard(space, minimize=minimize)
@@ -172,6 +173,7 @@ class Coordinator:
             goal_name=self.goal_name, backend=self.backend, agents=list(self.agents),
             max_evals=self.stop_rules.max_evals, time_budget_s=self.stop_rules.time_budget_s or None,
             baseline_value=self.baseline_value, limit_value=self.limit_value,
+            baseline_name=self.baseline_name,
             target_value=self.target_value, resumed_evals=len(self._prior), unit=self.unit,
             learned_from=self.learned_from, run_id=self.run_id))
         reason = "error"

@@ -85,6 +85,7 @@ class RunData:
     evaluated_by_agent: Counter = field(default_factory=Counter)
     improved_by_agent: Counter = field(default_factory=Counter)
     baseline: float | None = None
+    baseline_name: str = ""  # which library or compiler, for the label
     limit: float | None = None
     target: float | None = None
     max_evals: int | None = None

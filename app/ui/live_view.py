@@ -489,6 +489,7 @@ class LiveView(QWidget):
             self.set_unit(ev.unit)
         d = self.data
         d.baseline, d.limit, d.target = ev.baseline_value, ev.limit_value, ev.target_value
+        d.baseline_name = ev.baseline_name
         d.max_evals, d.time_budget_s = ev.max_evals, ev.time_budget_s or None
         d.finished_reason = None
         self._running = True
@@ -526,10 +527,11 @@ class LiveView(QWidget):
     def show_run(self, rows: list, *, minimize: bool, title: str, unit: str = "ms",
                  baseline: float | None = None, limit: float | None = None,
                  target: float | None = None, max_evals: int | None = None,
-                 reason: str | None = None) -> None:
+                 reason: str | None = None, baseline_name: str = "") -> None:
         """Draw a stored run (from the history)."""
         self.reset(minimize=minimize, title=title, unit=unit)
         self.data.baseline, self.data.limit, self.data.target = baseline, limit, target
+        self.data.baseline_name = baseline_name
         self.data.max_evals = max_evals
         self.data.finished_reason = reason
         self.preload(rows)
@@ -597,8 +599,9 @@ class LiveView(QWidget):
             self._agents_drawn_at = now
             self.agents.draw(d, theme)
         unit = self.unit
+        named = f" ({d.baseline_name})" if d.baseline_name else ""
         self.convergence.set_reference("baseline", d.baseline, theme.baseline,
-                                       f"baseline {format_value(d.baseline, unit)}")
+                                       f"baseline{named} {format_value(d.baseline, unit)}")
         self.convergence.set_reference("target", d.target, theme.target,
                                        f"target {format_value(d.target, unit)}")
         self.convergence.set_reference("limit", d.limit, theme.limit,

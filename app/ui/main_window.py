@@ -629,7 +629,8 @@ class MainWindow(QMainWindow):
                            title=f"{run['name']} — run {run_id} ({run['status']})",
                            baseline=baseline, limit=limit,
                            target=target_value(goal, baseline, limit),
-                           max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"])
+                           max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"],
+                           baseline_name=(run.get("device") or {}).get("baseline", ""))
         self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit,
                          param_order=parameter_order(goal))
         self.detail.set_run(goal, source_language(goal.backend))  # not the last run's candidate

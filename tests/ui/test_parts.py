@@ -283,3 +283,23 @@ def test_live_view_axis_and_report_show_the_runs_unit(qtbot, tmp_path, small_spa
         session.run()
         html = render_report(store, session.run_id)
     assert "objective (GB/s)" in html and "GFLOP/s" not in html
+
+
+def test_the_baseline_line_names_its_library(qtbot):
+    """The convergence plot's baseline says which library or compiler it is, live and for a
+    stored run."""
+    from app.ui.live_view import LiveView
+
+    live = LiveView()
+    qtbot.addWidget(live)
+    live.reset(minimize=True, title="t", unit="ms")
+    live.on_run_started(RunStarted(goal_name="g", backend="cuda", agents=["explorer"], max_evals=5,
+                                   time_budget_s=None, baseline_value=0.25, baseline_name="triton:softmax",
+                                   unit="ms"))
+    live.redraw()
+    label = live.convergence._lines["baseline"].label.format
+    assert label.startswith("baseline (triton:softmax) 0.25") and label.endswith("ms"), label
+    live.show_run([], minimize=True, title="stored", unit="ms", baseline=6.94, baseline_name="numpy")
+    assert live.convergence._lines["baseline"].label.format.startswith("baseline (numpy) 6.94")
+    live.show_run([], minimize=True, title="older run", unit="ms", baseline=6.94)
+    assert live.convergence._lines["baseline"].label.format.startswith("baseline 6.94")
