@@ -24,10 +24,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from app.catalog.cuda import OPERATORS
+from app.catalog.cuda.compiled_baselines import COMPILERS
 from app.core.evaluator import BackendUnavailable
 from app.core.types import Candidate, Evaluation
 from app.goal import Goal, StopRules
-from app.gpu.cuda.evaluator import COMPILERS, CudaEvaluator, make_pool, visible_devices
+from app.gpu.cuda.evaluator import CudaEvaluator, make_pool, visible_devices
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
 
@@ -341,6 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     faults: list[dict] = []
     compilers = tuple(c for c in args.compilers.split(",") if c)
+    # a stand-in GPU worker gets no real baseline cell beside it, unless it names its own
+    baseline_factory = args.baseline_factory if args.baseline_factory is not None else (
+        "" if args.worker_factory else None)
     device: dict = {}
     note = ""
     doing = "device info"
@@ -353,9 +357,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name} {dtype} {shape}: searching for {seconds:.0f} s", flush=True)
             doing = f"{name} {dtype}"
             try:
-                row = bench_kernel(name, dtype, shape, seconds, pool, compilers,
-                                   args.baseline_factory if args.baseline_factory is not None
-                                   else "" if args.worker_factory else None)
+                row = bench_kernel(name, dtype, shape, seconds, pool, compilers, baseline_factory)
                 if compilers and "baseline cell" in row.get("compiled_error", ""):
                     # it died or hung: the next kernels are not made to wait for it again
                     print(f"  compiled baselines off for the rest of the run: {row['compiled_error'][:200]}",

@@ -11,9 +11,9 @@ Checks, each timed and recorded (JSON at DIR/preflight.json):
   nvml         driver, compute mode, MIG, clocks, power limit, throttle reasons       [device]
   device       properties: SMs, memory, L2, shared memory per block                   [device]
   torch        torch and Triton available, a DLPack round trip, a tiny bf16 matmul    [device]
-  triton       the catalog's Triton baselines compile for the architecture (no device needed);
-               the C compiler Triton's launcher needs; one launch checked [device]
-  cell         the same compile inside a baseline cell (the sandbox lets Triton start its
+  triton       one of the catalog's Triton baselines compiles for the architecture (no device
+               needed); the C compiler Triton's launcher needs; one launch checked [device]
+  cell         another compiles inside a baseline cell (the sandbox lets Triton start its
                ptxas); on a device also Triton's driver module, built and loaded there
 
 `--dry-run` runs every step that needs no device (on a machine without a GPU it is what
@@ -33,6 +33,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -233,20 +234,32 @@ def torch_and_triton(entry: dict) -> None:
         entry["triton"] = f"not importable: {exc}"
 
 
-def triton_baselines(entry: dict, arch: str, on_device: bool) -> None:
-    """Not a must-have: without Triton (or a C compiler for its launcher) the Triton baselines
-    are missing from the report, which says so."""
+def _triton_or_skip(entry: dict) -> Any:
+    """Triton, or None with the step marked skipped: not a must-have (without it the Triton
+    baselines are missing from the report, which says so)."""
     try:
         import triton
     except Exception as exc:  # noqa: BLE001
         skip(entry, f"triton not importable: {exc}")
+        return None
+    return triton
+
+
+def _compute_capability(arch: str) -> int:
+    return int("".join(ch for ch in arch if ch.isdigit()))
+
+
+def triton_baselines(entry: dict, arch: str, on_device: bool) -> None:
+    """Triton compiles for the device, its launcher has a C compiler, one launch is right."""
+    triton = _triton_or_skip(entry)
+    if triton is None:
         return
     import shutil
 
     from app.catalog.cuda import triton_kernels
 
     entry["triton"] = triton.__version__
-    cc = int("".join(ch for ch in arch if ch.isdigit()))
+    cc = _compute_capability(arch)
     # one kernel here and one in the cell: seconds, not the minute a cold compile of all takes
     # (the dry run's tests and the benchmark's baselines build every one)
     sizes = triton_kernels.compile_all(cc, names=("softmax",), dtypes=("bfloat16",))
@@ -290,14 +303,11 @@ class TritonCellProbe:
 
 
 def baseline_cell(entry: dict, arch: str, on_device: bool) -> None:
-    try:
-        import triton  # noqa: F401
-    except Exception as exc:  # noqa: BLE001
-        skip(entry, f"triton not importable: {exc}")
+    if _triton_or_skip(entry) is None:
         return
     from app.gpu.worker import Deadlines, WorkerPool
 
-    cc = int("".join(ch for ch in arch if ch.isdigit()))
+    cc = _compute_capability(arch)
     pool = WorkerPool("gpu_preflight:TritonCellProbe", [()], name="preflight-baseline-", kind="baseline")
     try:
         reply = pool.call(("probe", cc, on_device), Deadlines(compile_s=60, run_s=60))

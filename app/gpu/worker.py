@@ -159,7 +159,7 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan:
     os.dup2(fd, 2)
     _line_buffered_output()
     clean = sandbox.cell_environment(plan.scratch, sandbox.cache_environment(
-        str(cell_cache(plan.kind)), compilers=plan.kind == "baseline"))
+        str(cell_cache(plan.kind)), plan.kind))
     os.environ.clear()
     os.environ.update(clean)
     applied = sandbox.enter_cell(plan)
@@ -277,7 +277,7 @@ class Worker:
         _LIVE_SCRATCH.add(self.scratch)
         cache = str(cell_cache(self.kind))
         plan = sandbox.plan_cell(self.kind, self.scratch,
-                                 sandbox.writable_caches(cache, compilers=self.kind == "baseline"),
+                                 sandbox.writable_caches(cache, self.kind),
                                  self.memory_limit_bytes, self.programs)
         if self.via_multiprocessing:
             proc, parent = self._spawn(plan)
@@ -307,8 +307,7 @@ class Worker:
         ours, theirs = socket.socketpair()
         boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
                 "from app.gpu.worker import _cell_main; _cell_main(int(sys.argv[2]))")
-        env = sandbox.cell_environment(self.scratch, sandbox.cache_environment(
-            cache, compilers=plan.kind == "baseline"))
+        env = sandbox.cell_environment(self.scratch, sandbox.cache_environment(cache, plan.kind))
         with open(self.log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(

@@ -9,6 +9,8 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
+from app.catalog.protocol import to_storage
+
 Prepared = tuple[Callable[[], Any], Callable[[], dict[str, Any]]]
 
 
@@ -31,11 +33,10 @@ def widen(cp: Any, x: Any) -> Any:
 
 
 def narrow(cp: Any, y: Any, like: Any) -> Any:
-    """float32 values stored as `like` is; bfloat16 rounded to nearest even (the GPU's own
-    __float2bfloat16_rn for finite values), so composed baselines run without torch too."""
+    """float32 values stored as `like` is (app.catalog.protocol.to_storage: bfloat16 rounded
+    to nearest even, in float32), so composed baselines run without torch too."""
     if like.dtype == cp.uint16:
-        u = cp.ascontiguousarray(y, dtype=cp.float32).view(cp.uint32)
-        return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(cp.uint16)
+        return to_storage(cp, y, "bfloat16")
     return y.astype(like.dtype)
 
 

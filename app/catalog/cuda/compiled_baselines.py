@@ -11,6 +11,13 @@ from typing import Any
 
 from app.catalog.cuda.baselines import Prepared, from_torch, to_torch, torch_or_none
 
+COMPILERS = ("triton", "torch.compile")  # the compiled baselines' kinds (their names' prefixes)
+
+
+def compiled_kinds(baselines: dict[str, Any], compilers: tuple[str, ...]) -> dict[str, Any]:
+    """The baselines whose kind (the name before ':') is one of `compilers`."""
+    return {n: b for n, b in baselines.items() if n.split(":", 1)[0] in compilers}
+
 
 def _torch(why: str) -> Any:
     torch = torch_or_none()

@@ -21,6 +21,7 @@ from typing import Any
 
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator
+from app.catalog.cuda.compiled_baselines import COMPILERS, compiled_kinds
 from app.catalog.custom import custom_operator
 from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace
@@ -31,13 +32,13 @@ from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
+from app.gpu.cuda.worker import fastest_baseline
 from app.gpu.verify import CheckCase, ValidationSet, plan_checks
 from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
 WORKER_FACTORY = "app.gpu.cuda.worker:make_handler"
 BASELINE_FACTORY = "app.gpu.cuda.worker:make_baseline_handler"  # the trusted baseline cell
-COMPILERS = ("triton", "torch.compile")  # the compiled baselines' kinds (their names' prefixes)
 IMPOSSIBLE_FRACTION = ROOF_MARGIN  # beyond the roofline by more: re-timed once, then refused
 
 
@@ -67,20 +68,6 @@ def visible_devices(pinned: int | None = None) -> list[int]:
 def make_pool(devices: list[int], worker_factory: str = WORKER_FACTORY) -> WorkerPool:
     """One GPU worker process per device."""
     return WorkerPool(worker_factory, [(d,) for d in devices], name="cuda", recycle_after=200)
-
-
-def compiled_kinds(baselines: dict[str, Any], compilers: tuple[str, ...]) -> dict[str, Any]:
-    """The baselines whose kind (the name before ':') is one of `compilers`."""
-    return {n: b for n, b in baselines.items() if n.split(":", 1)[0] in compilers}
-
-
-def runnable_anchor(trusted: dict[str, Any], sealed: dict[str, Any], shapes: int) -> str | None:
-    """The fastest library baseline (by the trusted cell's figures) that verified in the sealed
-    cell too: the one a candidate can be timed beside."""
-    ok_there = {n for n, r in sealed.get("baselines", {}).items() if r.get("ok")}
-    times = {n: sum(r["ms"]) for n, r in trusted.get("baselines", {}).items()
-             if r.get("ok") and not r.get("compiled") and n in ok_there and len(r["ms"]) == shapes}
-    return min(times, key=times.get) if times else None
 
 
 class CudaEvaluator(Evaluator):
@@ -221,7 +208,9 @@ class CudaEvaluator(Evaluator):
         if result is None:
             result = sealed_result
         else:  # the anchor must also run where the candidates run
-            result["anchor"] = runnable_anchor(result, sealed_result, len(self.shapes))
+            ok_there = {n for n, r in sealed_result.get("baselines", {}).items() if r.get("ok")}
+            result["anchor"] = fastest_baseline(result["baselines"], len(self.shapes),
+                                                lambda n, r: not r.get("compiled") and n in ok_there)
             if sealed_result.get("error"):
                 result["anchor_error"] = sealed_result["error"]
         if compiled_error:
@@ -234,17 +223,16 @@ class CudaEvaluator(Evaluator):
         """The baselines from a trusted cell started for this one request on the first device
         (and closed, so its CUDA context does not sit beside the candidates'): (result, "") or
         (None, why) when it could not give one; the sealed cell's library baselines then stand."""
+        pool = None
         try:
             pool = WorkerPool(self.baseline_factory, [(self.devices[0],)], name="cuda-baselines",
                               kind="baseline", recycle_after=1)
-        except (RuntimeError, OSError) as exc:
-            return None, f"the baseline cell could not start: {exc}"
-        try:
             reply = pool.call(("baselines", spec), self.deadlines)
         except (RuntimeError, OSError) as exc:
             return None, f"the baseline cell could not start: {exc}"
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()
         if reply.fault is not None:
             log.warning("compiled baselines: %s", reply.fault.detail)
             return None, f"the baseline cell failed ({reply.fault.reason}): {reply.fault.detail}"

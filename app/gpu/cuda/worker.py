@@ -24,6 +24,7 @@ import numpy as np
 import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator, Launch, Step
+from app.catalog.cuda.compiled_baselines import COMPILERS, compiled_kinds
 from app.core.types import (
     COMPILE_FAILED,
     OUT_OF_MEMORY,
@@ -57,13 +58,13 @@ def make_baseline_handler(device_index: int) -> CudaWorker:
     return CudaWorker(device_index, compiled_baselines=True)
 
 
-def best_baselines(results: dict[str, dict[str, Any]], shapes: int) -> dict[str, str | None]:
-    """{"best": the fastest baseline correct on every shape, "anchor": the fastest of those a
-    sealed cell can run (not compiled)}, by time summed over the shapes; None where none is."""
-    usable = {n: sum(r["ms"]) for n, r in results.items() if r["ok"] and len(r["ms"]) == shapes}
-    library = {n: t for n, t in usable.items() if not results[n].get("compiled")}
-    return {"best": min(usable, key=usable.get) if usable else None,
-            "anchor": min(library, key=library.get) if library else None}
+def fastest_baseline(results: dict[str, dict[str, Any]], shapes: int,
+                     keep: Callable[[str, dict[str, Any]], bool] = lambda name, r: True) -> str | None:
+    """The fastest baseline (time summed over the shapes) that was correct on all `shapes` and
+    that `keep(name, figures)` accepts; None where there is none."""
+    times = {n: sum(r["ms"]) for n, r in results.items()
+             if r.get("ok") and len(r["ms"]) == shapes and keep(n, r)}
+    return min(times, key=times.get) if times else None
 
 
 def shape_key(shape: Any) -> str:
@@ -425,9 +426,8 @@ class CudaWorker:
         protocol = spec.get("protocol") or Protocol()
         progress("baselines")
         library = op.baselines(dtype)
-        compiled = {n: b for n, b in op.compiled_baselines(dtype).items()
-                    if n.split(":", 1)[0] in spec.get("compilers", ("triton", "torch.compile"))
-                    } if self.compiled_baselines else {}
+        compiled = compiled_kinds(op.compiled_baselines(dtype), spec.get("compilers", COMPILERS)
+                                  ) if self.compiled_baselines else {}
         makers = {**library, **compiled}
         results: dict[str, dict[str, Any]] = {
             name: {"ok": True, "ms": [], "p10": [], "p90": [], "n": [], "error": "",
@@ -465,7 +465,10 @@ class CudaWorker:
                     r["mode"] = m.mode[name]
             del inputs
             self.release()
-        return {"ok": True, "baselines": results, **best_baselines(results, len(spec["goal_shapes"]))}
+        shapes = len(spec["goal_shapes"])
+        # the anchor: the fastest a sealed cell can run too (not compiled)
+        return {"ok": True, "baselines": results, "best": fastest_baseline(results, shapes),
+                "anchor": fastest_baseline(results, shapes, lambda name, r: not r["compiled"])}
 
     # ---- re-timing two kernels ------------------------------------------------------------
     def retime(self, first: CascadeRequest, second: CascadeRequest, progress: Progress) -> dict[str, Any]:

@@ -330,33 +330,33 @@ def report_off(applied: dict[str, str]) -> None:
             log.warning("sandbox: %s protection is %s", name, line)
 
 
-def cache_environment(cache: str, compilers: bool = False) -> dict[str, str]:
+def _cache_dirs(cache: str, kind: str) -> dict[str, str]:
+    """The cache directories the libraries in a cell of `kind` use, by environment variable."""
+    if kind != "baseline":  # the user's own cache places for the candidate cells, as before
+        return {"CUPY_CACHE_DIR": os.environ.get("CUPY_CACHE_DIR") or os.path.join(cache, "cupy"),
+                "CUDA_CACHE_PATH": os.environ.get("CUDA_CACHE_PATH") or os.path.join(cache, "nv")}
+    return {"CUPY_CACHE_DIR": os.path.join(cache, "cupy"), "CUDA_CACHE_PATH": os.path.join(cache, "nv"),
+            "TRITON_CACHE_DIR": os.path.join(cache, "triton"),
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor")}
+
+
+def cache_environment(cache: str, kind: str = "gpu") -> dict[str, str]:
     """Where the libraries inside a cell keep their caches (HOME is the throw-away scratch):
-    CuPy's kernels and the CUDA driver's JIT cache go under `cache`. compilers: the baseline
-    cell, whose `cache` is its own (app.paths.baseline_cache_dir): Triton's and Inductor's
-    caches too, and where libcuda is, so Triton need not run ldconfig (on Ubuntu a shell
-    script, which the cell may not start)."""
-    env = {"KERNELSWARM_CACHE": cache,
-           "CUPY_CACHE_DIR": os.path.join(cache, "cupy"),
-           "CUDA_CACHE_PATH": os.path.join(cache, "nv")}
-    if not compilers:  # the user's own cache places for the candidate cells, as before
-        env["CUPY_CACHE_DIR"] = os.environ.get("CUPY_CACHE_DIR") or env["CUPY_CACHE_DIR"]
-        env["CUDA_CACHE_PATH"] = os.environ.get("CUDA_CACHE_PATH") or env["CUDA_CACHE_PATH"]
-        return env
-    env.update({"TRITON_CACHE_DIR": os.path.join(cache, "triton"),
-                "TORCHINDUCTOR_CACHE_DIR": os.path.join(cache, "inductor"),
-                "TORCHINDUCTOR_COMPILE_THREADS": "1"})  # no compile worker processes
-    libcuda = libcuda_dir()
-    if libcuda:
-        env["TRITON_LIBCUDA_PATH"] = libcuda
+    CuPy's kernels and the CUDA driver's JIT cache go under `cache`. The baseline cell, whose
+    `cache` is its own (app.paths.baseline_cache_dir), also gets Triton's and Inductor's
+    caches, and where libcuda is, so Triton need not run ldconfig (on Ubuntu a shell script,
+    which the cell may not start)."""
+    env = {"KERNELSWARM_CACHE": cache, **_cache_dirs(cache, kind)}
+    if kind == "baseline":
+        env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile worker processes
+        if libcuda_dir():
+            env["TRITON_LIBCUDA_PATH"] = libcuda_dir()
     return env
 
 
-def writable_caches(cache: str, compilers: bool = False) -> list[str]:
+def writable_caches(cache: str, kind: str = "gpu") -> list[str]:
     """The cache directories a cell may write (created here: Landlock needs them to exist)."""
-    dirs = [cache, *(v for k, v in cache_environment(cache, compilers).items()
-                     if k.endswith(("_DIR", "_PATH")) and k != "TRITON_LIBCUDA_PATH"
-                     and os.path.isabs(v))]
+    dirs = [cache, *(d for d in _cache_dirs(cache, kind).values() if os.path.isabs(d))]
     for d in dirs:
         try:
             os.makedirs(d, exist_ok=True)
