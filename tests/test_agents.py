@@ -167,3 +167,63 @@ def test_agents_follow_the_direction_when_maximizing(pnpoly, agent):
 def test_an_unknown_agent_name_is_refused_with_the_known_names():
     with pytest.raises(ValueError, match="explorer"):
         make_agent("oracle", FormulaEvaluator().space, random.Random(0))
+
+
+# ---- two basins: a climbed one that crowds the elites, and the one holding the optimum -------
+def _two_basins() -> tuple[SearchSpace, Blackboard, dict, dict]:
+    """A board where one basin has been climbed (its best and every configuration one
+    parameter change away: 22 evaluations, all better than anything else) and, ranked below
+    all of them, the best configuration of a second basin, plus a few far-off ones."""
+    space = SearchSpace({"a": list(range(8)), "b": list(range(8)), "c": list(range(8))})
+    board = Blackboard(space)
+    climbed, other = {"a": 1, "b": 1, "c": 1}, {"a": 6, "b": 6, "c": 6}
+
+    def record(cfg: dict, value: float) -> None:
+        board.record(Evaluation(key=space.key(cfg), config=dict(cfg), ok=True, value=value,
+                                agent="test"))
+
+    record(climbed, 1.0)
+    for i, cfg in enumerate(space.hamming_neighbours(climbed)):
+        record(cfg, 1.01 + i * 0.001)
+    record(other, 1.5)
+    for i, cfg in enumerate(({"a": 3, "b": 7, "c": 4}, {"a": 7, "b": 3, "c": 0},
+                             {"a": 0, "b": 5, "c": 7})):
+        record(cfg, 2.0 + i)
+    return space, board, climbed, other
+
+
+def _changes(a: dict, b: dict) -> int:
+    return sum(a[n] != b[n] for n in a)
+
+
+def test_spread_elites_keep_one_per_basin_where_plain_elites_keep_only_the_climbed_one():
+    from app.swarm.agents.moves import spread_elites
+
+    space, board, climbed, other = _two_basins()
+    plain = [e.config for e in board.elites(20)]
+    assert other not in plain  # the climbed basin's near-copies fill the plain elites
+    spread = [e.config for e in spread_elites(space, board, 20)]
+    assert spread[:2] == [climbed, other]  # best first, one per basin
+    assert len(spread) == 5
+    assert all(_changes(a, b) > 1 for a, b in itertools.combinations(spread, 2))
+
+
+def test_a_local_optimum_restarts_the_climb_in_another_basin():
+    """The climbed basin's best has no unknown neighbour left: the next proposal is around
+    the other basin's best, not beside the exhausted one (its near-copies rank higher)."""
+    space, board, climbed, other = _two_basins()
+    for seed in range(5):
+        agent = make_agent("local", space, random.Random(seed))
+        proposal = agent.propose(board, 1)[0]
+        assert _changes(proposal, other) == 1, proposal
+        assert _changes(proposal, climbed) > 1
+
+
+def test_evolution_breeds_from_the_other_basins_too():
+    """Children with the other basin's genes appear although its best ranks below 22
+    near-copies of the climbed basin's best (a plain top-20 parent pool never holds it)."""
+    space, board, climbed, other = _two_basins()
+    agent = make_agent("evolution", space, random.Random(0))
+    children = [agent.propose(board, 1)[0] for _ in range(60)]
+    near_other = sum(_changes(c, other) <= 1 for c in children)
+    assert near_other >= 5, near_other

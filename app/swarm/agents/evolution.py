@@ -1,7 +1,8 @@
 """Evolution: a steady-state genetic algorithm over the board's evidence. Parents are chosen
-by tournament among the best correct evaluations (whoever found them), children are made by
-uniform crossover plus mutation and repaired onto the nearest free valid configuration.
-Failed configurations never become parents."""
+by tournament among the best correct evaluations (whoever found them), one per niche (no two
+parents one parameter change apart, so a basin another agent has climbed does not fill the
+whole population), children are made by uniform crossover plus mutation and repaired onto the
+nearest free valid configuration. Failed configurations never become parents."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import random
 from app.core.space import SearchSpace
 from app.core.types import Evaluation
 from app.swarm.agents.base import Agent, Config
-from app.swarm.agents.moves import Picker, free_params, mutate, random_free, repair
+from app.swarm.agents.moves import Picker, free_params, mutate, random_free, repair, spread_elites
 from app.swarm.blackboard import Blackboard
 
 
@@ -40,7 +41,9 @@ class EvolutionAgent(Agent):
 
     def propose(self, board: Blackboard, n: int = 1) -> list[Config]:
         picker = Picker(self.space, board)
-        pool = board.elites(self.population)  # the population: the best so far
+        pool = spread_elites(self.space, board, self.population)  # the best of each niche
+        if len(pool) < self.min_parents:  # a board of few niches still breeds from its best
+            pool = board.elites(self.population)
         out: list[Config] = []
         while len(out) < n:
             if len(pool) < self.min_parents:

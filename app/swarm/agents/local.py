@@ -4,7 +4,9 @@ The agent climbs from a current point through its neighbourhood (adjacent values
 two steps away, and around the global best any single-parameter change) and moves as soon as
 a neighbour is better. When the current point is a local optimum (its whole neighbourhood is
 known), the climb restarts from the best elite on the board whose neighbourhood it has not
-exhausted yet, whoever found it (the swarm's shared elite pool: another agent's basin); when
+exhausted yet, whoever found it (the swarm's shared elite pool: another agent's basin), one
+elite per niche (the best of each group one parameter change apart: after a climb, the
+next restart is in another basin, not beside the one just exhausted); when
 every elite is exhausted it kicks the best configuration (a few random changes, repaired onto
 a free valid configuration) and climbs from there. Evidence is shared: when another agent
 finds a new global best, the climb restarts from it.
@@ -17,10 +19,10 @@ import random
 from app.core.space import SearchSpace
 from app.core.types import Evaluation
 from app.swarm.agents.base import Agent, Config
-from app.swarm.agents.moves import Picker, mutate, random_free, repair, take_free
+from app.swarm.agents.moves import Picker, mutate, random_free, repair, spread_elites, take_free
 from app.swarm.blackboard import Blackboard
 
-ELITE_RESTARTS = 10  # how many of the board's best configurations a climb may restart from
+ELITE_RESTARTS = 10  # how many niches' best configurations a climb may restart from
 
 
 class LocalAgent(Agent):
@@ -78,7 +80,7 @@ class LocalAgent(Agent):
         if self.current is not None:
             out = self._climb(self.current, picker, n)
         # A local optimum: restart from the best elite not yet climbed around.
-        for elite in board.elites(ELITE_RESTARTS):
+        for elite in spread_elites(self.space, board, ELITE_RESTARTS):
             if len(out) >= n:
                 break
             if elite.key in self._exhausted:

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from app.core.space import SearchSpace
+from app.core.types import Evaluation
 from app.swarm.blackboard import Blackboard
 
 Config = dict[str, Any]
@@ -176,3 +177,22 @@ def take_free(candidates: Iterable[Config], picker: Picker, n: int) -> list[Conf
         if picker.is_free(cand):
             out.append(picker.take(cand))
     return out
+
+
+
+def spread_elites(space: SearchSpace, board: Blackboard, k: int, radius: int = 1,
+                 scan: int = 200) -> list[Evaluation]:
+    """Up to k of the board's best correct evaluations, no two within `radius` changed
+    parameters of each other: each is the best of its niche (clearing, Petrowski 1996).
+
+    Once a climb has filled one basin, its many near-copies would otherwise be the whole
+    elite pool, and every restart and every crossover would start in that basin again: the
+    swarm then stays in the first good basin it found while the optimum sits in another."""
+    names = free_params(space)
+    kept: list[Evaluation] = []
+    for e in board.elites(scan):
+        if all(sum(e.config[n] != o.config[n] for n in names) > radius for o in kept):
+            kept.append(e)
+            if len(kept) >= k:
+                break
+    return kept
