@@ -115,9 +115,12 @@ class RunSession:
         baseline = self.evaluator.baseline()
         name_baseline = getattr(self.evaluator, "baseline_name", None)
         baseline_name = (name_baseline() or "") if baseline is not None and name_baseline else ""
-        if baseline_name and resume_run_id is None and self.run_id:
-            # which library or compiler baseline "the baseline" is, for the report
-            store.set_run_info(self.run_id, device={**record, "baseline": baseline_name})
+        if baseline_name and self.run_id and store is not None:
+            # which library or compiler baseline "the baseline" is, for the report; a resumed
+            # run re-measured it, and may have another (a compiler gone, a library added)
+            stored = store.get_run(self.run_id)["device"] if resume_run_id is not None else record
+            if stored.get("baseline") != baseline_name:
+                store.set_run_info(self.run_id, device={**stored, "baseline": baseline_name})
         limit = self.evaluator.limit()
         # strategies the swarm makes by name; the others (llm) are made here as a team
         agents: list[Any] = [a for a in goal.swarm.agents if agent_spec(a).make is not None]

@@ -16,6 +16,7 @@ from project_paths import ROOT
 from app import __version__
 from app.cli import main
 from app.store import SCHEMA_VERSION
+from app.store.db import Store
 
 
 def _run(capsys, *argv):
@@ -255,3 +256,13 @@ def test_a_cpu_run_names_its_baseline(capsys, tmp_db, tmp_path):
     rc, out, err = _run(capsys, "run", goal, "--db", tmp_db, "--quiet")
     assert rc == 0, out + err
     assert re.search(r"× over the baseline \(numpy\)", out), out
+    # A resumed run re-measures its baseline: the record names the one measured now, not the
+    # one an earlier session stored (here stamped as another library).
+    store = Store(tmp_db)
+    run_id = store.list_runs()[0]["id"]
+    device = store.get_run(run_id)["device"]
+    assert device["baseline"] == "numpy"
+    store.set_run_info(run_id, device={**device, "baseline": "an-old-library"})
+    rc, out, err = _run(capsys, "run", "--resume", run_id, "--db", tmp_db, "--quiet")
+    assert rc == 0, out + err
+    assert Store(tmp_db).get_run(run_id)["device"]["baseline"] == "numpy"
