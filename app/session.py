@@ -199,7 +199,7 @@ class RunSession:
             return
         try:
             figures = compare(result.best)
-        except Exception:  # noqa: BLE001 - the run's results stand without the re-timing
+        except Exception:  # the run's results stand without the re-timing
             log.exception("final comparison failed")
             return
         if not figures:
