@@ -1,6 +1,6 @@
 """Search efficiency: the swarm against Kernel Tuner's strategies on recorded tuning spaces.
 
-    python bench/search_efficiency.py [DIR] [--budgets 50,100,200] [--seeds 20]
+    python bench/search_efficiency.py [DIR] [--budgets 50,100,200] [--seeds 20] [--first-seed 0]
                                       [--strategies swarm,genetic_algorithm,...] [--json FILE]
 
 Every cache file in DIR (default ../shared/datasets/tuning-spaces) is searched by the swarm
@@ -396,6 +396,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("dir", nargs="?", default=str(DEFAULT_DIR), help="directory of cache files")
     ap.add_argument("--budgets", default="50,100,200", help="evaluation budgets M (comma separated)")
     ap.add_argument("--seeds", type=int, default=20, help="runs per strategy, space and budget")
+    ap.add_argument("--first-seed", type=int, default=0,
+                    help="seeds run are FIRST..FIRST+SEEDS-1 (choose a change on one range, "
+                         "check it on another)")
     ap.add_argument("--strategies", default="swarm," + ",".join(KT_STRATEGIES),
                     help="what runs: swarm, swarm-AGENT, and Kernel Tuner strategy names")
     ap.add_argument("--json", type=Path, help="write every f(M), f_rand(M) and P(M) here")
@@ -420,6 +423,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error("--transfer-budgets must be comma-separated integers")
     if args.seeds < 1:
         ap.error("--seeds must be at least 1")
+    if args.first_seed < 0:
+        ap.error("--first-seed must be 0 or more")
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     from app.swarm.agents import AGENT_NAMES
 
@@ -448,7 +453,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kt_json = uncompressed_copy(path, Path(tmp)) if any(
                 not s.startswith("swarm") for s in args.strategies) else path
             for strategy in args.strategies:
-                for seed in range(args.seeds):
+                for seed in range(args.first_seed, args.first_seed + args.seeds):
                     if not budgets:
                         continue
                     if strategy.startswith("swarm") or strategy in KT_PREFIX_SAFE:
@@ -530,7 +535,7 @@ def run_transfer(stats: dict[str, SpaceStats], args: argparse.Namespace) -> dict
     for space in sorted({a for a, _ in pairs}):
         for sibling in ["", *sorted(b for a, b in pairs if a == space)]:
             fitting = tuple(m for m in budgets if m <= stats[space].n_configs)
-            for seed in range(args.seeds if fitting else 0):
+            for seed in range(args.first_seed, args.first_seed + (args.seeds if fitting else 0)):
                 tasks.append(Task(space, space, "swarm", max(fitting), seed, sibling=sibling,
                                   prefixes=fitting))
     found: dict[tuple[str, str, int], list[float | None]] = {}
@@ -584,7 +589,8 @@ def print_transfer(result: dict) -> None:
 
 def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) -> dict:
     """f, f_rand and P per space, strategy and budget; prints the tables."""
-    report: dict = {"budgets": args.budgets, "seeds": args.seeds, "spaces": {}, "scores": {}}
+    report: dict = {"budgets": args.budgets, "seeds": args.seeds, "first_seed": args.first_seed,
+                    "spaces": {}, "scores": {}}
     per_strategy: dict[str, list[float]] = {s: [] for s in args.strategies}
     for path, st in stats.items():
         rows = {}

@@ -7,6 +7,7 @@ traces of separate, fresh runs, on a recorded space."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 import time
 
@@ -158,3 +159,30 @@ def test_the_ablation_margin_carries_the_spread_of_its_seeds(bench):
     assert row["swarm"] == pytest.approx(0.45)
     # sqrt(0.03² + 0.04² + 0.12²) / 2 spaces
     assert row["margin_se"] == pytest.approx(0.13 / 2)
+
+
+def test_first_seed_runs_another_range_of_seeds(bench, tmp_path, capsys):
+    """A change chosen on one range of seeds is checked on another: --first-seed K runs seeds
+    K..K+N-1, so two one-seed runs are exactly the two halves of a two-seed run."""
+    space_dir = tmp_path / "spaces"
+    space_dir.mkdir()
+    (space_dir / SMALL_SPACE.name).write_bytes(SMALL_SPACE.read_bytes())
+
+    def mean_f(first: int, seeds: int) -> float:
+        out = tmp_path / f"r{first}-{seeds}.json"
+        rc = bench.main([str(space_dir), "--strategies", "swarm-explorer", "--budgets", "6",
+                         "--seeds", str(seeds), "--first-seed", str(first), "--jobs", "1",
+                         "--quiet", "--json", str(out)])
+        assert rc == 0
+        report = json.loads(out.read_text())
+        assert report["first_seed"] == first
+        (space,) = report["spaces"].values()
+        return space["strategies"]["swarm-explorer"]["6"]["f"]
+
+    both = mean_f(0, 2)
+    first, second = mean_f(0, 1), mean_f(1, 1)
+    assert first != second  # the seeds really differ on this space
+    assert both == pytest.approx((first + second) / 2, rel=1e-12)
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--first-seed", "-1"])
+    capsys.readouterr()
