@@ -45,7 +45,11 @@ SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "inva
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
 # Where along the plot each reference line's label sits (position, anchor): apart, so close
 # lines stay readable, and anchored on the side that keeps the text inside the plot.
+# Where each reference line's label sits along it, and its anchor (above the line). The limit's
+# label goes on the side of its line no result can reach (`set_reference(beyond=...)`): the best
+# so far closes in on the limit from the other side, and a label there is drawn across it.
 LABEL_AT = {"baseline": (0.02, (0, 1)), "target": (0.5, (0.5, 1)), "limit": (0.98, (1, 1))}
+BELOW = {(0, 1): (0, 0), (0.5, 1): (0.5, 0), (1, 1): (1, 0)}  # the same anchor, under the line
 TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperature", "°C"),
                   ("power_w", "Power", "W"))
 
@@ -111,6 +115,8 @@ class ConvergencePlot(pg.PlotWidget):
         item.setLabel("left", "objective")
         item.setLabel("bottom", "evaluations")
         item.getAxis("left").setWidth(AXIS_WIDTH)  # same as the failure strip: x axes line up
+        # twice pyqtgraph's padding: the limit's label below the lowest line still fits
+        item.getViewBox().setDefaultPadding(0.04)
         self.legend = item.addLegend(offset=(-10, 10), labelTextSize="8pt")
         self._chunks: list[pg.ScatterPlotItem] = []
         self._legend_items: dict[str, pg.ScatterPlotItem] = {}
@@ -178,7 +184,9 @@ class ConvergencePlot(pg.PlotWidget):
         self.getPlotItem().setLogMode(y=on)  # axis labels and the staircase follow
         self.clear_points()
 
-    def set_reference(self, name: str, value: float | None, color: str, label: str) -> None:
+    def set_reference(self, name: str, value: float | None, color: str, label: str,
+                      below: bool = False) -> None:
+        """A dashed horizontal line at `value` with its label, above it or `below` it."""
         line = self._lines.get(name)
         if value is None or not math.isfinite(value) or (self.log_y and value <= 0):
             if line is not None:
@@ -193,10 +201,14 @@ class ConvergencePlot(pg.PlotWidget):
             self.addItem(line)
             self._lines[name] = line
         line.setPen(pg.mkPen(color, width=1.5, style=Qt.DashLine))
+        anchor = LABEL_AT.get(name, (0.02, (0, 1)))[1]
+        anchor = BELOW[anchor] if below else anchor
+        line.label.anchors = [anchor, anchor]  # one run may minimize, the next maximize
         line.label.setColor(color)
         line.label.setFormat(label)
         line.setValue(math.log10(value) if self.log_y else value)
         line.show()
+        line.label.updatePosition()  # the anchor, even when the value did not move
 
     def clear_points(self) -> None:
         for chunk in self._chunks:
@@ -604,8 +616,10 @@ class LiveView(QWidget):
                                        f"baseline{named} {format_value(d.baseline, unit)}")
         self.convergence.set_reference("target", d.target, theme.target,
                                        f"target {format_value(d.target, unit)}")
+        # no time beats the limit and no throughput exceeds it: its label goes on that side
         self.convergence.set_reference("limit", d.limit, theme.limit,
-                                       f"hardware limit {format_value(d.limit, unit)}")
+                                       f"hardware limit {format_value(d.limit, unit)}",
+                                       below=d.minimize)
         self._update_counters()
 
     def _update_counters(self) -> None:

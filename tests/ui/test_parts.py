@@ -303,3 +303,21 @@ def test_the_baseline_line_names_its_library(qtbot):
     assert live.convergence._lines["baseline"].label.format.startswith("baseline (numpy) 6.94")
     live.show_run([], minimize=True, title="older run", unit="ms", baseline=6.94)
     assert live.convergence._lines["baseline"].label.format.startswith("baseline 6.94")
+
+
+def test_the_limit_label_sits_where_no_result_can_be(qtbot):
+    """The best so far closes in on the hardware limit from one side: a time from above, a
+    throughput from below. The limit's label goes on the other side of its line, so it is
+    never drawn across the best line (it was, in a CPU run's screenshot under Xvfb)."""
+    from app.ui.live_view import LiveView
+
+    live = LiveView()
+    qtbot.addWidget(live)
+    live.show_run([], minimize=True, title="time", unit="ms", baseline=1.0, limit=0.02)
+    limit = live.convergence._lines["limit"]
+    assert limit.label.anchors == [(1, 0), (1, 0)]  # hangs below its line
+    assert live.convergence._lines["baseline"].label.anchors == [(0, 1), (0, 1)]  # above
+    live.show_run([], minimize=False, title="throughput", unit="GB/s", baseline=100.0,
+                  limit=900.0)
+    assert live.convergence._lines["limit"] is limit  # the same line, reused by the next run
+    assert limit.label.anchors == [(1, 1), (1, 1)]  # sits above its line
