@@ -44,10 +44,9 @@ SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "inva
                  "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
 # Where along the plot each reference line's label sits (position, anchor): apart, so close
-# lines stay readable, and anchored on the side that keeps the text inside the plot.
-# Where each reference line's label sits along it, and its anchor (above the line). The limit's
-# label goes on the side of its line no result can reach (`set_reference(beyond=...)`): the best
-# so far closes in on the limit from the other side, and a label there is drawn across it.
+# lines stay readable, and anchored above the line. The limit's label goes on the side of its
+# line no result can reach (`set_reference(below=...)`): the best so far closes in on the limit
+# from the other side, and a label there would be drawn across it.
 LABEL_AT = {"baseline": (0.02, (0, 1)), "target": (0.5, (0.5, 1)), "limit": (0.98, (1, 1))}
 BELOW = {(0, 1): (0, 0), (0.5, 1): (0.5, 0), (1, 1): (1, 0)}  # the same anchor, under the line
 TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperature", "°C"),

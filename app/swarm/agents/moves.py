@@ -179,7 +179,6 @@ def take_free(candidates: Iterable[Config], picker: Picker, n: int) -> list[Conf
     return out
 
 
-
 def spread_elites(space: SearchSpace, board: Blackboard, k: int, radius: int = 1,
                  scan: int = 200) -> list[Evaluation]:
     """Up to k of the board's best correct evaluations, no two within `radius` changed
