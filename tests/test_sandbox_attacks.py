@@ -135,6 +135,19 @@ def attack(ev: CpuEvaluator, name: str, source: str):
                                  agent="llm", source=source))
 
 
+def assert_correct(result) -> None:
+    """The kernel computed the right answer. On a loaded machine an honest call's channel can
+    stay slower than its calibration through both timing passes, and the timing-integrity
+    check then calls the report suspect (seen once in a CI rehearsal on 2 cores): that comes
+    after a passed verification, so it says nothing about what these tests check (a leak or
+    a wrong answer fails `verify`, before any timing)."""
+    if result.ok:
+        return
+    verified = any(s.name == "verify" and s.ok for s in result.stages)
+    assert verified and result.reason == SUSPECT and "forged timing" in result.detail, (
+        result.reason, result.detail, result.log[-2000:])
+
+
 def assert_no_leak(result) -> None:
     for text in (result.log, result.detail, *(s.detail for s in result.stages)):
         assert SECRET not in (text or "")
@@ -528,7 +541,7 @@ void ks_kernel(float *y, const float *x, long rows, long cols) {
 }
 """
     result = attack(transpose, "blas-walk", kernel)
-    assert result.ok, (result.reason, result.detail)
+    assert_correct(result)
 
 
 FORGED_DURATION = r"""
@@ -562,6 +575,8 @@ def test_a_forged_duration_is_refused(transpose):
     assert not result.ok and result.reason == SUSPECT, (result.reason, result.detail,
                                                         result.time_ms)
     assert "forged timing" in result.detail and "cell's clock" in result.detail, result.detail
+    # refused at timing, after its answer verified (what `assert_correct` relies on)
+    assert [s.name for s in result.stages if s.ok][-1] == "verify", result.stages
 
 
 def test_no_state_survives_from_one_candidate_to_the_next(transpose):
@@ -571,6 +586,5 @@ def test_no_state_survives_from_one_candidate_to_the_next(transpose):
         "for (long i = 0;", "omp_set_default_device(4242);\n    for (long i = 0;", 1)
     reader = "#include <omp.h>\n" + TRANSPOSE.replace(
         "}\n", "    if (omp_get_default_device() == 4242) y[0] = 0.0f / 0.0f;\n}\n", 1)
-    assert attack(transpose, "mark", mark).ok
-    result = attack(transpose, "reader", reader)
-    assert result.ok, (result.reason, result.detail)
+    assert_correct(attack(transpose, "mark", mark))
+    assert_correct(attack(transpose, "reader", reader))
