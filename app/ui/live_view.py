@@ -191,8 +191,9 @@ class ConvergencePlot(pg.PlotWidget):
             if line is not None:
                 line.hide()
             return
+        position, anchor = LABEL_AT.get(name, (0.02, (0, 1)))
+        anchor = BELOW[anchor] if below else anchor
         if line is None:
-            position, anchor = LABEL_AT.get(name, (0.02, (0, 1)))
             line = pg.InfiniteLine(angle=0, movable=False,
                                    pen=pg.mkPen(color, width=1.5, style=Qt.DashLine),
                                    label=label, labelOpts={"position": position, "color": color,
@@ -200,8 +201,6 @@ class ConvergencePlot(pg.PlotWidget):
             self.addItem(line)
             self._lines[name] = line
         line.setPen(pg.mkPen(color, width=1.5, style=Qt.DashLine))
-        anchor = LABEL_AT.get(name, (0.02, (0, 1)))[1]
-        anchor = BELOW[anchor] if below else anchor
         line.label.anchors = [anchor, anchor]  # one run may minimize, the next maximize
         line.label.setColor(color)
         line.label.setFormat(label)

@@ -349,8 +349,9 @@ def cache_environment(cache: str, kind: str = "gpu") -> dict[str, str]:
     env = {"KERNELSWARM_CACHE": cache, **_cache_dirs(cache, kind)}
     if kind == "baseline":
         env["TORCHINDUCTOR_COMPILE_THREADS"] = "1"  # no compile worker processes
-        if libcuda_dir():
-            env["TRITON_LIBCUDA_PATH"] = libcuda_dir()
+        libcuda = libcuda_dir()  # runs ldconfig: once
+        if libcuda:
+            env["TRITON_LIBCUDA_PATH"] = libcuda
     return env
 
 
