@@ -268,7 +268,7 @@ def test_a_worker_runs_the_template_with_or_without_the_kernel_host(monkeypatch,
     from app.gpu.cascade import CascadeRequest
     from app.gpu.kernel_host import InProcessHost, KernelHost
 
-    monkeypatch.setattr(cpu, "host_supported", lambda: own_process)
+    monkeypatch.setattr(cpu.worker, "host_supported", lambda: own_process)
     op = get_operator("cpu", "transpose")
     request = CascadeRequest(key="t", config=TRANSPOSE_CFG, source=None, template=op.template(),
                              goal_shapes=[[64, 96]], params=op.params(1), seed=3,

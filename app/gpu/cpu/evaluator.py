@@ -1,0 +1,317 @@
+"""The CPU backend's engine side: CpuEvaluator sends each candidate to a worker process
+(app.gpu.cpu.worker) and turns its reply into an Evaluation with the roof it is held to."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import platform
+import random
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from app.catalog import get_operator
+from app.catalog.cpu.operator import CpuOperator
+from app.catalog.custom import custom_operator
+from app.core.evaluator import DeviceInfo, Evaluator
+from app.core.space import SearchSpace
+from app.core.types import INVALID, Candidate, Evaluation, Stage
+from app.goal import Goal, GoalError
+from app.gpu import cpu_roof
+from app.gpu.cascade import CascadeRequest, evaluation_from_reply
+from app.gpu.cpu.toolchain import build_key, toolchain
+from app.gpu.cpu.worker import host_program_for
+from app.gpu.kernel_host import host_supported
+from app.gpu.timing import TimingSettings
+from app.gpu.verify import ValidationSet
+from app.gpu.worker import Deadlines, WorkerPool
+from app.paths import cache_dir
+
+# OpenBLAS's workers spin 2^28 TSC cycles after a call (measured 0.105 s of CPU here): the
+# pause before timing the other contestant, with room for a slower clock
+BLAS_SETTLE_S = 0.15
+
+
+@dataclass
+class CpuSettings:
+    timing: TimingSettings = field(default_factory=TimingSettings)
+    baseline_timing: TimingSettings = field(default_factory=lambda: TimingSettings(
+        warmup=1, min_samples=5, max_samples=30, max_seconds=5.0))
+    deadlines: Deadlines = field(default_factory=lambda: Deadlines(compile_s=60.0, run_s=60.0))
+    recycle_after: int = 50
+    memory_limit_bytes: int | None = None  # None: half the machine's memory
+    flush_bytes: int = 64 * 2**20  # written between timing samples to evict caches
+    measure_roofs: bool = True  # memory-bound operators: hold figures to the cache-level roofs
+    roof_file: Path | None = None  # None: the cache directory's cpu-roofs.json
+
+
+def _half_memory() -> int | None:
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") // 2
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "CPU"
+
+
+class CpuEvaluator(Evaluator):
+    """Evaluates candidates of a CPU goal in one isolated worker process."""
+
+    max_parallel = 1  # one worker: concurrent timing on the same cores would lie
+
+    def __init__(self, goal: Goal, validation_cases: Sequence[dict] = (), *,
+                 settings: CpuSettings | None = None) -> None:
+        self.goal = goal
+        self.settings = settings or CpuSettings()
+        self.tc = toolchain()
+        if goal.backend != "cpu":
+            raise GoalError("backend", f"CpuEvaluator runs cpu goals, not {goal.backend!r}")
+        if goal.dtype != "float32":
+            raise GoalError("dtype", f"the cpu operators are float32 kernels; got {goal.dtype!r}")
+        if goal.objective.metric == "energy":
+            raise GoalError("objective.metric", "the cpu backend measures time and throughput, not energy")
+        try:
+            self.op: CpuOperator = custom_operator(goal, "cpu") if goal.kernel else \
+                get_operator("cpu", goal.operator)
+        except KeyError as exc:
+            raise GoalError("operator", str(exc.args[0])) from None
+        if not goal.shapes:
+            raise GoalError("shapes", f"give at least one shape {self.op.shape_help}")
+        for i, shape in enumerate(goal.shapes):
+            problem = self.op.check_shape(tuple(shape))
+            if problem:
+                raise GoalError(f"shapes[{i}]", problem)
+        params = self.op.params()
+        if not self.tc.openmp and "THREADS" in params:
+            params["THREADS"] = [1]
+        self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions))
+        self.template = self.op.template()
+        self._validation = ValidationSet(validation_cases)
+        self._lock = threading.Lock()
+        memory = self.settings.memory_limit_bytes or _half_memory()
+        host = host_program_for(self.tc) if host_supported() else ""
+        self.pool = WorkerPool("app.gpu.cpu.worker:CpuWorker",
+                               [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
+                                 self.settings.flush_bytes, host)],
+                               recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
+                               name=f"cpu-{self.op.name}-", programs=[host] if host else [])
+        self._baselines: dict[str, Any] | None = None
+        self._roofs: cpu_roof.Roofs | bool | None = None
+        self._roof_lock = threading.Lock()
+        self.roof_error = ""
+        self._rng = random.SystemRandom()
+
+    # ---- candidates -----------------------------------------------------------------------
+    def candidate_key(self, config: dict[str, Any], source: str | None = None) -> str:
+        return build_key(self.op, config, source if source is not None else self.template, self.tc)
+
+    def add_validation_case(self, case: dict) -> None:
+        """A case that broke a candidate: every later candidate is checked against it too."""
+        self._validation.add(case)
+
+    @property
+    def validation_cases(self) -> list[dict]:
+        return self._validation.cases()
+
+    def roofs(self) -> cpu_roof.Roofs | None:
+        """The machine's L1/L2/L3/DRAM copy roofs (memory-bound operators only), measured by
+        our own probe in this process once per machine and compiler (app.gpu.cpu_roof)."""
+        if self.op.throughput_unit != "GB/s" or not self.settings.measure_roofs:
+            return None
+        with self._roof_lock:
+            if self._roofs is None:
+                path = self.settings.roof_file or cache_dir() / "cpu-roofs.json"
+                try:
+                    self._roofs, _ = cpu_roof.cached(self.tc.compiler, self.tc.identity, path)
+                except (OSError, RuntimeError, ValueError) as exc:
+                    self._roofs, self.roof_error = False, str(exc)[:300]
+            return self._roofs or None
+
+    def roof(self, config: dict[str, Any]) -> tuple[float, str, str, float] | None:
+        """(fastest possible ms over the goal's shapes, level, how it was found, GB/s) for a
+        memory-bound candidate: each shape's working set at the roof of the cache level it fits
+        in, at the candidate's THREADS."""
+        roofs = self.roofs()
+        if roofs is None or self.op.throughput_unit != "GB/s":
+            return None
+        threads = int(config.get("THREADS", 1))
+        total_ms, first = 0.0, None
+        for shape in self.goal.shapes:
+            nbytes = float(self.op.bytes_moved(tuple(shape)))
+            level, gbs = roofs.roof_for(nbytes, threads)
+            # more threads never lower the hardware's roof (a loaded machine can measure so)
+            gbs = max(gbs or 0.0, roofs.bandwidth(level, 1) or 0.0)
+            if not gbs:
+                return None
+            total_ms += nbytes / (gbs * 1e9) * 1e3
+            first = first or (level, gbs)
+        level, gbs = first
+        return total_ms, level, f"{level} roof {gbs:.1f} GB/s at {threads} threads", gbs
+
+    def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
+        roof = self.roof(candidate.config)
+        return CascadeRequest(
+            roof_ms=roof[0] if roof else None, roof_detail=roof[2] if roof else "",
+            key=candidate.key, config=dict(candidate.config), source=candidate.source,
+            template=self.template, goal_shapes=[list(s) for s in self.goal.shapes],
+            params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
+            atol=self.goal.tolerance.atol, validation_cases=self.validation_cases,
+            seed=self._rng.randrange(2**31), metric=self.goal.objective.metric,
+            timing=self._timing(candidate.config), agent=candidate.agent,
+            parent_key=candidate.parent_key)
+
+    def _timing(self, config: dict[str, Any]) -> TimingSettings:
+        """The run's timing settings; a multi-threaded candidate against a threaded BLAS
+        baseline waits for the BLAS's spinning threads to sleep (settle_s). A 1-thread
+        candidate runs on a core they leave free, and the pause would cost seconds."""
+        timing = self.settings.timing
+        try:
+            threads = int(config.get("THREADS", 1))
+        except (TypeError, ValueError):
+            threads = 1
+        if getattr(self.op, "threaded_baseline", False) and (os.cpu_count() or 1) > 1 \
+                and threads > 1 and timing.settle_s == 0:
+            return dataclasses.replace(timing, settle_s=BLAS_SETTLE_S)
+        return timing
+
+    def evaluate(self, candidate: Candidate) -> Evaluation:
+        t0 = time.perf_counter()
+        base = {"key": candidate.key, "config": dict(candidate.config), "agent": candidate.agent,
+                "source": candidate.source, "parent_key": candidate.parent_key}
+        if not self.space.is_valid(candidate.config):
+            return Evaluation(ok=False, reason=INVALID, detail="not a valid configuration of the space",
+                              stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
+        baselines = self._ensure_baselines()
+        reply = self.pool.call(("evaluate", self._request(candidate)), self.settings.deadlines)
+        ev = evaluation_from_reply(reply, **base)
+        roof = self.roof(candidate.config)
+        if roof is not None:
+            ev.resources["roof_level"] = roof[1]
+            ev.metrics["roof_gbs"] = roof[3]
+        if ev.ok:
+            self._relative_metrics(ev, baselines or {})
+        if ev.failing_case:
+            self.add_validation_case(ev.failing_case)
+        ev.sim_seconds = time.perf_counter() - t0
+        return ev
+
+    def recheck(self, candidate: Candidate) -> Evaluation:
+        return self.evaluate(candidate)  # the cascade checks the stored cases first
+
+    def _relative_metrics(self, ev: Evaluation, b: dict[str, Any]) -> None:
+        unit = "gflops" if self.op.throughput_unit == "GFLOP/s" else "gbs"
+        if "throughput" in ev.metrics:
+            ev.metrics[unit] = ev.metrics.pop("throughput")
+        if b.get("c_reference_ms") and ev.time_ms:
+            # the C reference loop is timed once per run (interleaved with numpy): it can be
+            # far too slow to time beside every candidate; `compare` times all three together
+            ev.metrics["speedup_vs_c_reference"] = b["c_reference_ms"] / ev.time_ms
+        if unit == "gbs" and b.get("copy_gbs") and ev.metrics.get("gbs"):
+            ev.metrics["fraction_of_copy_bandwidth"] = ev.metrics["gbs"] / b["copy_gbs"]
+
+    @staticmethod
+    def operator_of(name: str) -> CpuOperator:
+        return get_operator("cpu", name)
+
+    def compare(self, candidate: Candidate | Evaluation) -> dict[str, float] | None:
+        """Time a (verified) candidate, numpy and the plain C reference loop interleaved in one
+        measurement: medians in ms and the candidate's speedups over both. None on a fault."""
+        request = self._request(candidate)
+        reply = self.pool.call(("compare", request), self.settings.deadlines)
+        if reply.fault is not None:
+            return None
+        t = reply.result
+        if "error" in t:
+            return None
+        return {**{f"{k}_ms": v for k, v in t.items()},
+                "speedup_vs_numpy": t["numpy"] / t["candidate"],
+                "speedup_vs_c_reference": t["c_reference"] / t["candidate"]}
+
+    def retime_pair(self, a: Candidate | Evaluation, b: Candidate | Evaluation
+                    ) -> dict[str, dict[str, float]] | None:
+        """Two verified kernels (an LLM rewrite and the kernel it started from, say) timed
+        again in one measurement, interleaved in ABBA blocks in the worker: {"a": ..., "b": ...}
+        each with median_ms, p10_ms, p90_ms (summed over the goal's shapes) and samples. None
+        on a fault or when a timed output was wrong. Thread-safe: the worker pool serves one
+        request at a time, so a re-timing never overlaps an evaluation's timing."""
+        reply = self.pool.call(("retime", self._request(a), self._request(b)),
+                               self.settings.deadlines)
+        if reply.fault is not None:
+            return None
+        t = reply.result
+        if not isinstance(t, dict) or "error" in t or not {"a", "b"} <= set(t):
+            return None
+        return {k: dict(t[k]) for k in ("a", "b")}
+
+    # ---- baselines and limits -------------------------------------------------------------
+    def _ensure_baselines(self) -> dict[str, Any] | None:
+        with self._lock:
+            if self._baselines is not None:
+                return self._baselines or None
+        reply = self.pool.call(("baselines", [list(s) for s in self.goal.shapes],
+                                self.settings.baseline_timing), self.settings.deadlines)
+        with self._lock:
+            self._baselines = reply.result if reply.fault is None else {}
+            self.baseline_log = reply.fault.detail if reply.fault else ""
+            return self._baselines or None
+
+    def baselines(self) -> dict[str, Any] | None:
+        """numpy_ms, c_reference_ms (medians summed over the goal's shapes), copy_gbs."""
+        return self._ensure_baselines()
+
+    def _objective(self, ms: float) -> float:
+        if self.goal.objective.metric == "throughput":
+            return sum(self.op.throughput(tuple(s), 1.0) for s in self.goal.shapes) / (ms / 1000.0)
+        return ms
+
+    def baseline(self) -> float | None:
+        b = self._ensure_baselines()
+        return self._objective(b["numpy_ms"]) if b and b.get("numpy_ms") else None
+
+    def baseline_name(self) -> str | None:
+        return "numpy" if self.baseline() is not None else None
+
+    def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
+        """The run's best and its baselines timed again, interleaved, in one measurement at the
+        end of a run: the speedup a run claims comes from this, not from the baseline measured
+        at its start under whatever load the machine had then."""
+        figures = self.compare(best)
+        if not figures or not figures.get("numpy_ms"):
+            return None
+        return {**figures, "baseline_value": self._objective(figures["numpy_ms"]),
+                "best_value": self._objective(figures["candidate_ms"])}
+
+    def limit(self) -> float | None:
+        """Memory-bound operators: the time (or GB/s) at the roof of the cache level the goal's
+        working set fits in, at every thread (the measured copy bandwidth without roofs)."""
+        b = self._ensure_baselines()
+        if not b or not b.get("copy_gbs") or self.op.throughput_unit != "GB/s":
+            return None
+        roof = self.roof({"THREADS": os.cpu_count() or 1})
+        if roof is not None:
+            if self.goal.objective.metric == "throughput":
+                return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / roof[0] / 1e6
+            return roof[0]
+        if self.goal.objective.metric == "throughput":
+            return b["copy_gbs"]
+        return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / (b["copy_gbs"] * 1e9) * 1000.0
+
+    def device(self) -> DeviceInfo:
+        return DeviceInfo(kind="cpu", name=cpu_name(),
+                          details={"cores": os.cpu_count(), "compiler": self.tc.identity,
+                                   "openmp": "yes" if self.tc.openmp else "no"})
+
+    def close(self) -> None:
+        self.pool.close()
