@@ -13,6 +13,7 @@ from PySide6.QtWidgets import (
     QAbstractItemView,
     QGridLayout,
     QHeaderView,
+    QLabel,
     QMessageBox,
     QPushButton,
     QTreeWidget,
@@ -51,6 +52,7 @@ class HistoryPanel(QWidget):
     resumeRun = Signal(int)
     rerunGoal = Signal(int)  # a run id whose goal to run again
     deleted = Signal(int)
+    chooseFile = Signal()  # the user asks for another history file
 
     def __init__(self, store_factory, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -89,14 +91,33 @@ class HistoryPanel(QWidget):
         for i, b in enumerate((self.open_button, self.compare_button, self.resume_button,
                                self.rerun_button, self.delete_button, self.refresh_button)):
             buttons.addWidget(b, i // 3, i % 3)
+        # Why the history file cannot be used, whole (a tree cell cut it to "History un…"),
+        # with the way out beside it.
+        self.problem = QLabel()
+        self.problem.setObjectName("label:history-problem")
+        self.problem.setWordWrap(True)
+        self.problem.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.choose_button = QPushButton("Choose or create a history file…")
+        self.choose_button.setToolTip("Use another history database (remembered)")
+        self.choose_button.clicked.connect(self.chooseFile)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
+        layout.addWidget(self.problem)
         layout.addWidget(self.tree)
         layout.addLayout(buttons)
+        layout.addWidget(self.choose_button)
+        self.set_problem("")
         self.runs: dict[int, dict] = {}
         self._update_buttons()
 
     # ---- contents -------------------------------------------------------------------------
+    def set_problem(self, problem: str) -> None:
+        """'' when the history can be read; else the one-line reason, shown in place of the tree."""
+        self.problem.setText(f"History unavailable: {problem}" if problem else "")
+        self.problem.setVisible(bool(problem))
+        self.tree.setVisible(not problem)
+        self.choose_button.setVisible(bool(problem))
+
     def refresh(self) -> None:
         selected = set(self.selected_runs())
         self.tree.clear()
@@ -104,11 +125,12 @@ class HistoryPanel(QWidget):
         try:
             store = self._store_factory()
             runs = store.list_runs()  # one query, with each run's project and best value
-        except Exception as exc:
-            log.exception("cannot read the history")
-            item = QTreeWidgetItem([f"History unavailable: {exc}"])
-            self.tree.addTopLevelItem(item)
+        except Exception as exc:  # noqa: BLE001 - any reason: said in the panel, never a crash
+            log.warning("cannot read the history: %s", exc)
+            self.set_problem(str(exc))
+            self._update_buttons()
             return
+        self.set_problem("")
         project_items: dict[str, QTreeWidgetItem] = {}
         goal_items: dict[str, QTreeWidgetItem] = {}
         for run in sorted(runs, key=lambda r: r["id"]):

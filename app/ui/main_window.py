@@ -6,12 +6,11 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSettings, Qt, QTimer
+from PySide6.QtCore import QSettings, Qt, QTimer
 from PySide6.QtGui import QAction, QActionGroup, QCloseEvent, QIcon, QKeySequence, QPalette
 from PySide6.QtWidgets import (
     QApplication,
     QDockWidget,
-    QFileDialog,
     QLabel,
     QListWidget,
     QMainWindow,
@@ -24,21 +23,24 @@ from PySide6.QtWidgets import (
 from app.core.evaluator import DeviceInfo
 from app.core.units import objective_unit, run_unit
 from app.goal import Goal, GoalError
-from app.paths import default_db_path, resources_dir
+from app.paths import resources_dir
+from app.store import StoreError
 from app.swarm.lessons import current_lessons
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
 from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, source_language
-from app.ui.goal_form import GoalForm, default_goal
+from app.ui.goal_files import GoalFilesMixin
+from app.ui.goal_form import GoalForm
 from app.ui.history import ComparePlot, HistoryPanel
+from app.ui.history_file import HistoryFileMixin, initial_history_path
 from app.ui.live_view import LiveView
 from app.ui.model_searches import ModelSearches
 from app.ui.run_controller import RunController
 from app.ui.theme import THEMES, ThemeManager
+from app.ui.window_exports import ExportsMixin
+from app.ui.window_state import WindowStateMixin
 
 log = logging.getLogger(__name__)
-
-MAX_RECENT = 8
 
 
 def device_text(device: DeviceInfo | None) -> str:
@@ -68,7 +70,7 @@ def app_icon() -> QIcon:
     return QIcon(str(resources_dir() / "icons" / "kernelswarm.svg"))
 
 
-class MainWindow(QMainWindow):
+class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixin, QMainWindow):
     def __init__(self, db_path: str | Path | None = None, settings: QSettings | None = None,
                  theme: ThemeManager | None = None) -> None:
         super().__init__()
@@ -76,7 +78,7 @@ class MainWindow(QMainWindow):
         self.setWindowIcon(app_icon())
         self.setObjectName("MainWindow")
         self.settings = settings or QSettings("KernelSwarm", "KernelSwarm")
-        self.db_path = Path(db_path) if db_path else default_db_path()
+        self.db_path = initial_history_path(db_path, self.settings)
         self._store = None
         self.theme = theme or ThemeManager(QApplication.instance())
         self.current_run_id: int | None = None
@@ -128,17 +130,9 @@ class MainWindow(QMainWindow):
         self._wire()
         self._restore_settings()
         self._update_actions()
-        QTimer.singleShot(0, self.history.refresh)
+        QTimer.singleShot(0, self.check_history)  # lists it, or says why it cannot
 
     # ---- construction -----------------------------------------------------------------------
-    def store(self):
-        """The one Store of this window (opened on first use)."""
-        if self._store is None:
-            from app.store import Store
-
-            self._store = Store(self.db_path)
-        return self._store
-
     def _dock(self, title: str, widget, area) -> QDockWidget:
         dock = QDockWidget(title, self)
         dock.setObjectName(f"dock:{title}")  # saveState needs stable names
@@ -182,6 +176,8 @@ class MainWindow(QMainWindow):
         self.act_export_t4 = self._action("T4 results (JSON)…", lambda: self.export_data_dialog("t4"))
         self.act_export_json = self._action("Everything as JSON…", lambda: self.export_data_dialog("json"))
         self.act_export_plot = self._action("Convergence plot image…", self.export_plot_dialog)
+        self.act_history_file = self._action("&History file…", self.choose_history_file,
+                                             tip="Choose or create the history database")
         self.act_quit = self._action("&Quit", self.close, QKeySequence.Quit)
         self.act_axis = self._action("Plot against &time", self.live.set_use_time, QKeySequence("Ctrl+T"))
         self.act_axis.setCheckable(True)
@@ -198,6 +194,8 @@ class MainWindow(QMainWindow):
         from app.ui.custom_kernel import open_custom_kernel_page  # the "Your kernel" goal page
         file.addAction(self._action("Your &kernel…", lambda: open_custom_kernel_page(self)))
         self.recent_menu = file.addMenu("Recent goals")
+        file.addSeparator()
+        file.addAction(self.act_history_file)
         file.addSeparator()
         export = file.addMenu("E&xport")
         for a in (self.act_export, self.act_export_source, self.act_export_csv, self.act_export_t4,
@@ -300,70 +298,9 @@ class MainWindow(QMainWindow):
         self.history.compareRuns.connect(self.compare_runs)
         self.history.resumeRun.connect(self.resume_run)
         self.history.rerunGoal.connect(self.rerun_goal)
+        self.history.chooseFile.connect(self.choose_history_file)
         self.live.xAxisChanged.connect(self._axis_changed)
         self.theme.changed.connect(self._theme_changed)
-
-    # ---- settings ---------------------------------------------------------------------------
-    def _restore_settings(self) -> None:
-        s = self.settings
-        geometry = s.value("geometry")
-        if isinstance(geometry, QByteArray) and not geometry.isEmpty():
-            self.restoreGeometry(geometry)
-        else:  # a first start: fit the screen (a 1366×768 laptop too)
-            screen = self.screen().availableGeometry() if self.screen() else None
-            self.resize(min(1500, screen.width()) if screen else 1500,
-                        min(950, screen.height()) if screen else 950)
-        state = s.value("windowState")
-        self._state_restored = isinstance(state, QByteArray) and not state.isEmpty()
-        if self._state_restored:
-            self.restoreState(state)
-        self.set_theme(str(s.value("theme", "system")))
-        self.live.set_use_time(str(s.value("plotAgainstTime", "false")).lower() == "true")
-        self._rebuild_recent()
-
-    def showEvent(self, event) -> None:
-        super().showEvent(event)
-        if not self._shown_once and not self._state_restored:  # the user's layout wins
-            QTimer.singleShot(0, self.fit_docks)
-        self._shown_once = True
-
-    def fit_docks(self) -> None:
-        """Default dock sizes for the window's size: side docks wide enough to read (the
-        candidate tabs all show), the candidate table a third of the height; the plots in
-        the middle take the rest and shrink first."""
-        w, h = self.width(), self.height()
-        self.resizeDocks([self.goal_dock, self.detail_dock],
-                         [max(340, min(440, int(w * 0.2))), max(390, min(480, int(w * 0.24)))],
-                         Qt.Horizontal)
-        self.resizeDocks([self.table_dock], [max(200, int(h * 0.3))], Qt.Vertical)
-
-    def save_settings(self) -> None:
-        s = self.settings
-        s.setValue("geometry", self.saveGeometry())
-        s.setValue("windowState", self.saveState())
-        s.setValue("theme", self.theme.mode)
-        s.setValue("plotAgainstTime", self.live.convergence.use_time)
-        s.sync()
-
-    def recent_goals(self) -> list[str]:
-        value = self.settings.value("recentGoals", [])
-        if isinstance(value, str):
-            value = [value]
-        return [str(v) for v in (value or [])]
-
-    def _remember_goal(self, path: str) -> None:
-        recent = [p for p in self.recent_goals() if p != path]
-        self.settings.setValue("recentGoals", [path, *recent][:MAX_RECENT])
-        self._rebuild_recent()
-
-    def _rebuild_recent(self) -> None:
-        self.recent_menu.clear()
-        recent = self.recent_goals()
-        for p in recent:
-            a = self.recent_menu.addAction(Path(p).name)
-            a.setToolTip(p)
-            a.triggered.connect(lambda _c=False, path=p: self.open_goal(path))
-        self.recent_menu.setEnabled(bool(recent))
 
     def set_theme(self, mode: str) -> None:
         self.theme.apply(mode)
@@ -378,49 +315,6 @@ class MainWindow(QMainWindow):
     def _axis_changed(self, use_time: bool) -> None:
         self.act_axis.setChecked(use_time)
         self.compare.set_use_time(use_time)
-
-    # ---- goal files ---------------------------------------------------------------------------
-    def new_goal(self) -> None:
-        self.form.set_goal(default_goal())
-        self.goal_dock.raise_()
-
-    def open_goal_dialog(self) -> None:
-        start = str(resources_dir() / "goals")
-        path, _ = QFileDialog.getOpenFileName(self, "Open goal", start, "Goals (*.toml);;All files (*)")
-        if path:
-            self.open_goal(path)
-
-    def open_goal(self, path: str) -> bool:
-        try:
-            self.form.load(path)
-        except GoalError as exc:
-            self._notify("Open goal", f"{path}\n\n{exc}", QMessageBox.Warning)
-            return False
-        self._remember_goal(str(Path(path).resolve()))
-        self.goal_dock.raise_()
-        self.statusBar().showMessage(f"Opened {path}", 4000)
-        return True
-
-    def save_goal(self) -> None:
-        src = self.form.source_path
-        if src and src.endswith(".toml") and not src.startswith(str(resources_dir())):
-            self._save_to(src)
-        else:
-            self.save_goal_as()
-
-    def save_goal_as(self) -> None:
-        path, _ = QFileDialog.getSaveFileName(self, "Save goal", "goal.toml", "Goals (*.toml)")
-        if path:
-            self._save_to(path)
-
-    def _save_to(self, path: str) -> None:
-        try:
-            self.form.save(path)
-        except (GoalError, OSError) as exc:
-            self._notify("Save goal", str(exc), QMessageBox.Warning)
-            return
-        self._remember_goal(str(Path(path).resolve()))
-        self.statusBar().showMessage(f"Saved {path}", 4000)
 
     # ---- running ------------------------------------------------------------------------------
     def _prepare_views(self, goal: Goal, title: str) -> None:
@@ -458,18 +352,27 @@ class MainWindow(QMainWindow):
         if not allowed:  # the API key would go to an endpoint the user did not choose
             self.statusBar().showMessage(why.splitlines()[0], 15000)
             return
-        self.current_goal = goal
-        self._prepare_views(goal, title)
-        if resume_run_id is not None:
-            rows = self.store().load_evaluations(resume_run_id)
-            self.live.preload(rows)
-            self.table.add(rows)
-        self.current_run_id = resume_run_id
-        self._prepared_device = False
-        self.searches.clear()
-        self.device_label.setText("Preparing the device…")
-        self.device_label.setToolTip("")
-        self.controller.start(goal, resume_run_id=resume_run_id)
+        if not self.history_usable():  # nothing could be recorded: say why, stay idle
+            self._notify("Cannot run", f"{self.history_problem}\n\nChoose or create another "
+                         "history file (File ▸ History file…).", QMessageBox.Warning)
+            return
+        try:
+            self.current_goal = goal
+            self._prepare_views(goal, title)
+            if resume_run_id is not None:
+                rows = self.store().load_evaluations(resume_run_id)
+                self.live.preload(rows)
+                self.table.add(rows)
+            self.current_run_id = resume_run_id
+            self._prepared_device = False
+            self.searches.clear()
+            self.device_label.setText("Preparing the device…")
+            self.device_label.setToolTip("")
+        except Exception as exc:  # whatever it was, the run controls stay idle
+            log.exception("the run could not start")
+            self._on_failed(str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}")
+            return
+        self.controller.start(goal, resume_run_id=resume_run_id)  # a failure comes as `failed`
 
     def toggle_pause(self) -> None:
         if self.controller.state == "running":
@@ -556,7 +459,7 @@ class MainWindow(QMainWindow):
             return ""
         from app.llm.usage import run_usage
 
-        usage = run_usage(self._store.path, run_id)
+        usage = run_usage(self._store, run_id)  # the open Store: a second one breaks its locks
         if not usage["requests"]:
             return ""
         cost = f", cost {usage['cost']:.4g}" if usage["cost"] else ""
@@ -670,71 +573,6 @@ class MainWindow(QMainWindow):
         goal = self.store().goal_of_run(run_id)
         self.form.set_goal(goal)
         self._start(goal, None, f"{goal.name} — starting…")
-
-    # ---- exports ----------------------------------------------------------------------------------
-    def _ask_path(self, title: str, name: str, filters: str) -> str:
-        path, _ = QFileDialog.getSaveFileName(self, title, name, filters)
-        return path
-
-    def export_report(self, path: str | Path) -> Path:
-        """The same report as `kernelswarm export RUN --format html`: a light print theme
-        whatever the app's theme, charts drawn from the stored run."""
-        from app.export import write_atomic
-        from app.html_report import render_report
-
-        write_atomic(path, render_report(self.store(), self.current_run_id))
-        return Path(path)
-
-    def export_report_dialog(self) -> None:
-        if self.current_run_id is None:
-            return
-        path = self._ask_path("Export run report", f"kernelswarm-run-{self.current_run_id}.html",
-                              "HTML (*.html)")
-        if path:
-            self._export(lambda: self.export_report(path), path)
-
-    def export_source_dialog(self) -> None:
-        from app.export import write_atomic
-        from app.ui.report import best_source_text
-
-        if self.current_run_id is None:
-            return
-        try:
-            text, suffix = best_source_text(self.store(), self.current_run_id)
-        except ValueError as exc:
-            self._notify("Export best kernel", str(exc), QMessageBox.Information)
-            return
-        path = self._ask_path("Export best kernel", f"best-run-{self.current_run_id}{suffix}",
-                              f"*{suffix}")
-        if path:
-            self._export(lambda: write_atomic(path, text), path)
-
-    def export_data_dialog(self, fmt: str) -> None:
-        from app.ui.report import export_data
-
-        if self.current_run_id is None:
-            return
-        suffix = {"csv": ".csv", "t4": ".t4.json", "json": ".json"}[fmt]
-        path = self._ask_path(f"Export {fmt.upper()}", f"kernelswarm-run-{self.current_run_id}{suffix}",
-                              f"*{suffix}")
-        if path:
-            self._export(lambda: export_data(self.store(), self.current_run_id, fmt, path), path)
-
-    def export_plot_dialog(self) -> None:
-        from app.ui.report import export_plot_image
-
-        path = self._ask_path("Export plot image", "convergence.png", "PNG (*.png);;SVG (*.svg)")
-        if path:
-            self._export(lambda: export_plot_image(self.live.convergence, path), path)
-
-    def _export(self, fn, path: str) -> None:
-        try:
-            fn()
-        except Exception as exc:
-            log.exception("export failed")
-            self._notify("Export", f"Could not write {path}:\n{exc}", QMessageBox.Warning)
-            return
-        self.statusBar().showMessage(f"Exported {path}", 6000)
 
     # ---- misc ---------------------------------------------------------------------------------
     def show_about(self) -> None:

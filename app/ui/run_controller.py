@@ -28,6 +28,7 @@ from app.core.messages import (
 )
 from app.engine_process import EngineProcess
 from app.goal import Goal
+from app.store import StoreError
 from app.ui.bridge import EventBridge
 
 log = logging.getLogger(__name__)
@@ -65,19 +66,30 @@ class RunController(QObject):
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
-    def start(self, goal: Goal, resume_run_id: int | None = None) -> None:
+    def start(self, goal: Goal, resume_run_id: int | None = None) -> bool:
+        """Start the run; False (with `failed` emitted and the state back to idle) when it
+        cannot start: a run left "starting" with nothing behind it could never be stopped."""
         if self.running:
             raise RuntimeError("a run is already in progress")
         self.goal = goal
         self.run_id = resume_run_id
         self._stop_requested.clear()
         self._set_state("starting")
-        store = self._store_factory()
-        db_path = str(store.path) if store is not None else None
-        self._engine = EngineProcess(goal if resume_run_id is None else None, db_path, resume_run_id)
-        self._thread = threading.Thread(target=self._work, args=(self._engine,),
-                                        name="kernelswarm-run", daemon=True)
-        self._thread.start()
+        try:
+            store = self._store_factory()
+            db_path = str(store.path) if store is not None else None
+            self._engine = EngineProcess(goal if resume_run_id is None else None, db_path,
+                                         resume_run_id)
+            self._thread = threading.Thread(target=self._work, args=(self._engine,),
+                                            name="kernelswarm-run", daemon=True)
+            self._thread.start()
+        except Exception as exc:  # any cause: idle again, and the reason said
+            log.exception("the run could not start")
+            self._thread, self._engine = None, None
+            self._set_state("idle")
+            self.failed.emit(str(exc) if isinstance(exc, StoreError) else f"{type(exc).__name__}: {exc}")
+            return False
+        return True
 
     def _work(self, engine: EngineProcess) -> None:
         try:
@@ -123,10 +135,10 @@ class RunController(QObject):
     def _record_failure(self, error: str) -> None:
         """An engine that died without closing its run (killed, crashed) leaves it 'running':
         record the failure on it, so the history says what happened."""
-        store = self._store_factory() if self.run_id is not None else None
-        if store is None:
+        if self.run_id is None:
             return
         try:
+            store = self._store_factory()
             if store.get_run(self.run_id)["status"] == "running":
                 store.finish_run(self.run_id, "error", message=error)
         except Exception:  # the failure is still shown in the window
@@ -153,6 +165,8 @@ class RunController(QObject):
             self._engine.send(Stop())
         if self.running:
             self._set_state("stopping")
+        elif self.state != "idle":  # nothing is behind the state: Stop always gets out
+            self._set_state("idle")
 
     def continue_here(self) -> None:
         """The cluster went away and the run waits for it: go on on this machine."""
