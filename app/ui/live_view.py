@@ -3,17 +3,12 @@ budget, counters and telemetry. Draws from a RunData buffer on a timer (25 Hz), 
 
 from __future__ import annotations
 
-import math
 import time
 
-import numpy as np
-import pyqtgraph as pg
-from PySide6.QtCore import QEvent, QSize, Qt, QTimer, Signal
-from PySide6.QtGui import QBrush, QPainter, QPalette
+from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
     QCheckBox,
-    QGraphicsItem,
     QGridLayout,
     QHBoxLayout,
     QLabel,
@@ -21,350 +16,29 @@ from PySide6.QtWidgets import (
     QRadioButton,
     QSizePolicy,
     QSplitter,
-    QToolTip,
     QVBoxLayout,
     QWidget,
 )
 
-from app.core import units
 from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
-from app.ui.buffers import RingBuffer, RunData
+from app.ui.buffers import RunData
+from app.ui.live_plots import (
+    AgentChart,
+    ConvergencePlot,
+    ElidedLabel,
+    FailureStrip,
+    TelemetryStrip,
+    format_duration,
+    format_value,
+)
 from app.ui.theme import (
     PlotTheme,
-    agent_color,
     current_plot_theme,
-    failure_symbol,
     label_font,
     style_plot,
 )
 
 REDRAW_HZ = 25
-AXIS_WIDTH = 64
-SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
-                 "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
-                 "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
-# Where along the plot each reference line's label sits (position, anchor): apart, so close
-# lines stay readable, and anchored above the line. The limit's label goes on the side of its
-# line no result can reach (`set_reference(below=...)`): the best so far closes in on the limit
-# from the other side, and a label there would be drawn across it.
-LABEL_AT = {"baseline": (0.02, (0, 1)), "target": (0.5, (0.5, 1)), "limit": (0.98, (1, 1))}
-BELOW = {(0, 1): (0, 0), (0.5, 1): (0.5, 0), (1, 1): (1, 0)}  # the same anchor, under the line
-TELEMETRY_KEYS = (("clock_mhz", "SM clock", "MHz"), ("temperature_c", "Temperature", "°C"),
-                  ("power_w", "Power", "W"))
-
-
-def format_value(v: float | None, unit: str = "ms") -> str:
-    return units.format_value(v, unit)
-
-
-def format_duration(seconds: float) -> str:
-    seconds = max(0, round(seconds))
-    h, rem = divmod(seconds, 3600)
-    m, s = divmod(rem, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
-
-
-class ElidedLabel(QLabel):
-    """One line of text that never widens its window: cut with "…" to the width it is given
-    (the whole text in the tooltip). `text()` is still the whole text."""
-
-    def __init__(self, text: str = "", parent: QWidget | None = None) -> None:
-        super().__init__(text, parent)
-        self.setSizePolicy(QSizePolicy.Ignored, QSizePolicy.Preferred)
-        self.setMinimumWidth(40)
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(40, super().minimumSizeHint().height())
-
-    def sizeHint(self) -> QSize:
-        return QSize(min(super().sizeHint().width(), 400), super().sizeHint().height())
-
-    def shown_text(self) -> str:
-        return self.fontMetrics().elidedText(self.text(), Qt.ElideRight, self.contentsRect().width())
-
-    def paintEvent(self, _event) -> None:
-        painter = QPainter(self)
-        self.style().drawItemText(painter, self.contentsRect(), int(Qt.AlignLeft | Qt.AlignVCenter),
-                                  self.palette(), self.isEnabled(), self.shown_text(),
-                                  QPalette.WindowText)
-
-    def event(self, event) -> bool:
-        if event.type() == QEvent.ToolTip and not self.toolTip() and self.shown_text() != self.text():
-            QToolTip.showText(event.globalPos(), self.text(), self)
-            return True
-        return super().event(event)
-
-
-class ConvergencePlot(pg.PlotWidget):
-    """Best-so-far staircase over every candidate (coloured by agent), with baseline, target
-    and hardware-limit lines.
-
-    Candidate points go into chunks of CHUNK points. Only the newest ("hot") chunk changes;
-    full chunks are frozen with a device-coordinate cache, so Qt blits them from a pixmap
-    instead of re-rasterising tens of thousands of symbols on every frame. A redraw therefore
-    costs O(new points), and a repaint O(points in the hot chunk) while the axes stay put.
-    Log scale is applied to the values here, since bare scatter items have no log mode."""
-
-    CHUNK = 4000
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMinimumHeight(160)  # a 768-pixel screen keeps room for the candidate table
-        item = self.getPlotItem()
-        item.setLabel("left", "objective")
-        item.setLabel("bottom", "evaluations")
-        item.getAxis("left").setWidth(AXIS_WIDTH)  # same as the failure strip: x axes line up
-        # twice pyqtgraph's padding: the limit's label below the lowest line still fits
-        item.getViewBox().setDefaultPadding(0.04)
-        self.legend = item.addLegend(offset=(-10, 10), labelTextSize="8pt")
-        self._chunks: list[pg.ScatterPlotItem] = []
-        self._legend_items: dict[str, pg.ScatterPlotItem] = {}
-        self._brushes: dict[str, QBrush] = {}
-        self._best = pg.PlotDataItem(name="best so far")
-        self.addItem(self._best)
-        self._lines: dict[str, pg.InfiniteLine] = {}
-        self.use_time = False
-        self.log_y = False
-        self.drawn = 0  # rows of the RunData already on screen
-
-    # ---- drawing --------------------------------------------------------------------------
-    def _brush(self, agent: str, order: int) -> QBrush:
-        brush = self._brushes.get(agent)
-        if brush is None:
-            brush = self._brushes[agent] = pg.mkBrush(agent_color(agent, order))
-            legend = pg.ScatterPlotItem(size=7, pen=None, brush=brush, name=agent)
-            self._legend_items[agent] = legend  # legend sample only, holds no points
-            self.legend.addItem(legend, agent)
-        return brush
-
-    def _hot_chunk(self) -> pg.ScatterPlotItem:
-        if not self._chunks or len(self._chunks[-1].data) >= self.CHUNK:
-            if self._chunks:  # freeze the full one: painted from a cached pixmap from now on
-                self._chunks[-1].setCacheMode(QGraphicsItem.DeviceCoordinateCache)
-            chunk = pg.ScatterPlotItem(size=5, pen=None, pxMode=True, hoverable=False)
-            chunk.setZValue(-1)  # the staircase stays on top
-            self.addItem(chunk)
-            self._chunks.append(chunk)
-        return self._chunks[-1]
-
-    def point_count(self) -> int:
-        return sum(len(c.data) for c in self._chunks)
-
-    def draw(self, data: RunData, theme: PlotTheme) -> None:
-        n = len(data)
-        if n < self.drawn:  # a new run in the same buffers: start over
-            self.clear_points()
-        if n > self.drawn:
-            lo = self.drawn
-            x = data.elapsed.view()[lo:n] if self.use_time else data.index.view()[lo:n].astype(float)
-            values = data.value.view()[lo:n]
-            codes = data.agent_code.view()[lo:n]
-            ok = ~np.isnan(values)
-            if self.log_y:
-                ok &= values > 0
-                values = np.log10(np.where(ok, values, 1.0))
-            brushes = [self._brush(a, i) for i, a in enumerate(data.agents)]
-            x, values, codes = x[ok], values[ok], codes[ok]
-            done = 0
-            while done < len(x):
-                chunk = self._hot_chunk()
-                take = min(len(x) - done, self.CHUNK - len(chunk.data))
-                part = slice(done, done + take)
-                chunk.addPoints(x=x[part], y=values[part], brush=[brushes[c] for c in codes[part]])
-                done += take
-            self.drawn = n
-        x, y = data.best_steps(self.use_time)
-        # a staircase: hold each best until the next improvement
-        xs, ys = (np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]) if len(x) else (x, y)
-        self._best.setData(x=xs, y=ys, pen=pg.mkPen(theme.best_pen, width=2.5))
-
-    def set_log_y(self, on: bool) -> None:
-        self.log_y = on
-        self.getPlotItem().setLogMode(y=on)  # axis labels and the staircase follow
-        self.clear_points()
-
-    def set_reference(self, name: str, value: float | None, color: str, label: str,
-                      below: bool = False) -> None:
-        """A dashed horizontal line at `value` with its label, above it or `below` it."""
-        line = self._lines.get(name)
-        if value is None or not math.isfinite(value) or (self.log_y and value <= 0):
-            if line is not None:
-                line.hide()
-            return
-        position, anchor = LABEL_AT.get(name, (0.02, (0, 1)))
-        anchor = BELOW[anchor] if below else anchor
-        if line is None:
-            line = pg.InfiniteLine(angle=0, movable=False,
-                                   pen=pg.mkPen(color, width=1.5, style=Qt.DashLine),
-                                   label=label, labelOpts={"position": position, "color": color,
-                                                           "anchors": [anchor, anchor]})
-            self.addItem(line)
-            self._lines[name] = line
-        line.setPen(pg.mkPen(color, width=1.5, style=Qt.DashLine))
-        line.label.anchors = [anchor, anchor]  # one run may minimize, the next maximize
-        line.label.setColor(color)
-        line.label.setFormat(label)
-        line.setValue(math.log10(value) if self.log_y else value)
-        line.show()
-        line.label.updatePosition()  # the anchor, even when the value did not move
-
-    def clear_points(self) -> None:
-        for chunk in self._chunks:
-            self.removeItem(chunk)
-        self._chunks.clear()
-        self.drawn = 0
-
-    def clear_run(self) -> None:
-        self.clear_points()
-        for legend in self._legend_items.values():
-            self.legend.removeItem(legend)
-        self._legend_items.clear()
-        self._brushes.clear()
-        self._best.setData([], [])
-        for line in self._lines.values():
-            line.hide()
-
-
-class FailureStrip(pg.PlotWidget):
-    """Failed candidates, one row per reason, on the convergence plot's x axis (incremental,
-    like the convergence scatter)."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setFixedHeight(90)
-        item = self.getPlotItem()
-        item.setMouseEnabled(y=False)
-        item.hideButtons()
-        item.getAxis("left").setWidth(AXIS_WIDTH)
-        self._scatters: dict[str, pg.ScatterPlotItem] = {}
-        self.drawn = 0
-        self._rows = 0
-
-    def draw(self, data: RunData, use_time: bool, theme: PlotTheme) -> None:
-        n = len(data)
-        if n < self.drawn:
-            self.clear_run()
-        if n > self.drawn:
-            lo = self.drawn
-            x_all = data.elapsed.view()[lo:n] if use_time else data.index.view()[lo:n].astype(float)
-            codes = data.reason_code.view()[lo:n]
-            for code, reason in enumerate(data.reasons):
-                mask = codes == code
-                if not mask.any():
-                    continue
-                s = self._scatters.get(reason)
-                if s is None:
-                    s = pg.ScatterPlotItem(size=7, symbol=failure_symbol(reason), pxMode=True,
-                                           pen=pg.mkPen(theme.failure), brush=pg.mkBrush(theme.failure),
-                                           hoverable=False)
-                    self.addItem(s)
-                    self._scatters[reason] = s
-                s.addPoints(x=x_all[mask], y=np.full(int(mask.sum()), code, dtype=float))
-            self.drawn = n
-        if len(data.reasons) != self._rows:
-            self._rows = len(data.reasons)
-            ticks = [(code, SHORT_REASONS.get(r, r[:9])) for code, r in enumerate(data.reasons)]
-            self.getPlotItem().getAxis("left").setTicks([ticks])
-            self.getPlotItem().setYRange(-0.7, max(self._rows, 1) - 0.3, padding=0)
-
-    def clear_run(self) -> None:
-        for s in self._scatters.values():
-            self.removeItem(s)
-        self._scatters.clear()
-        self.drawn = 0
-        self._rows = 0
-        self.getPlotItem().getAxis("left").setTicks([[]])
-
-
-class AgentChart(pg.PlotWidget):
-    """Each agent's share of the evaluations and of the improvements (%), as horizontal bars:
-    agent names on the left axis stay legible however narrow the chart gets."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setMinimumWidth(180)  # the central area shrinks before the docks do
-        item = self.getPlotItem()
-        item.setLabel("bottom", "share (%)")
-        item.setMouseEnabled(x=False, y=False)
-        item.hideButtons()
-        item.setTitle("Agent share<br><span style='font-size:7.5pt'>pale: evaluations<br>"
-                      "solid: improvements</span>", size="9pt")
-        item.getAxis("left").setWidth(AXIS_WIDTH)
-        item.invertY(True)  # the first agent on top
-        self._evals = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
-        self._wins = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
-        self.addItem(self._evals)
-        self.addItem(self._wins)
-        self.shares: dict[str, tuple[float, float]] = {}
-
-    def draw(self, data: RunData, theme: PlotTheme) -> None:
-        agents = list(data.agents)
-        total_e = max(sum(data.evaluated_by_agent.values()), 1)
-        total_w = max(sum(data.improved_by_agent.values()), 1)
-        y = np.arange(len(agents), dtype=float)
-        e = [100.0 * data.evaluated_by_agent[a] / total_e for a in agents]
-        w = [100.0 * data.improved_by_agent[a] / total_w for a in agents]
-        self.shares = {a: (e[i], w[i]) for i, a in enumerate(agents)}
-        colors = [agent_color(a, i) for i, a in enumerate(agents)]
-        zeros = np.zeros(len(agents))
-        self._evals.setOpts(x0=zeros, y=y - 0.2, width=e, height=0.38,
-                            brushes=[pg.mkBrush(pg.mkColor(c).lighter(150)) for c in colors],
-                            pen=pg.mkPen(theme.foreground, width=0.5))
-        self._wins.setOpts(x0=zeros, y=y + 0.2, width=w, height=0.38,
-                           brushes=[pg.mkBrush(c) for c in colors],
-                           pen=pg.mkPen(theme.foreground, width=0.5))
-        self.getPlotItem().getAxis("left").setTicks([list(enumerate(agents))])
-        self.getPlotItem().setXRange(0, 100, padding=0.02)
-        self.getPlotItem().setYRange(-0.6, max(len(agents), 1) - 0.4, padding=0)
-
-
-class TelemetryStrip(QWidget):
-    """Strip charts of device telemetry (clock, temperature, power), shown once readings arrive."""
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        self.buffers = {key: RingBuffer(600) for key, _, _ in TELEMETRY_KEYS}
-        self.plots: dict[str, pg.PlotWidget] = {}
-        self._curves: dict[str, pg.PlotDataItem] = {}
-        for key, title, unit in TELEMETRY_KEYS:
-            w = pg.PlotWidget()
-            w.setFixedHeight(110)
-            w.getPlotItem().setTitle(f"{title} ({unit})", size="8pt")
-            w.getPlotItem().hideButtons()
-            self.plots[key] = w
-            self._curves[key] = w.plot(pen=pg.mkPen("#4e79a7", width=1.5))
-            layout.addWidget(w)
-        self._t0: float | None = None
-        self.dirty = False
-        self.hide()
-
-    def add(self, events: list[Telemetry]) -> None:
-        for ev in events:
-            if self._t0 is None:
-                self._t0 = ev.at
-            for key in self.buffers:
-                if key in ev.readings:
-                    self.buffers[key].append(ev.at - self._t0, float(ev.readings[key]))
-        self.dirty = True
-        if not self.isVisible():
-            self.show()
-
-    def draw(self) -> None:
-        if not self.dirty:
-            return
-        self.dirty = False
-        for key, buf in self.buffers.items():
-            t, v = buf.arrays()
-            self._curves[key].setData(t, v)
-
-    def clear(self) -> None:
-        for key in self.buffers:
-            self.buffers[key] = RingBuffer(600)
-            self._curves[key].setData([], [])
-        self._t0 = None
-        self.hide()
 
 
 class LiveView(QWidget):
