@@ -7,13 +7,16 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from app.core.evaluator import Evaluator
 from app.core.events import EventBus, Telemetry
+from app.core.types import Evaluation
 from app.goal import Goal
 from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
+from app.run_summary import RunSummary, summarize
 from app.swarm.agents import agent_spec, check_agents
 from app.swarm.coordinator import Coordinator, RunResult
 from app.swarm.transfer import evidence_from_store
@@ -84,9 +87,10 @@ class RunSession:
         self.bus = bus or EventBus()
         prior: list[Any] = []
         prior_elapsed = 0.0
+        stored_run: dict[str, Any] = {}
         if resume_run_id is not None:
             assert store is not None
-            store.get_run(resume_run_id)  # raises a clear error for an unknown run
+            stored_run = store.get_run(resume_run_id)  # a clear error for an unknown run
             goal = goal or store.goal_of_run(resume_run_id)
             rows = store.load_evaluations(resume_run_id)
             prior = [e for _, e, _ in rows]
@@ -109,19 +113,18 @@ class RunSession:
             # the unit rides in the run's device record, so reopened runs and exports know it;
             # so do the earlier runs this one learned from
             learned = {"learned_from": transfer.sources} if transfer else {}
-            record = {"kind": device.kind, "name": device.name, **device.details, "unit": self.unit,
-                      **learned}
-            self.run_id = store.create_run(goal, record) if store else None
-        baseline = self.evaluator.baseline()
+            self.record: dict[str, Any] = {"kind": device.kind, "name": device.name,
+                                           **device.details, "unit": self.unit, **learned}
+            self.run_id = store.create_run(goal, self.record) if store else None
+        else:
+            self.record = dict(stored_run["device"])
+        measured = self.evaluator.baseline()
         name_baseline = getattr(self.evaluator, "baseline_name", None)
-        baseline_name = (name_baseline() or "") if baseline is not None and name_baseline else ""
-        if baseline_name and self.run_id and store is not None:
-            # which library or compiler baseline "the baseline" is, for the report; a resumed
-            # run re-measured it, and may have another (a compiler gone, a library added)
-            stored = store.get_run(self.run_id)["device"] if resume_run_id is not None else record
-            if stored.get("baseline") != baseline_name:
-                store.set_run_info(self.run_id, device={**stored, "baseline": baseline_name})
-        limit = self.evaluator.limit()
+        measured_name = (name_baseline() or "") if measured is not None and name_baseline else ""
+        self.measured_baseline_name = measured_name  # what a final re-timing times again
+        baseline, baseline_name = self._run_baseline(stored_run, measured, measured_name)
+        self.baseline_value, self.baseline_name = baseline, baseline_name
+        limit = self.limit_value = self.evaluator.limit()
         # strategies the swarm makes by name; the others (llm) are made here as a team
         agents: list[Any] = [a for a in goal.swarm.agents if agent_spec(a).make is not None]
         evaluator_for_run = self.evaluator
@@ -139,7 +142,7 @@ class RunSession:
             target_value=target_value(goal, baseline, limit), baseline_value=baseline,
             baseline_name=baseline_name,
             limit_value=limit, goal_name=goal.name, backend=goal.backend, unit=self.unit,
-            transfer=transfer,
+            transfer=transfer, on_finish=self._finish,
         )
         self._unsubscribe: list = []
         if store is not None and self.run_id is not None:
@@ -150,6 +153,53 @@ class RunSession:
         attach_bus = getattr(self.evaluator, "attach_bus", None)
         if attach_bus is not None:  # backends with their own telemetry sampler (NVML)
             attach_bus(self.bus, self.run_id)
+
+    def _run_baseline(self, stored_run: dict[str, Any], measured: float | None,
+                      measured_name: str) -> tuple[float | None, str]:
+        """The baseline the run's rows are compared to: the one measured at its start. A resumed
+        run keeps it (re-measuring would rescale every stored row); what it measures now is kept
+        beside it in the record, never applied. A run without one takes the first measured, and
+        its record says it was measured at a resume."""
+        record = self.record
+        if not stored_run:  # a new run: this is its start
+            if measured_name:
+                record["baseline"] = measured_name
+                self._save_record()
+            return measured, measured_name
+        record["resumes"] = [*record.get("resumes", []),
+                             {"at": time.time(), "baseline_value": measured,
+                              "baseline_name": measured_name}]
+        kept = stored_run.get("baseline_value")
+        if kept is None and measured is not None:
+            record.update(baseline=measured_name, baseline_at="resume")
+            kept = measured
+        self._save_record()
+        return kept, str(record.get("baseline") or "") if kept is not None else ""
+
+    def _save_record(self) -> None:
+        if self.store is not None and self.run_id is not None:
+            self.store.set_run_info(self.run_id, device=self.record)
+
+    def _finish(self, reason: str, best: Evaluation | None, history: list[Evaluation]
+                ) -> dict[str, Any]:
+        """The end of the search, before RunFinished: the best re-timed against the baseline,
+        then the run's summary as `show` and the report will give it."""
+        comparison = self._final_comparison(reason, best)
+        summary = self.summary(history)
+        return {"comparison": comparison, "summary": summary.to_dict(),
+                "speedup": summary.speedup, "speedup_basis": summary.speedup_basis}
+
+    def summary(self, history: list[Evaluation] | None = None) -> RunSummary:
+        """The run's summary: from the store when there is one (what a reopened run shows),
+        otherwise from the evaluations in memory, read the same way."""
+        if self.store is not None and self.run_id is not None:
+            return summarize(self.store.get_run(self.run_id),
+                             self.store.evaluation_rows(self.run_id), unit=self.unit)
+        rows = [{**e.to_dict(), "index": i} for i, e in enumerate(history or [], 1)]
+        run = {"id": None, "minimize": self.goal.objective.minimize,
+               "baseline_value": self.baseline_value, "limit_value": self.limit_value,
+               "device": self.record}
+        return summarize(run, rows, unit=self.unit)
 
     def _make_llm_team(self, goal: Goal) -> Any:
         from app.llm import make_llm_team
@@ -182,31 +232,34 @@ class RunSession:
         telemetry = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
         telemetry.start()
         try:
-            result = self.coordinator.run()
-            self._final_comparison(result)
-            return result
+            return self.coordinator.run()  # re-timed and summarised before RunFinished
         finally:
             self._telemetry_stop.set()
             self.evaluator.close()
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
 
-    def _final_comparison(self, result: Any) -> None:
-        """Before a speedup is claimed, the best and the baseline are timed again, interleaved;
-        the re-timed baseline becomes the run's baseline."""
+    def _final_comparison(self, reason: str, best: Evaluation | None) -> dict[str, Any]:
+        """Before a speedup is claimed, the best and the baseline are timed again, interleaved.
+        The figures are kept in the run's record as a fact of their own, beside the baseline
+        measured at the start (which the stored rows stay compared to)."""
         compare = getattr(self.evaluator, "final_comparison", None)
-        if compare is None or result.best is None or result.reason in ("stopped", "error"):
-            return
+        if compare is None or best is None or reason in ("stopped", "error"):
+            return {}
         try:
-            figures = compare(result.best)
+            figures = compare(best)
         except Exception:  # the run's results stand without the re-timing
             log.exception("final comparison failed")
-            return
+            return {}
         if not figures:
-            return
-        result.comparison = figures
-        if self.store is not None and self.run_id is not None:
-            self.store.set_run_info(self.run_id, baseline_value=figures["baseline_value"])
+            return {}
+        numbers = {k: float(v) for k, v in figures.items()
+                   if isinstance(v, (int, float)) and not isinstance(v, bool)}
+        self.record["final_comparison"] = {
+            **numbers, "key": best.key, "at": time.time(),
+            "baseline_name": self.measured_baseline_name}
+        self._save_record()
+        return dict(figures)
 
     def pause(self) -> None:
         self.coordinator.pause()

@@ -99,6 +99,11 @@ class RunFinished(Event):
     best: Evaluation | None
     elapsed_s: float
     message: str = ""
+    # the run's one speedup and what it stands on (app.run_summary), the same figure `show`,
+    # the report and a reopened run give; None when there is nothing to compare
+    speedup: float | None = None
+    speedup_basis: str = ""
+    summary: dict[str, Any] = field(default_factory=dict)  # RunSummary.to_dict()
 
 
 @dataclass

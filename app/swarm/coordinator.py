@@ -17,8 +17,9 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from app.core.evaluator import Evaluator
 from app.core.events import (
@@ -63,6 +64,8 @@ class RunResult:
     lessons: list = field(default_factory=list)
     # the best and the baseline re-timed interleaved at the end (backends that can: cpu)
     comparison: dict[str, float] = field(default_factory=dict)
+    # the run's summary (app.run_summary.RunSummary.to_dict()), as RunFinished carried it
+    summary: dict[str, Any] = field(default_factory=dict)
 
 
 def _derive_seed(seed: int, name: str) -> int:
@@ -78,8 +81,14 @@ class Coordinator:
                  simulated_clock: bool = False, target_value: float | None = None,
                  baseline_value: float | None = None, limit_value: float | None = None,
                  baseline_name: str = "", goal_name: str = "", backend: str = "", unit: str = "",
-                 transfer: TransferEvidence | None = None) -> None:
+                 transfer: TransferEvidence | None = None,
+                 on_finish: Callable[[str, Evaluation | None, list[Evaluation]], dict[str, Any]]
+                 | None = None) -> None:
         self.space = space
+        # called once the search has ended, before RunFinished: the session re-times the best
+        # against the baseline there and returns the run's speedup and summary, so the event
+        # the window ends on carries the figure `show` and the report give
+        self.on_finish = on_finish
         self.evaluator = evaluator
         self.minimize = minimize
         self.stop_rules = stop or StopRules()
@@ -190,12 +199,27 @@ class Coordinator:
             if reason != "error" and self._index % LESSON_EVERY:
                 self._distil_lessons()  # the lessons a run ends with match its final data
             self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
+            finish = self._finish(reason)
             self.bus.publish(RunFinished(reason=reason, evaluations=len(self.board),
                                          best=self.board.best, elapsed_s=self.elapsed(),
-                                         message=message, run_id=self.run_id))
+                                         message=message, run_id=self.run_id,
+                                         speedup=finish.get("speedup"),
+                                         speedup_basis=finish.get("speedup_basis", ""),
+                                         summary=finish.get("summary") or {}))
         return RunResult(reason=reason, evaluations=len(self.board), best=self.board.best,
                          elapsed_s=self.elapsed(), credits=self.credits,
-                         history=self.board.evaluations, lessons=self._lessons.current())
+                         history=self.board.evaluations, lessons=self._lessons.current(),
+                         comparison=finish.get("comparison") or {},
+                         summary=finish.get("summary") or {})
+
+    def _finish(self, reason: str) -> dict[str, Any]:
+        if self.on_finish is None or reason == "error":
+            return {}
+        try:
+            return self.on_finish(reason, self.board.best, self.board.evaluations) or {}
+        except Exception:  # the run's evaluations stand without its summary
+            log.exception("finishing the run failed")
+            return {}
 
     def _replay_prior(self) -> None:
         """Resume: the evidence of the interrupted run goes back on the board, unevaluated."""
