@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import difflib
 import html
-import json
 import logging
 
 import numpy as np
@@ -16,9 +15,11 @@ from pygments.lexers import CLexer, CudaLexer, DiffLexer
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSizePolicy, QTabWidget, QTextBrowser, QVBoxLayout, QWidget
 
-from app.core.types import Evaluation
+from app.core.types import SUSPECT, Evaluation
 from app.core.units import format_value
+from app.ui.candidate_source import RunSource, compile_command, is_recorded
 from app.ui.candidate_table import CandidateModel
+from app.ui.candidate_tabs import checks_html, log_text, summary_html
 from app.ui.theme import PlotTheme, current_plot_theme, label_font, style_plot
 
 log = logging.getLogger(__name__)
@@ -107,6 +108,7 @@ class CandidateDetail(QWidget):
         self.model = model
         self.language = "cuda"
         self.goal = None  # the run's goal: which catalog template a configuration fills in
+        self.run_source = RunSource(None)
         self.current: Evaluation | None = None
         self.setMinimumWidth(240)
         self.header = QLabel(self.EMPTY)
@@ -124,12 +126,14 @@ class CandidateDetail(QWidget):
             w.setLineWrapMode(QTextBrowser.NoWrap)
         # Short tab names: all six fit a dock of ~320 px (the tooltips say more).
         for widget, name, tip in (
-                (self.summary, "Summary", "Key, status, measurements, resources and parameters"),
-                (self.source, "Source", ("The code that ran: the parameters as #defines, then "
-                                         "the candidate's own source or the operator's template")),
+                (self.summary, "Summary", ("Key, status, measurements, the share of the hardware, "
+                                           "resources, parameters and where the time went")),
+                (self.source, "Source", ("The code that ran: the parameters as the compiler got "
+                                         "them, then the candidate's own source, your kernel or "
+                                         "the operator's template")),
                 (self.diff, "Diff", "Against the best candidate and the parent"),
                 (self.log, "Log", "Compiler command, compiler output and the time of each stage"),
-                (self.verification, "Checks", "Verification against the reference"),
+                (self.verification, "Checks", "Each stage's outcome; verification against the reference"),
                 (self.timing, "Timing", "Timing samples: median and p10-p90 spread")):
             self.tabs.setTabToolTip(self.tabs.addTab(widget, name), tip)
         self.tabs.setDocumentMode(True)
@@ -143,10 +147,12 @@ class CandidateDetail(QWidget):
         if self.current is not None:
             self.show_evaluation(self.current)
 
-    def set_run(self, goal, language: str) -> None:
-        """A new run is shown (started or reopened): forget the previous run's candidate."""
+    def set_run(self, goal, language: str, started_at: float | None = None) -> None:
+        """A new run is shown (started or reopened): forget the previous run's candidate.
+        `started_at`: when the run started (your kernel's file edited since is said)."""
         self.goal = goal
         self.language = language
+        self.run_source = RunSource(goal, started_at)
         self.clear()
 
     def clear(self) -> None:
@@ -157,56 +163,51 @@ class CandidateDetail(QWidget):
         self.timing.show_samples(Evaluation(key="", config={}, ok=False), current_plot_theme())
         self.timing.getPlotItem().setTitle("", size="9pt")
 
-    def source_text(self, ev: Evaluation) -> tuple[str, str] | None:
-        """(code, language) of what the candidate ran: its own source (LLM or user kernels)
-        or the catalog template, after its parameters as the -D #defines the compiler got
-        (the same text as the HTML report's best kernel). None for recorded measurements."""
-        from app.html_report import best_kernel_text
+    @property
+    def recorded(self) -> bool:
+        return is_recorded(self.goal)
 
-        if not ev.source and (self.goal is None or not self.goal.operator):
-            return None
-        backend = self.goal.backend if self.goal is not None else ""
-        text, language = best_kernel_text({"backend": backend}, self.goal, ev)
-        if language == "json":  # the operator's template could not be found
-            return None
-        return text, self.language or language
+    def source_text(self, ev: Evaluation) -> tuple[str, str] | None:
+        """(code, language) of what the candidate compiled: its own source (LLM or user
+        kernels), your kernel's file or the catalog template, with its parameters as the
+        compiler got them. None for recorded measurements or a source that cannot be read."""
+        code = self.run_source.text(ev)
+        return None if code is None else (code[0], self.language or code[1])
+
+    def _source_html(self, ev: Evaluation, dark: bool) -> str:
+        params = config_diff_html(ev, ev, "value", "value").replace(
+            "<th>value</th><th>value</th>", "<th>value</th><th></th>")
+        if self.recorded:
+            return ("<p><i>A recorded measurement: the space's file keeps each configuration's "
+                    "timing, not the code that ran. Its parameters:</i></p>" + params)
+        code = self.source_text(ev)
+        if code is None:
+            why = self.run_source.problem or "the run's source could not be found"
+            return (f"<p><i>The source cannot be shown: {html.escape(why)}.</i></p>"
+                    f"<p>Compiled as: <code>{html.escape(compile_command(ev) or 'not recorded')}"
+                    "</code></p>" + params)
+        note = self.run_source.changed_note()
+        return ((f"<p><b>⚠ {html.escape(note)}</b></p>" if note else "")
+                + highlight_source(code[0], dark, code[1]))
 
     def show_evaluation(self, ev: Evaluation) -> None:
         ev = self.model.ordered(ev)
         self.current = ev
         theme = current_plot_theme()
-        status = "correct" if ev.ok else f"failed: {(ev.reason or '').replace('_', ' ')}"
+        status = ("correct" if ev.ok else "refused: beyond the hardware roof"
+                  if ev.reason == SUSPECT else f"failed: {(ev.reason or '').replace('_', ' ')}")
         value = format_value(ev.value, self.model.unit) if ev.ok else "—"
         speed = self.model.speedup(ev)
         self.header.setText(f"{ev.key[:12]} · {ev.agent} · {status} · {value}"
-                            + (f" · {speed:.2f}× speedup" if speed else ""))
-        self.summary.setHtml(self._summary_html(ev))
-        code = self.source_text(ev)
-        if code is not None:
-            self.source.setHtml(highlight_source(code[0], theme.dark, code[1]))
-        else:
-            self.source.setHtml("<p><i>A recorded measurement: the space's file keeps each "
-                                "configuration's timing, not the code that ran. Its parameters:"
-                                "</i></p>"
-                                + config_diff_html(ev, ev, "value", "value").replace(
-                                    "<th>value</th><th>value</th>", "<th>value</th><th></th>"))
+                            + (f" · {speed:.2f}× {self.model.reference_label()}" if speed else ""))
+        speedup = f"{speed:.2f}× {self.model.reference_label()}" if speed else ""
+        self.summary.setHtml(summary_html(ev, speedup_text=speedup, limit=self.model.limit,
+                                          minimize=self.model.minimize))
+        self.source.setHtml(self._source_html(ev, theme.dark))
         self.diff.setHtml(self._diff_html(ev, theme.dark))
-        self.log.setPlainText(self._log_text(ev))
-        self.verification.setHtml(self._verification_html(ev))
+        self.log.setPlainText(log_text(ev, self.recorded))
+        self.verification.setHtml(checks_html(ev, self.recorded))
         self.timing.show_samples(ev, theme)
-
-    def _summary_html(self, ev: Evaluation) -> str:
-        rows = [("key", ev.key), ("agent", ev.agent), ("parent", ev.parent_key or "—"),
-                ("status", "ok" if ev.ok else ev.reason), ("detail", ev.detail or "—"),
-                ("median / p10 / p90 (ms)", " / ".join("—" if v is None else f"{v:.4g}"
-                                                        for v in (ev.time_ms, ev.p10_ms, ev.p90_ms)))]
-        # by name: the store keeps these sorted, so a reopened run reads like the live one
-        rows += [(k, f"{v:.4g}" if isinstance(v, float) else v) for k, v in sorted(ev.metrics.items())]
-        rows += [(f"resource: {k}", v) for k, v in sorted(ev.resources.items())]
-        rows += [(f"param: {k}", v) for k, v in ev.config.items()]
-        return ("<table cellpadding=2>" + "".join(
-            f"<tr><td><b>{html.escape(str(k))}</b></td><td>{html.escape(str(v))}</td></tr>"
-            for k, v in rows) + "</table>")
 
     def _diff_html(self, ev: Evaluation, dark: bool) -> str:
         parts = []
@@ -228,47 +229,4 @@ class CandidateDetail(QWidget):
             else:
                 parts.append(f"<h4>vs {name} ({other.key[:10]})</h4>"
                              + config_diff_html(other, ev, name, "this"))
-        return "".join(parts)
-
-    def _log_text(self, ev: Evaluation) -> str:
-        """The compiler command and its output as the backend recorded them, then each
-        stage's time and detail; "not recorded" where the evaluation has none."""
-        recorded = self.goal is not None and not self.goal.operator and not ev.source
-        if recorded:
-            lines = [("Recorded measurement: compiled when the space was recorded "
-                      "(no compiler command or output kept).")]
-        else:
-            command = ev.resources.get("compile_command")
-            if isinstance(command, (list, tuple)):
-                command = " ".join(str(c) for c in command)
-            lines = ["Compiler command:", f"  {command}" if command else "  not recorded", "",
-                     "Compiler output:"]
-            lines += [ev.log.rstrip()] if ev.log and ev.log.strip() else ["  not recorded"]
-        if ev.stages:
-            lines += ["", "Stages:"]
-            lines += [f"{'✔' if s.ok else '✘'} {s.name:<14} {s.seconds * 1000:9.1f} ms  {s.detail}"
-                      for s in ev.stages]
-        return "\n".join(lines)
-
-    @staticmethod
-    def _verification_html(ev: Evaluation) -> str:
-        verify = [s for s in ev.stages if "verif" in s.name]
-        parts = []
-        if verify:
-            parts.append("<table cellpadding=3>" + "".join(
-                f"<tr><td>{'✔' if s.ok else '✘'}</td><td>{html.escape(s.name)}</td>"
-                f"<td>{html.escape(s.detail)}</td></tr>" for s in verify) + "</table>")
-        errors = {k: v for k, v in ev.metrics.items() if "err" in k}
-        if errors:
-            parts.append("<p>" + ", ".join(f"{html.escape(k)} = {v:.3g}" for k, v in errors.items())
-                         + "</p>")
-        if ev.failing_case:
-            parts.append("<h4>Failing input (kept in the goal's validation set)</h4><pre>"
-                         + html.escape(json.dumps(ev.failing_case, indent=2)) + "</pre>")
-        if not ev.ok and ev.reason == "verification_failed" and ev.detail:
-            parts.append(f"<p>{html.escape(ev.detail)}</p>")
-        if not parts:
-            return ("<p><i>No verification report: " + ("the candidate failed before verification."
-                    if not ev.ok else "recorded measurements were verified when they were recorded.")
-                    + "</i></p>")
         return "".join(parts)

@@ -32,8 +32,9 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.types import Evaluation
-from app.core.units import fraction_of_limit, gain, occupancy_text
+from app.core.types import SUSPECT, Evaluation
+from app.core.units import format_value, gain, occupancy_text
+from app.run_summary import hardware_fraction, refusal_text
 from app.ui.device_progress import DeviceProgress, device_label
 from app.ui.device_summary import DeviceSummary
 from app.ui.theme import agent_color
@@ -41,7 +42,7 @@ from app.ui.theme import agent_color
 log = logging.getLogger(__name__)
 
 SORT_ROLE = Qt.UserRole + 1
-COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of limit", "parameters",
+COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of roof", "parameters",
            "registers", "shared mem", "device")
 RESOURCE_COLUMNS = (7, 8)  # registers, shared memory (CUDA)
 DEVICE_COLUMN = 9  # where a cluster evaluation ran; hidden while no evaluation says
@@ -56,6 +57,7 @@ def shared_memory_bytes(resources: dict) -> int | None:
 _ROOT = QModelIndex()
 _OK_COLOR = QColor("#2e9d4f")
 _FAIL_COLOR = QColor("#d9534f")
+_REFUSED_COLOR = QColor("#e08a1e")  # refused as beyond the roof: not a wrong kernel
 _RIGHT = int(Qt.AlignRight | Qt.AlignVCenter)
 _BOLD = QFont()
 _BOLD.setBold(True)
@@ -134,6 +136,7 @@ class CandidateModel(QAbstractTableModel):
         self.minimize = True
         self.baseline: float | None = None
         self.limit: float | None = None
+        self.baseline_name = ""  # which library the baseline is (numpy, cuBLAS …)
         self.unit = "ms"
         self._first_ok: float | None = None
         self.best: Evaluation | None = None
@@ -173,8 +176,9 @@ class CandidateModel(QAbstractTableModel):
         self._cache, self._accepted, self._view = [], [], []
         self.endResetModel()
 
-    def set_references(self, baseline: float | None, limit: float | None) -> None:
-        self.baseline, self.limit = baseline, limit
+    def set_references(self, baseline: float | None, limit: float | None,
+                       baseline_name: str = "") -> None:
+        self.baseline, self.limit, self.baseline_name = baseline, limit, baseline_name
         self._recache()
         self._relayout()
 
@@ -244,6 +248,8 @@ class CandidateModel(QAbstractTableModel):
             return False
         if self.status == "failed" and ev.ok:
             return False
+        if self.status == "refused" and ev.reason != SUSPECT:
+            return False
         if not self._needle:
             return True
         hay = (f"{ev.agent} {'ok' if ev.ok else ev.reason} {params_text(ev.config)} {ev.detail} "
@@ -303,11 +309,24 @@ class CandidateModel(QAbstractTableModel):
             return None
         return gain(ev.value, self.baseline or self._first_ok, self.minimize)
 
+    def reference_label(self) -> str:
+        """What a row's speedup is against: the run's start baseline, or its first success
+        (rows are never rescaled by a later measurement; the run's own figure is in the
+        run summary with its basis)."""
+        if self.baseline:
+            return f"vs {self.baseline_name or 'the baseline'} {format_value(self.baseline, self.unit)}"
+        return "vs the first success" if self._first_ok is not None else ""
+
+    def hardware(self, ev: Evaluation) -> tuple[float, str] | None:
+        """The candidate's one fraction of the hardware and the roof it is against."""
+        if not ev.ok:
+            return None
+        return hardware_fraction(ev.metrics, ev.resources, value=ev.value, limit=self.limit,
+                                 minimize=self.minimize)
+
     def percent_of_limit(self, ev: Evaluation) -> float | None:
-        if "percent_of_limit" in ev.metrics:
-            return float(ev.metrics["percent_of_limit"])
-        fraction = fraction_of_limit(ev.value, self.limit, self.minimize) if ev.ok else None
-        return None if fraction is None else 100.0 * fraction
+        hw = self.hardware(ev)
+        return None if hw is None else 100.0 * hw[0]
 
     # ---- Qt model -----------------------------------------------------------------------
     def rowCount(self, parent: QModelIndex = _ROOT) -> int:
@@ -336,7 +355,7 @@ class CandidateModel(QAbstractTableModel):
         ev = self.rows[row][1]
         if role == Qt.ForegroundRole:
             if col == 2:
-                return _OK_COLOR if ev.ok else _FAIL_COLOR
+                return _OK_COLOR if ev.ok else _REFUSED_COLOR if ev.reason == SUSPECT else _FAIL_COLOR
             if col == 1:
                 return _agent_qcolor(ev.agent)
         elif role == Qt.TextAlignmentRole:
@@ -345,7 +364,11 @@ class CandidateModel(QAbstractTableModel):
             return _BOLD if ev is self.best else None
         elif role == Qt.ToolTipRole:
             if col == 2 and not ev.ok:
-                return ev.detail or ev.reason
+                return (ev.reason == SUSPECT and refusal_text(ev.metrics, ev.resources)) \
+                    or ev.detail or ev.reason
+            if col == 5:
+                hw = self.hardware(ev)
+                return f"{100 * hw[0]:.3g} % of the {hw[1]}" if hw else None
             if col == 6:
                 return "\n".join(f"{k} = {v}" for k, v in
                                  ordered_config(ev.config, self.param_order).items())
@@ -363,7 +386,8 @@ class CandidateModel(QAbstractTableModel):
         if col == 1:
             return ev.agent
         if col == 2:
-            return "ok" if ev.ok else (ev.reason or "failed")
+            return "ok" if ev.ok else "refused: beyond roof" if ev.reason == SUSPECT \
+                else (ev.reason or "failed")
         if col == 3:
             return ev.value if ev.ok else None
         if col == 4:
@@ -383,6 +407,8 @@ class CandidateModel(QAbstractTableModel):
     @staticmethod
     def _display(ev: Evaluation, col: int, value):
         if value is None:
+            if col == 5 and ev.reason == SUSPECT:  # both figures are in the tooltip and summary
+                return "refused ⚠"
             return "—" if col in (3, 4, 5) else ""
         if col == 2:
             return value.replace("_", " ")
@@ -443,6 +469,7 @@ class CandidateTable(QWidget):
         self.status.addItem("all candidates", "all")
         self.status.addItem("correct only", "ok")
         self.status.addItem("failures only", "failed")
+        self.status.addItem("refused as beyond the roof", "refused")
         self.status.currentIndexChanged.connect(
             lambda _i: (self.model.set_status(self.status.currentData()), self._update_count()))
         self.count = QLabel("0 candidates")

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
+from app.run_summary import RunSummary
 from app.ui.buffers import RunData
 from app.ui.live_plots import (
     AgentChart,
@@ -31,6 +32,7 @@ from app.ui.live_plots import (
     format_duration,
     format_value,
 )
+from app.ui.run_summary_view import RunSummaryPanel
 from app.ui.theme import (
     PlotTheme,
     current_plot_theme,
@@ -101,10 +103,8 @@ class LiveView(QWidget):
             counter_row.addWidget(name, 0, col)
             counter_row.addWidget(value, 1, col)
             self.counters[key] = value
-        self.failure_detail = QLabel("")
-        self.failure_detail.setWordWrap(True)
-        self.failure_detail.setFont(label_font(self.failure_detail, 8))
-        counter_row.addWidget(self.failure_detail, 2, 0, 1, 5)
+        self.summary_panel = RunSummaryPanel()  # speedup basis, hardware share, failures
+        counter_row.addWidget(self.summary_panel, 2, 0, 1, 5)
 
         self.convergence = ConvergencePlot()
         self.failures = FailureStrip()
@@ -143,6 +143,7 @@ class LiveView(QWidget):
     # ---- feeding --------------------------------------------------------------------------
     def reset(self, minimize: bool = True, title: str = "", unit: str = "ms") -> None:
         self.data = RunData(minimize=minimize)
+        self.summary_panel.reset()
         self.convergence.clear_run()
         self.failures.clear_run()
         self.telemetry.clear()
@@ -157,6 +158,7 @@ class LiveView(QWidget):
     def preload(self, rows: list) -> None:
         """Evaluations already stored (a resumed run, or a past run being opened)."""
         self.data.add(list(rows))
+        self.summary_panel.add(list(rows))
 
     def set_unit(self, unit: str) -> None:
         """The objective's unit on the axis and the counters (the run decides it: GB/s for a
@@ -186,7 +188,16 @@ class LiveView(QWidget):
         d.version += 1
 
     def on_evaluated(self, events: list[Evaluated]) -> None:
-        self.data.add([(e.index, e.evaluation, e.elapsed_s) for e in events])
+        rows = [(e.index, e.evaluation, e.elapsed_s) for e in events]
+        self.data.add(rows)
+        self.summary_panel.add(rows)
+
+    def show_summary(self, summary: RunSummary | None) -> None:
+        """The finished run's one summary (app.run_summary): its speedup replaces the live
+        ratio, stated with its basis."""
+        self.summary_panel.show_summary(summary)
+        self.data.version += 1
+        self.redraw()
 
     def on_revoked(self, key: str, reason: str) -> None:
         """The best so far failed re-verification: redraw everything without it."""
@@ -211,7 +222,8 @@ class LiveView(QWidget):
     def show_run(self, rows: list, *, minimize: bool, title: str, unit: str = "ms",
                  baseline: float | None = None, limit: float | None = None,
                  target: float | None = None, max_evals: int | None = None,
-                 reason: str | None = None, baseline_name: str = "") -> None:
+                 reason: str | None = None, baseline_name: str = "",
+                 summary: RunSummary | None = None) -> None:
         """Draw a stored run (from the history)."""
         self.reset(minimize=minimize, title=title, unit=unit)
         self.data.baseline, self.data.limit, self.data.target = baseline, limit, target
@@ -219,6 +231,7 @@ class LiveView(QWidget):
         self.data.max_evals = max_evals
         self.data.finished_reason = reason
         self.preload(rows)
+        self.summary_panel.show_summary(summary)
         self._running = False
         self._fix_x_range()
         self.redraw()
@@ -301,14 +314,20 @@ class LiveView(QWidget):
         self.counters["failed"].setText(f"{d.n_failed:,}")
         self.counters["best"].setText(format_value(d.best_value, self.unit))
         best = d.best_value
-        if d.baseline and best:
+        summary = self.summary_panel.summary
+        speedup = self.counters["speedup"]
+        if summary is not None:  # the run's one figure, the same `show` and the report give
+            speedup.setText(f"{summary.speedup:.2f}×" if summary.speedup else "—")
+            speedup.setToolTip(summary.speedup_text())
+        elif d.baseline and best:
             ratio = d.baseline / best if d.minimize else best / d.baseline
-            self.counters["speedup"].setText(f"{ratio:.2f}×")
+            speedup.setText(f"{ratio:.2f}×")
+            speedup.setToolTip(f"so far, vs the baseline {format_value(d.baseline, self.unit)} "
+                               "measured at the start; the run's figure comes at its end")
         else:
             ratio = d.speedup_over_first()
-            self.counters["speedup"].setText(f"{ratio:.2f}× vs first" if ratio else "—")
-        self.failure_detail.setText("  ·  ".join(
-            f"{reason.replace('_', ' ')}: {n}" for reason, n in d.failed_by_reason.most_common()))
+            speedup.setText(f"{ratio:.2f}× vs first" if ratio else "—")
+            speedup.setToolTip("so far, over the first successful evaluation")
 
     def _update_budget(self) -> None:
         d = self.data

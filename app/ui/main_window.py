@@ -4,6 +4,7 @@ controller, the live view, candidates, history and exports together."""
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 from PySide6.QtCore import QSettings, Qt, QTimer
@@ -21,17 +22,17 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.evaluator import DeviceInfo
-from app.core.units import objective_unit, run_unit
+from app.core.units import objective_unit
 from app.goal import Goal, GoalError
 from app.paths import resources_dir
 from app.store import StoreError
-from app.swarm.lessons import current_lessons
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
 from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, source_language
 from app.ui.goal_files import GoalFilesMixin
 from app.ui.goal_form import GoalForm
 from app.ui.history import ComparePlot, HistoryPanel
+from app.ui.history_actions import HistoryActionsMixin
 from app.ui.history_file import HistoryFileMixin, initial_history_path
 from app.ui.live_view import LiveView
 from app.ui.model_searches import ModelSearches
@@ -70,7 +71,8 @@ def app_icon() -> QIcon:
     return QIcon(str(resources_dir() / "icons" / "kernelswarm.svg"))
 
 
-class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixin, QMainWindow):
+class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsMixin, WindowStateMixin,
+                 QMainWindow):
     def __init__(self, db_path: str | Path | None = None, settings: QSettings | None = None,
                  theme: ThemeManager | None = None) -> None:
         super().__init__()
@@ -322,7 +324,7 @@ class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixi
         self.live.reset(minimize=goal.objective.minimize, title=title, unit=unit)
         self.table.reset(minimize=goal.objective.minimize, unit=unit,
                          param_order=parameter_order(goal))
-        self.detail.set_run(goal, source_language(goal.backend))
+        self.detail.set_run(goal, source_language(goal.backend), started_at=time.time())
         self.lessons.clear()
         self.tabs.setCurrentWidget(self.live)
 
@@ -384,6 +386,9 @@ class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixi
     def stop_run(self) -> None:
         self.controller.stop()
 
+    def show_device(self, device: DeviceInfo | None) -> None:
+        self.device_label.setText(device_text(device))
+
     def _on_prepared(self, run_id: int, device: DeviceInfo) -> None:
         self.current_run_id = None if run_id < 0 else run_id
         self._prepared_device = True
@@ -404,7 +409,7 @@ class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixi
         self.setWindowTitle(f"KernelSwarm — {name} ({run})")
         if self.searches.active:
             self.live.title.setText(f"{name}: {self.live.title.text().split(' — ', 1)[-1]}")
-        self.table.model.set_references(ev.baseline_value, ev.limit_value)
+        self.table.model.set_references(ev.baseline_value, ev.limit_value, ev.baseline_name or "")
         self.table.model.set_unit(ev.unit)
 
     def _on_notice(self, event) -> None:
@@ -468,7 +473,15 @@ class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixi
 
     def _on_finished(self, result) -> None:
         self.table.flush()
+        # the run's one summary, from what is stored: the figures a reopened run, `show` and
+        # the report give (the live ratio was against the start's baseline)
+        summary = self.run_summary(self.controller.run_id)
+        self.live.show_summary(summary)
         best = f"best {result.best.value:.4g}" if result.best is not None and result.best.value else "no correct candidate"
+        if summary is not None and summary.speedup:
+            best += f", {summary.speedup_text()}"
+        elif summary is not None and not summary.succeeded and summary.failures:
+            best += f": {summary.failure_lines()[0]}"  # why nothing worked, in one line
         usage = self.llm_usage_text(self.controller.run_id)
         self.statusBar().showMessage(f"Run finished ({result.reason.replace('_', ' ')}): "
                                      f"{result.evaluations} evaluations, {best}"
@@ -483,6 +496,8 @@ class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixi
 
     def _on_failed(self, message: str) -> None:
         self.live.on_run_finished(type("F", (), {"reason": "error"})())
+        if self.controller.run_id is not None and not self.history_problem:
+            self.live.show_summary(self.run_summary(self.controller.run_id))
         name = self.current_goal.name if self.current_goal is not None else "Run"
         self.live.title.setText(f"{name} — failed: {message.splitlines()[0] if message else ''}")
         self.live.title.setToolTip(message)
@@ -512,67 +527,6 @@ class MainWindow(HistoryFileMixin, GoalFilesMixin, ExportsMixin, WindowStateMixi
                   self.act_export_json):
             a.setEnabled(has_run)
         self.history.setEnabled(not busy)
-
-    # ---- history --------------------------------------------------------------------------------
-    def open_run(self, run_id: int) -> None:
-        if self.controller.running:
-            self._notify("Open run", "Stop the current run first.", QMessageBox.Information)
-            return
-        from app.session import target_value
-
-        store = self.store()
-        run = store.get_run(run_id)
-        goal = store.goal_of_run(run_id)
-        rows = store.load_evaluations(run_id)
-        baseline, limit = run.get("baseline_value"), run.get("limit_value")
-        unit = run_unit(run, goal.objective.metric)
-        self.current_run_id = run_id
-        self.current_goal = goal
-        self.live.show_run(rows, minimize=bool(run["minimize"]), unit=unit,
-                           title=f"{run['name']} — run {run_id} ({run['status']})",
-                           baseline=baseline, limit=limit,
-                           target=target_value(goal, baseline, limit),
-                           max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"],
-                           baseline_name=(run.get("device") or {}).get("baseline", ""))
-        self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit,
-                         param_order=parameter_order(goal))
-        self.detail.set_run(goal, source_language(goal.backend))  # not the last run's candidate
-        self.table.add(rows)
-        self.table.flush()
-        self.lessons.clear()
-        for lesson in current_lessons(store.lessons(run_id=run_id)):
-            self.lessons.addItem(f"[{lesson['kind']}] {lesson['text']}")
-        device = run.get("device") or {}
-        self.device_label.setText(device_text(DeviceInfo(kind=device.get("kind", ""),
-                                                         name=device.get("name", "unknown"))))
-        self.tabs.setCurrentWidget(self.live)
-        self.statusBar().clearMessage()  # the last run's "Run finished …" is not this run's
-        self.setWindowTitle(f"KernelSwarm — {run['name']} (run {run_id})")
-        self._update_actions()
-
-    def compare_runs(self, run_ids: list[int]) -> None:
-        store = self.store()
-        series, units = [], set()
-        for rid in run_ids:
-            run = store.get_run(rid)
-            units.add(run_unit(run, store.goal_of_run(rid).objective.metric))
-            series.append((rid, f"run {rid}: {run['name']} (seed {run.get('seed')})",
-                           store.convergence(rid)))
-        self.compare.set_runs(series, unit=units.pop() if len(units) == 1 else "")
-        self.tabs.setCurrentWidget(self.compare)
-
-    def resume_run(self, run_id: int) -> None:
-        if self.controller.running:
-            return
-        goal = self.store().goal_of_run(run_id)
-        self._start(goal, run_id, f"{goal.name} — resuming run {run_id}…")
-
-    def rerun_goal(self, run_id: int) -> None:
-        if self.controller.running:
-            return
-        goal = self.store().goal_of_run(run_id)
-        self.form.set_goal(goal)
-        self._start(goal, None, f"{goal.name} — starting…")
 
     # ---- misc ---------------------------------------------------------------------------------
     def show_about(self) -> None:

@@ -1,0 +1,114 @@
+"""What a candidate ran, for the candidate view: the source after its parameters went in, the
+compiler command and the compiler's own output. Only a replay run's candidates are recorded
+measurements without code; catalog operators and your own kernels (app.catalog.custom) show
+the code that was compiled."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from app.core.types import Evaluation
+
+log = logging.getLogger(__name__)
+
+
+def is_recorded(goal) -> bool:
+    """A recorded tuning space (replay): its file keeps timings, not the code that ran."""
+    return goal is not None and goal.backend == "replay"
+
+
+def compile_command(ev: Evaluation) -> str:
+    """The command the candidate was compiled with: recorded on success, the log's first
+    '$ ' line on a failed compile."""
+    command = ev.resources.get("compile_command")
+    if isinstance(command, (list, tuple)):
+        command = " ".join(str(c) for c in command)
+    if command:
+        return str(command)
+    for line in (ev.log or "").splitlines():
+        if line.startswith("$ "):
+            return line[2:].strip()
+    return ""
+
+
+def compiler_output(ev: Evaluation) -> str:
+    """The compiler's (and worker's) messages, without the command line itself."""
+    lines = [ln for ln in (ev.log or "").splitlines() if not ln.startswith("$ ")]
+    return "\n".join(lines).strip()
+
+
+class RunSource:
+    """The run's operator, loaded once per run: a catalog operator, or your own kernel read
+    from the goal's files (parsed, never run here). `problem` says why it could not be."""
+
+    def __init__(self, goal, started_at: float | None = None) -> None:
+        self.goal = goal
+        self.started_at = started_at
+        self.problem = ""
+        self._op = None
+        self._loaded = False
+
+    @property
+    def language(self) -> str:
+        return "cuda" if self.goal is not None and self.goal.backend == "cuda" else "c"
+
+    def operator(self):
+        if not self._loaded:
+            self._loaded = True
+            goal = self.goal
+            try:
+                if goal is not None and goal.kernel is not None:
+                    from app.catalog.custom import custom_operator
+
+                    self._op = custom_operator(goal, goal.backend)
+                elif goal is not None and goal.operator:
+                    from app.catalog import get_operator
+
+                    self._op = get_operator(goal.backend, goal.operator)
+            except Exception as exc:  # noqa: BLE001 - a file moved, an operator renamed since
+                log.info("no source for %s: %s", getattr(goal, "name", "?"), exc)
+                self.problem = str(exc)
+        return self._op
+
+    def kernel_files(self) -> list[Path]:
+        goal = self.goal
+        if goal is None or goal.kernel is None:
+            return []
+        names = goal.kernel.source if isinstance(goal.kernel.source, list) else [goal.kernel.source]
+        base = Path(goal.source_path).parent if goal.source_path else Path.cwd()
+        return [p if p.is_absolute() else base / p for p in (Path(n).expanduser() for n in names if n)]
+
+    def changed_note(self) -> str:
+        """Your kernel's file edited after the run started: what is shown is today's text."""
+        if self.started_at is None:
+            return ""
+        changed = [p.name for p in self.kernel_files()
+                   if p.is_file() and p.stat().st_mtime > self.started_at]
+        return (f"{', '.join(changed)} changed after this run started: this is its text now, "
+                "not necessarily what ran") if changed else ""
+
+    def text(self, ev: Evaluation) -> tuple[str, str] | None:
+        """(code, language) of what the candidate compiled, or None when it cannot be shown
+        (then `problem` says why)."""
+        goal = self.goal
+        if goal is None or is_recorded(goal):
+            return None
+        op = self.operator()
+        if self.language == "cuda" and op is not None and hasattr(op, "render") and goal.shapes:
+            shape = [int(v) for v in goal.shapes[0]]
+            try:  # what NVRTC compiled: the parameters and launch sizes as #defines, then the code
+                rendered = op.render(dict(ev.config), shape, goal.dtype, ev.source or None)
+                return f"// as compiled for shape {shape}\n{rendered}", "cuda"
+            except Exception as exc:  # noqa: BLE001 - shown as source + parameters instead
+                log.info("cannot render %s: %s", ev.key[:10], exc)
+        body = ev.source
+        if not body and op is not None:
+            body = op.template_source(goal.dtype)
+        if not body:
+            return None
+        command = compile_command(ev)
+        head = (f"/* compiled as: {command} */\n" if command else
+                "/* parameters of this candidate (passed to the compiler as -D) */\n")
+        defines = "".join(f"#define {k} {v}\n" for k, v in ev.config.items())
+        return f"{head}{defines}\n{body}", self.language
