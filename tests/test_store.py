@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-import app.store.db as store_db
+import app.store.schema as store_schema
 from app.core.events import (
     AgentCredit,
     Evaluated,
@@ -53,8 +53,8 @@ def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_db, monkeypat
         run_id = store.create_run(_goal(), {"name": "replay"})
         store.record_evaluation(run_id, 1, _evaluation(1), 0.5, 99.0)
     extra = "ALTER TABLE runs ADD COLUMN note TEXT NOT NULL DEFAULT 'migrated';"
-    monkeypatch.setattr(store_db, "MIGRATIONS", store_db.MIGRATIONS + [extra])
-    monkeypatch.setattr(store_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(store_schema, "MIGRATIONS", store_schema.MIGRATIONS + [extra])
+    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with Store(tmp_db) as store:
         assert store.schema_version == SCHEMA_VERSION + 1
         assert store.get_run(run_id)["note"] == "migrated"
@@ -63,9 +63,9 @@ def test_migrations_upgrade_an_older_database_keeping_its_data(tmp_db, monkeypat
 
 def test_a_failing_migration_rolls_back_and_leaves_the_version(tmp_db, monkeypatch):
     Store(tmp_db).close()
-    monkeypatch.setattr(store_db, "MIGRATIONS",
-                        store_db.MIGRATIONS + ["CREATE TABLE half (x INTEGER); SELECT nope FROM nowhere;"])
-    monkeypatch.setattr(store_db, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
+    monkeypatch.setattr(store_schema, "MIGRATIONS",
+                        store_schema.MIGRATIONS + ["CREATE TABLE half (x INTEGER); SELECT nope FROM nowhere;"])
+    monkeypatch.setattr(store_schema, "SCHEMA_VERSION", SCHEMA_VERSION + 1)
     with pytest.raises(StoreError, match="cannot upgrade"):
         Store(tmp_db)
     conn = sqlite3.connect(tmp_db)

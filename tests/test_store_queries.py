@@ -4,19 +4,20 @@ event recorder. All on real SQLite files."""
 
 from __future__ import annotations
 
+import os
+import socket
 import sqlite3
 import time
 
 import pytest
 
-import app.store.db as store_db
 from app.core.events import Evaluated, EventBus, LessonLearned, RunFinished, RunStarted
 from app.core.types import Evaluation, Lesson
 from app.goal import Goal, Objective
 from app.llm.client import RequestRecord
 from app.llm.lessons import LLM_KINDS, load_prior
 from app.llm.usage import UsageLog, run_usage
-from app.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, UnknownRunError
+from app.store import MIGRATIONS, SCHEMA_VERSION, Store, StoreError, UnknownRunError, goal_key
 from app.store.recorder import Recorder
 
 # The table exactly as app/llm/usage.py created it itself, before it became migration 2.
@@ -58,24 +59,32 @@ def _record(**kw) -> RequestRecord:
     return RequestRecord(**{**base, **kw})
 
 
-def _previous_version(monkeypatch) -> None:
-    """Make Store the previous release: schema version 1, no llm_requests in the migrations."""
-    monkeypatch.setattr(store_db, "MIGRATIONS", MIGRATIONS[:1])
-    monkeypatch.setattr(store_db, "SCHEMA_VERSION", 1)
-    monkeypatch.setattr(store_db, "_TABLES", tuple(t for t in store_db._TABLES
-                                                    if t != "llm_requests"))
+def _version_1_database(path, status: str = "finished") -> int:
+    """A history as release 1 wrote it (its schema, rows in its layout): one run of _goal()
+    with one evaluation. Returns the run's id."""
+    conn = sqlite3.connect(path)
+    conn.executescript(MIGRATIONS[0])
+    goal = _goal()
+    conn.execute("INSERT INTO goals (project_id, key, name, toml, created_at) "
+                 "VALUES (1, ?, ?, ?, 0)", (goal_key(goal), goal.name, goal.to_toml()))
+    run_id = conn.execute(
+        "INSERT INTO runs (project_id, goal_id, goal_toml, name, backend, status, device, "
+        "started_at, pid, host) VALUES (1, 1, ?, ?, ?, ?, '{\"name\": \"cpu\"}', 0, ?, ?)",
+        (goal.to_toml(), goal.name, goal.backend, status, os.getpid(),
+         socket.gethostname())).lastrowid
+    conn.execute("INSERT INTO candidates (goal_id, key, config, created_at) "
+                 "VALUES (1, 'key1', '{}', 0)")
+    conn.execute("INSERT INTO evaluations (run_id, idx, candidate_id, key, ok, value, elapsed_s, "
+                 "created_at) VALUES (?, 1, 1, 'key1', 1, 99.0, 0.5, 0)", (run_id,))
+    conn.execute("PRAGMA user_version = 1")
+    conn.commit()
+    conn.close()
+    return run_id
 
 
 # ---- migration 2: llm_requests ------------------------------------------------------------
-def test_a_version_1_database_with_the_old_usage_table_upgrades_keeping_every_row(
-        tmp_db, monkeypatch):
-    with monkeypatch.context() as m:
-        _previous_version(m)
-        with Store(tmp_db) as old:
-            assert old.schema_version == 1
-            run_id = old.create_run(_goal(), {"name": "cpu"})
-            old.record_evaluation(run_id, 1, _evaluation(1), 0.5, 99.0)
-            old.finish_run(run_id, "max_evals")
+def test_a_version_1_database_with_the_old_usage_table_upgrades_keeping_every_row(tmp_db):
+    run_id = _version_1_database(tmp_db)
     # What the previous usage.py did beside it: its own table, on its own connection.
     conn = sqlite3.connect(tmp_db)
     conn.executescript(OLD_USAGE_TABLE)
@@ -88,7 +97,7 @@ def test_a_version_1_database_with_the_old_usage_table_upgrades_keeping_every_ro
     conn.close()
 
     with Store(tmp_db) as store:
-        assert store.schema_version == SCHEMA_VERSION == 2
+        assert store.schema_version == SCHEMA_VERSION
         usage = store.llm_usage(run_id)
         assert (usage["requests"], usage["prompt_tokens"], usage["completion_tokens"]) == (2, 150, 10)
         assert usage["by_status"] == {"ok": 1, "timeout": 1}
@@ -100,13 +109,10 @@ def test_a_version_1_database_with_the_old_usage_table_upgrades_keeping_every_ro
         assert store.llm_usage(run_id)["requests"] == 3
 
 
-def test_a_version_1_database_without_usage_gains_the_table(tmp_db, monkeypatch):
-    with monkeypatch.context() as m:
-        _previous_version(m)
-        with Store(tmp_db) as old:
-            run_id = old.create_run(_goal(), {})
+def test_a_version_1_database_without_usage_gains_the_table(tmp_db):
+    run_id = _version_1_database(tmp_db, status="running")
     with Store(tmp_db) as store:
-        assert store.schema_version == 2
+        assert store.schema_version == SCHEMA_VERSION
         names = {r[0] for r in store.conn.execute("SELECT name FROM sqlite_master")}
         assert {"llm_requests", "llm_requests_run"} <= names
         assert store.llm_usage(run_id)["requests"] == 0

@@ -2,7 +2,9 @@
 
 Writes go through one connection guarded by a lock, each in its own short transaction, so an
 evaluation is on disk before the coordinator accepts the next result: a run killed with SIGKILL
-loses nothing it had already reported, and `--resume` continues from exactly there.
+loses nothing it had already reported, and `--resume` continues from exactly there. Every Store
+of a process on one file shares that connection (app.store.connection: why, and SQLite's list of
+ways to corrupt a database with how each is closed here).
 """
 
 from __future__ import annotations
@@ -12,7 +14,6 @@ import json
 import os
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -20,47 +21,30 @@ from dataclasses import asdict, is_dataclass
 from pathlib import Path
 from typing import Any, Self
 
-import sqlite_utils
-
 from app import __version__
 from app.core.events import Event
 from app.core.types import Evaluation, Lesson, Stage
 from app.goal import Goal, GoalError
-from app.store import llm_usage
+from app.store import connection, llm_usage
+from app.store.connection import StoreError, check_file, pid_alive
+from app.store.identity import goal_family, goal_key
 from app.store.recorder import subscriber as _subscriber
-from app.store.schema import MIGRATIONS, SCHEMA_VERSION
 
-SQLITE_MAGIC = b"SQLite format 3\x00"
+__all__ = ["STATUSES", "DatabaseError", "Store", "StoreError", "UnknownRunError", "check_file",
+           "goal_family", "goal_key"]
+
 STATUSES = ("running", "finished", "stopped", "interrupted", "failed")
 # How a coordinator's stop reason maps onto a run's status.
 _STATUS_OF_REASON = {"stopped": "stopped", "error": "failed", "interrupted": "interrupted"}
-_TABLES = ("projects", "goals", "runs", "candidates", "evaluations", "lessons", "telemetry",
-           "validation_cases", "llm_requests")
 # Tables whose rows belong to one run (deleted with it); candidates belong to the goal and stay.
 _RUN_TABLES = ("evaluations", "lessons", "telemetry", "llm_requests")
 # What any sqlite failure raises: callers outside the store catch it without importing sqlite3.
 DatabaseError = sqlite3.Error
 
 
-class StoreError(RuntimeError):
-    """The history database cannot be used; the message names the file and the problem."""
-
-
 class UnknownRunError(StoreError, KeyError):
     def __str__(self) -> str:  # KeyError would quote the message
         return self.args[0] if self.args else "unknown run"
-
-
-def goal_key(goal: Goal) -> str:
-    """What makes two goals "the same problem": the kernel (operator or recorded space),
-    backend, dtype, shapes, objective, tolerance and constraints. Names, budgets, targets and
-    swarm settings may change between runs of the same goal."""
-    d = goal.to_dict()
-    same = {k: d.get(k) for k in ("operator", "backend", "dtype", "shapes", "objective",
-                                  "tolerance", "constraints")}
-    same["space"] = Path(goal.space).name if goal.space else ""
-    blob = json.dumps(same, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def _json(v: Any) -> str:
@@ -69,24 +53,9 @@ def _json(v: Any) -> str:
     return json.dumps(v, sort_keys=True, default=str)
 
 
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    except OSError:
-        return False
-    return True
-
-
 class Store:
-    """KernelSwarm's history database. Thread-safe; use one per process and file."""
+    """KernelSwarm's history database. Thread-safe. Any number may be opened on one file in one
+    process: they share its one connection, and closing one leaves the others open."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         if path is None:
@@ -94,100 +63,53 @@ class Store:
 
             path = default_db_path()
         self.path = Path(path).expanduser()
-        self._lock = threading.RLock()
-        self._goal_ids: dict[int, tuple[int, str]] = {}  # run id -> (goal id, goal key)
-        self._check_file()
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), check_same_thread=False, isolation_level=None,
-                                   timeout=30.0)
-        except (OSError, sqlite3.Error) as exc:
-            raise StoreError(f"cannot open history database {str(self.path)!r}: {exc}") from None
-        self.conn = conn
-        try:
-            self._open()
-        except StoreError:
-            conn.close()
-            raise
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise StoreError(f"history database {str(self.path)!r} is corrupt or unreadable: "
-                             f"{exc}") from None
-        self.db = sqlite_utils.Database(conn)
+        self._closed = False
+        self._shared = connection.acquire(self.path)
 
-    # ---- opening ------------------------------------------------------------------------
-    def _check_file(self) -> None:
-        """Refuse a file that is not SQLite before sqlite3 gets a chance to touch it."""
-        try:
-            with open(self.path, "rb") as fh:
-                head = fh.read(len(SQLITE_MAGIC))
-        except FileNotFoundError:
-            return
-        except IsADirectoryError:
-            raise StoreError(f"history database {str(self.path)!r} is a directory") from None
-        except OSError as exc:
-            raise StoreError(f"cannot read history database {str(self.path)!r}: {exc}") from None
-        if head and head != SQLITE_MAGIC:
-            raise StoreError(f"{str(self.path)!r} is not a SQLite database; refusing to use it "
-                             "as KernelSwarm history")
+    # ---- the shared connection --------------------------------------------------------------
+    def _live(self) -> connection.Shared:
+        if self._closed:
+            raise StoreError(f"history database {str(self.path)!r} was closed")
+        if self._shared.pid != os.getpid():  # a forked child: never the parent's connection
+            self._shared = connection.acquire(self.path)
+        return self._shared
 
-    def _open(self) -> None:
-        version = self.conn.execute("PRAGMA user_version").fetchone()[0]
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"history database {str(self.path)!r} has schema version {version}, newer than "
-                f"this KernelSwarm {__version__} knows ({SCHEMA_VERSION}); upgrade KernelSwarm "
-                "or use another --db (the file was left untouched)")
-        self.conn.execute("PRAGMA journal_mode=WAL")
-        self.conn.execute("PRAGMA synchronous=NORMAL")  # WAL + NORMAL survives process crashes
-        self.conn.execute("PRAGMA foreign_keys=ON")
-        self._migrate(version)
-        names = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type='table'")}
-        missing = [t for t in _TABLES if t not in names]
-        if missing:
-            raise StoreError(f"history database {str(self.path)!r} is damaged: tables "
-                             f"{', '.join(missing)} are missing")
-        self._reap_dead_runs()
+    @property
+    def conn(self) -> sqlite3.Connection:
+        return self._live().conn
 
-    def _migrate(self, version: int) -> None:
-        for target in range(version + 1, SCHEMA_VERSION + 1):
-            script = MIGRATIONS[target - 1]
-            try:
-                self.conn.executescript(
-                    f"BEGIN IMMEDIATE;\n{script}\nPRAGMA user_version = {target};\nCOMMIT;")
-            except sqlite3.Error as exc:
-                if self.conn.in_transaction:
-                    self.conn.execute("ROLLBACK")
-                raise StoreError(f"cannot upgrade history database {str(self.path)!r} to schema "
-                                 f"version {target}: {exc}") from None
+    @property
+    def db(self) -> Any:
+        """The connection as a sqlite_utils.Database."""
+        return self._live().db
 
-    def _reap_dead_runs(self) -> None:
-        """Runs left 'running' by a process of this host that no longer exists were killed."""
-        host = socket.gethostname()
-        rows = self.conn.execute(
-            "SELECT id, pid FROM runs WHERE status = 'running' AND host = ?", (host,)).fetchall()
-        dead = [rid for rid, pid in rows if not _pid_alive(pid)]
-        if dead:
-            with self._tx() as c:
-                c.executemany("UPDATE runs SET status = 'interrupted', reason = 'interrupted' "
-                              "WHERE id = ? AND status = 'running'", [(r,) for r in dead])
+    @property
+    def _lock(self) -> Any:
+        return self._live().lock
+
+    @property
+    def _goal_ids(self) -> dict[int, tuple[int, str]]:
+        return self._live().goal_ids
 
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
         """One write transaction: committed on success, rolled back on any error."""
-        with self._lock:
-            self.conn.execute("BEGIN IMMEDIATE")
+        shared = self._live()
+        with shared.lock:
+            shared.conn.execute("BEGIN IMMEDIATE")
             try:
-                yield self.conn
+                yield shared.conn
             except BaseException:
-                self.conn.execute("ROLLBACK")
+                shared.conn.execute("ROLLBACK")
                 raise
             else:
-                self.conn.execute("COMMIT")
+                shared.conn.execute("COMMIT")
 
     def close(self) -> None:
-        with self._lock:
-            self.conn.close()
+        """Done with the history; the process's connection closes with its last Store."""
+        if not self._closed:
+            self._closed = True
+            connection.release(self._shared)
 
     def __enter__(self) -> Self:
         return self
@@ -206,9 +128,10 @@ class Store:
         if row:
             return row[0]
         project = c.execute("SELECT id FROM projects WHERE name = 'default'").fetchone()[0]
-        return c.execute("INSERT INTO goals (project_id, key, name, toml, created_at) "
-                         "VALUES (?, ?, ?, ?, ?)",
-                         (project, key, goal.name, goal.to_toml(), time.time())).lastrowid
+        return c.execute("INSERT INTO goals (project_id, key, name, toml, created_at, family) "
+                         "VALUES (?, ?, ?, ?, ?, ?)",
+                         (project, key, goal.name, goal.to_toml(), time.time(),
+                          goal_family(goal))).lastrowid
 
     def create_run(self, goal: Goal, device: dict | Any = None,
                    resumed_from: int | None = None) -> int:
@@ -217,7 +140,7 @@ class Store:
         if resumed_from is not None:
             prev = self.get_run(resumed_from)
             if prev["status"] == "running" and prev["host"] == socket.gethostname() \
-                    and _pid_alive(prev["pid"]) and prev["pid"] != os.getpid():
+                    and pid_alive(prev["pid"]) and prev["pid"] != os.getpid():
                 raise StoreError(f"run {resumed_from} is still running (process {prev['pid']}); "
                                  "stop it before resuming")
         key = goal_key(goal)
@@ -243,7 +166,7 @@ class Store:
                 raise UnknownRunError(f"no run {run_id} in {self.path}")
             status, pid, host = row
             if status == "running" and host == socket.gethostname() and pid != os.getpid() \
-                    and _pid_alive(pid):
+                    and pid_alive(pid):
                 raise StoreError(f"run {run_id} is still running (process {pid}); stop it first")
             c.execute("UPDATE runs SET status = 'running', reason = NULL, finished_at = NULL, "
                       "pid = ?, host = ? WHERE id = ?", (os.getpid(), socket.gethostname(), run_id))
@@ -528,9 +451,10 @@ class Store:
 
     # ---- prior knowledge: what earlier runs of a goal learned -----------------------------
     def goals(self) -> list[dict[str, Any]]:
-        """Every goal as first seen: id, key, name, toml; oldest first."""
+        """Every goal as first seen: id, key, family (app.store.identity.goal_family), name,
+        toml; oldest first."""
         with self._lock:
-            return list(self.db.query("SELECT id, key, name, toml FROM goals ORDER BY id"))
+            return list(self.db.query("SELECT id, key, family, name, toml FROM goals ORDER BY id"))
 
     def goal_lessons(self, goal_id: int, kinds: tuple[str, ...] | None = None) -> list[str]:
         """Texts of the lessons any run of a goal learned (of `kinds`, when given), newest
@@ -563,20 +487,24 @@ class Store:
         """Runs of the same kernel on other devices (and on `device_name` too when
         `include_device`), newest first: id, device (decoded) and minimize. The same kernel is
         the same goal key, or the same `kernel` named in the run's device record (recorded
-        spaces of one kernel on different GPUs); runs without evaluations are left out."""
+        spaces of one kernel on different GPUs); a custom kernel is only ever its own goal key
+        (its recorded space names the function, which other kernels may share). Runs without
+        evaluations are left out."""
         key_here = goal_key(goal)
+        by_name = bool(kernel) and goal.kernel is None
         with self._lock:
             rows = self.conn.execute(
-                "SELECT runs.id, runs.device, runs.minimize, goals.key FROM runs "
+                "SELECT runs.id, runs.device, runs.minimize, goals.key, goals.family FROM runs "
                 "JOIN goals ON goals.id = runs.goal_id "
                 "WHERE EXISTS (SELECT 1 FROM evaluations e WHERE e.run_id = runs.id) "
                 "ORDER BY runs.id DESC").fetchall()
         out = []
-        for run_id, device_json, minimize, key in rows:
+        for run_id, device_json, minimize, key, family in rows:
             device = json.loads(device_json or "{}")
             if device.get("name") == device_name and not include_device:
                 continue
-            if key == key_here or (kernel and device.get("kernel") == kernel):
+            if key == key_here or (by_name and device.get("kernel") == kernel
+                                   and "/kernel:" not in family):
                 out.append({"id": run_id, "device": device, "minimize": bool(minimize)})
                 if len(out) >= limit:
                     break

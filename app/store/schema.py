@@ -2,13 +2,20 @@
 
 `PRAGMA user_version` holds how many migrations a database has had. Opening a database runs the
 missing ones in one transaction each; a database with a newer version than this app knows is
-refused untouched (an older app must not write into a layout it does not understand).
+refused untouched (an older app must not write into a layout it does not understand). A
+migration is SQL, or a Python step given the connection inside that transaction (where rows
+must be recomputed, as goal keys are).
 """
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
+
+from app.store import rekey
+
 # Each entry moves the schema from version i to i + 1. Append only; never edit a released one.
-MIGRATIONS: list[str] = [
+MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 1: the first layout.
     """
     CREATE TABLE projects (
@@ -138,6 +145,9 @@ MIGRATIONS: list[str] = [
     );
     CREATE INDEX IF NOT EXISTS llm_requests_run ON llm_requests(run_id);
     """,
+    # 3: goals keyed by what a custom kernel computes (app.store.identity), goals.family added;
+    # existing runs, candidates, lessons and validation cases regrouped (app.store.rekey).
+    rekey.migrate,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)
