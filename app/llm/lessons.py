@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from app.core.types import Evaluation, Lesson
-from app.goal import Goal, GoalError
+from app.goal import Goal
 from app.llm.facts import category, config_text, is_measured_lesson
-from app.store import Store, StoreError, goal_key
+from app.store import Store, StoreError, goal_family, goal_key
 
 log = logging.getLogger(__name__)
 
@@ -303,7 +303,8 @@ class PriorKnowledge:
 def load_prior(db: str | Path | Store, goal: Goal, *, max_kernels: int = 3,
                max_lessons: int = 20) -> PriorKnowledge:
     """Lessons and best kernels of earlier runs of the same goal (first) or of similar goals
-    (same operator and backend, other shapes or dtype). `db` is an open Store or the path of a
+    (same operator or custom kernel and backend, other shapes or dtype: app.store.goal_family).
+    `db` is an open Store or the path of a
     history database. Empty when the database has none, or cannot be read (a warm start is
     optional)."""
     if isinstance(db, Store):
@@ -319,16 +320,12 @@ def load_prior(db: str | Path | Store, goal: Goal, *, max_kernels: int = 3,
 
 def _prior_from(store: Store, goal: Goal, max_kernels: int, max_lessons: int) -> PriorKnowledge:
     same_key = goal_key(goal)
+    family = goal_family(goal)  # the same operator or custom kernel on this backend, any sizes
     related: list[tuple[int, bool]] = []
     for row in store.goals():
         if row["key"] == same_key:
             related.append((row["id"], True))
-            continue
-        try:
-            other = Goal.from_toml(row["toml"])
-        except (GoalError, TypeError):
-            continue
-        if other.operator == goal.operator and other.backend == goal.backend:
+        elif row["family"] == family:
             related.append((row["id"], False))
     related.sort(key=lambda r: not r[1])  # the same goal first
     prior = PriorKnowledge()
