@@ -25,6 +25,7 @@ from app.core.types import (
     VERIFY_FAILED,
 )
 from app.core.units import run_unit
+from app.run_summary import summarize
 from app.store import Store
 
 FORMATS = ("json", "csv", "t4", "html")
@@ -59,13 +60,17 @@ def _run_summary(store: Store, run_id: int, metric: str) -> dict[str, Any]:
 
 
 def export_json(store: Store, run_id: int) -> dict[str, Any]:
-    """The run, its goal and every evaluation, lesson and telemetry reading."""
+    """The run, its summary (its one speedup and basis, failures by kind), its goal and every
+    evaluation, lesson and telemetry reading."""
     goal = store.goal_of_run(run_id)
+    run = _run_summary(store, run_id, goal.objective.metric)
+    rows = store.evaluation_rows(run_id)
     return {
         "kernelswarm_version": __version__,
-        "run": _run_summary(store, run_id, goal.objective.metric),
+        "run": run,
+        "summary": summarize(run, rows, unit=run["unit"]).to_dict(),
         "goal": goal.to_dict(),
-        "evaluations": store.evaluation_rows(run_id),
+        "evaluations": rows,
         "lessons": store.lessons(run_id=run_id),
         "telemetry": store.telemetry(run_id),
     }

@@ -12,18 +12,14 @@ from __future__ import annotations
 import datetime as dt
 import html
 import json
+import os
+import re
 from typing import Any
 
 from app import __version__
 from app.core.types import Evaluation
-from app.core.units import (
-    format_gain,
-    format_percent,
-    format_value,
-    fraction_of_limit,
-    gain,
-    run_unit,
-)
+from app.core.units import format_gain, format_percent, format_value, gain, run_unit
+from app.run_summary import RunSummary, hardware_fraction, summarize
 from app.swarm.lessons import current_lessons
 
 AGENT_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
@@ -222,17 +218,151 @@ def _catalog_template(backend: str, goal) -> tuple[str, str] | None:
         return None
 
 
+def _custom_source(run: dict, goal) -> tuple[str, str] | None:
+    """(source, language) of a user's kernel: as kept with the run when it started (what ran),
+    else (runs stored before that was kept) the file beside the goal, as it is now."""
+    kept = (run.get("device") or {}).get("kernel_source")
+    if isinstance(kept, dict) and kept.get("text"):
+        return str(kept["text"]), str(kept.get("language") or "c")
+    if goal.kernel is None:
+        return None
+    from app.session import kernel_source_record
+
+    now = kernel_source_record(goal).get("kernel_source")
+    return (str(now["text"]), str(now["language"])) if now else None
+
+
 def best_kernel_text(run: dict, goal, best: Evaluation) -> tuple[str, str]:
     """(text, pygments language) of what the best candidate ran: its parameters as the
-    #defines the compiler got, then its own source (LLM or user kernels) or the catalog
-    template; for recorded spaces, its configuration."""
-    source = (best.source, "cuda" if run.get("backend") == "cuda" else "c") if best.source \
-        else _catalog_template(run.get("backend", ""), goal)
+    #defines the compiler got, then its own source (LLM rewrites), the user's kernel or the
+    catalog template; for recorded spaces, its configuration."""
+    language = "cuda" if run.get("backend") == "cuda" else "c"
+    source = (best.source, language) if best.source \
+        else _custom_source(run, goal) or _catalog_template(run.get("backend", ""), goal)
     if source is None:
         return json.dumps(best.config, indent=2), "json"
     text, language = source
     defines = "".join(f"#define {k} {v}\n" for k, v in best.config.items())
     return f"/* parameters of this candidate (passed to the compiler as -D) */\n{defines}\n{text}", language
+
+
+# ---- paths in a shared report ------------------------------------------------------------------
+_PATH_SUFFIX = re.compile(r"^(.*?)(:[A-Za-z_]\w*)?$")  # "ref.py:function", "data.npz:name"
+
+
+def _portable_path(value: str, base: str) -> str:
+    """`value` relative to the goal file's folder; a file elsewhere on the disk by its name
+    alone, so a shared report never shows the author's home directory."""
+    match = _PATH_SUFFIX.match(value)
+    path, suffix = (match.group(1), match.group(2) or "") if match else (value, "")
+    if not path or not (os.path.isabs(path) or path.startswith("~")):
+        return value
+    path = os.path.expanduser(path)
+    try:
+        rel = os.path.relpath(path, base) if base else ""
+        shared = os.path.commonpath([path, base]) if base else os.sep
+    except ValueError:  # another drive
+        rel, shared = "", os.sep
+    keep = rel if rel and os.path.dirname(shared) != shared else os.path.basename(path)
+    return keep + suffix
+
+
+def portable_goal_toml(goal) -> str:
+    """The goal as TOML with the paths of the user's files relative to the goal file."""
+    from app.goal import Goal
+
+    copy = Goal.from_toml(goal.to_toml())
+    base = os.path.dirname(goal.source_path) if goal.source_path else ""
+    if copy.space:
+        copy.space = _portable_path(copy.space, base)
+    table = copy.kernel
+    if table is not None:
+        if isinstance(table.source, list):
+            table.source = [_portable_path(s, base) for s in table.source]
+        elif table.source:
+            table.source = _portable_path(table.source, base)
+        for name in ("reference", "expected", "reference_source", "recorded_space"):
+            if getattr(table, name):
+                setattr(table, name, _portable_path(getattr(table, name), base))
+        for arg in table.args:
+            if isinstance(arg.get("file"), str):
+                arg["file"] = _portable_path(arg["file"], base)
+    return copy.to_toml()
+
+
+# ---- the page -----------------------------------------------------------------------------------
+def _hardware_cell(e: Evaluation, limit: float | None, minimize: bool) -> str:
+    hw = hardware_fraction(e.metrics, e.resources, value=e.value, limit=limit, minimize=minimize)
+    if hw is None:
+        return "—"
+    text = _esc(format_percent(hw[0]))
+    if hw[0] > 1.0:
+        text = f"<span class='flag'>{text}</span>"
+    return f"{text} <span class='note'>{_esc(hw[1])}</span>"
+
+
+def _summary_rows(run: dict, summary: RunSummary, best: Evaluation | None, evals: list,
+                  unit: str) -> list[list[str]]:
+    device = run.get("device") or {}
+    spread = ""
+    if best is not None and best.p10_ms is not None and best.p90_ms is not None and best.time_ms:
+        middle = "mean recorded by Kernel Tuner" if run["backend"] == "replay" else "median"
+        spread = (f"{_num(best.time_ms)} ms {middle}, p10–p90 {_num(best.p10_ms)}–{_num(best.p90_ms)} ms "
+                  f"({100 * (best.p90_ms - best.p10_ms) / best.time_ms:.2g} % spread)")
+    start = run.get("baseline_value")
+    baseline = "— (none measured)"
+    if start:
+        baseline = (format_value(start, unit) + (f" ({device['baseline']})" if device.get("baseline") else "")
+                    + (" measured when the run was resumed" if device.get("baseline_at") == "resume"
+                       else " measured at the start of the run"))
+    if summary.basis_kind == "final":
+        baseline += (f"; re-timed at the end with the best: "
+                     f"{format_value(summary.baseline_value, unit)} ({summary.baseline_name or '—'})")
+    speed = summary.speedup_text() or "—"
+    c_loop = summary.comparison.get("speedup_vs_c_reference")
+    if c_loop:
+        speed += f"; {c_loop:.2f}× over the plain C loop"
+    hardware = _esc(summary.hardware_text() or "—")
+    if summary.hardware is not None and summary.hardware[0] > 1.0:
+        hardware = (f"<span class='flag'>{hardware} — above the measured roof: suspect, check the "
+                    "measurement</span>")
+    refused = f", {summary.refused} refused as beyond the hardware roof" if summary.refused else ""
+    limit = run.get("limit_value")
+    return [
+        ["goal", _esc(run["name"])], ["backend", _esc(run["backend"])],
+        ["device", _esc(device.get("name", "—"))],
+        ["status", _esc(f"{run['status']} ({run.get('reason') or '—'})")],
+        ["evaluations", _esc(f"{summary.evaluations} ({summary.succeeded} correct, "
+                             f"{summary.failed} failed{refused})")],
+        ["best", _esc(format_value(best.value if best else None, unit))],
+        ["timing of the best", _esc(spread or "—") + (
+            " <span class='flag'>measured while the machine was busy or with a wide spread</span>"
+            if best is not None and best.metrics.get("noisy") else "")],
+        ["baseline", _esc(baseline)],
+        ["speedup", _esc(speed)], *[["", f"<span class='note'>{_esc(n)}</span>"] for n in summary.notes],
+        ["of the hardware", hardware],
+        ["limit", _esc(format_value(limit, unit) if limit else "— (unknown for this backend)")],
+        ["run time", f"{run.get('elapsed_s') or 0:.1f} s"], ["seed", _esc(run.get("seed"))],
+    ]
+
+
+def _failures_html(summary: RunSummary) -> str:
+    if not summary.failures:
+        return "<p class='note'>None.</p>"
+    rows = [[_esc(f.label), f.count,
+             (f"<span class='note'>#{f.first_index}</span> " if f.first_index else "")
+             + f"<code>{_esc(f.first_message or '—')}</code>"] for f in summary.failures]
+    return _table(["kind", "count", "first message"], rows, numeric={1})
+
+
+def _profile_html(summary: RunSummary) -> str:
+    if not summary.profile or summary.best is None:
+        return "<p class='note'>No stage times recorded.</p>"
+    total = sum(s for _, s in summary.profile) or 1.0
+    rows = [[_esc(name), f"{seconds:.3f} s", f"{100 * seconds / total:.0f} %"]
+            for name, seconds in summary.profile]
+    return (f"<p class='note'>Evaluation #{summary.best['index']} of the best candidate, "
+            f"{total:.2f} s in all.</p>" + _table(["stage", "time", "share"], rows, numeric={1, 2}))
 
 
 def render_report(store, run_id: int, top: int = 20) -> str:
@@ -241,68 +371,40 @@ def render_report(store, run_id: int, top: int = 20) -> str:
     unit = run_unit(run, goal.objective.metric)
     minimize = goal.objective.minimize
     evals: list[Evaluation] = [e for _, e, _ in store.load_evaluations(run_id)]
+    summary = summarize(run, store.evaluation_rows(run_id), unit=unit)
     ok = sorted((e for e in evals if e.ok and e.value is not None),
                 key=lambda e: e.value if minimize else -e.value)
-    first = next((e.value for e in evals if e.ok and e.value is not None), None)
     best = ok[0] if ok else None
     baseline, limit = run.get("baseline_value"), run.get("limit_value")
-    reference = baseline or first
-    speed = gain(best.value if best else None, reference, minimize)
-    roof = fraction_of_limit(best.value if best else None, limit, minimize)
+    reference = summary.row_reference  # rows are never rescaled by a later re-timing
 
-    failures: dict[str, int] = {}
     agents: dict[str, list[int]] = {}
     current = None
     for e in evals:
         stats = agents.setdefault(e.agent, [0, 0, 0])
         stats[0] += 1
         if not e.ok:
-            failures[e.reason or "failed"] = failures.get(e.reason or "failed", 0) + 1
             stats[1] += 1
         elif e.value is not None and (current is None or (e.value < current if minimize else e.value > current)):
             current = e.value
             stats[2] += 1
 
     device = run.get("device") or {}
-    spread = ""
-    if best is not None and best.p10_ms is not None and best.p90_ms is not None and best.time_ms:
-        middle = "mean recorded by Kernel Tuner" if run["backend"] == "replay" else "median"
-        spread = (f"{_num(best.time_ms)} ms {middle}, p10–p90 {_num(best.p10_ms)}–{_num(best.p90_ms)} ms "
-                  f"({100 * (best.p90_ms - best.p10_ms) / best.time_ms:.2g} % spread)")
-    roof_text = format_percent(roof)
-    if roof is not None and roof > 1.0:
-        roof_text = (f"<span class='flag'>{roof_text} — above the measured limit: suspect, "
-                     "check the measurement</span>")
-    summary = [
-        ["goal", _esc(run["name"])], ["backend", _esc(run["backend"])],
-        ["device", _esc(device.get("name", "—"))],
-        ["status", _esc(f"{run['status']} ({run.get('reason') or '—'})")],
-        ["evaluations", f"{run['evaluations']} ({run['succeeded']} correct, {len(evals) - len(ok)} failed)"],
-        ["best", _esc(format_value(best.value if best else None, unit))],
-        ["timing of the best", _esc(spread or "—") + (
-            " <span class='flag'>measured while the machine was busy or with a wide spread</span>"
-            if best is not None and best.metrics.get("noisy") else "")],
-        ["baseline", _esc((format_value(baseline, unit) + (f" ({device['baseline']})" if device.get("baseline") else ""))
-                          if baseline else "— (none measured)")],
-        ["speedup", _esc(f"{format_gain(speed)} over {'the baseline' if baseline else 'the first correct candidate'}"
-                         if speed else "—")],
-        ["limit", _esc(format_value(limit, unit) if limit else "— (unknown for this backend)")],
-        ["of the limit", roof_text],
-        ["run time", f"{run.get('elapsed_s') or 0:.1f} s"], ["seed", _esc(run.get("seed"))],
-    ]
     best_rows = []
     for rank, e in enumerate(ok[:top], 1):
-        frac = fraction_of_limit(e.value, limit, minimize)
         best_rows.append([rank, _esc(format_value(e.value, unit)),
                           _esc(f"{_num(e.p10_ms)}–{_num(e.p90_ms)} ms" if e.p10_ms is not None else "—"),
                           _esc(format_gain(gain(e.value, reference, minimize))),
-                          _esc(format_percent(frac)), _esc(e.agent),
+                          _hardware_cell(e, limit, minimize), _esc(e.agent),
                           _esc("  ".join(f"{k}={v}" for k, v in e.config.items()))])
     lessons = current_lessons(store.lessons(run_id=run_id))
     source = ""
     if best is not None:
         text, language = best_kernel_text(run, goal, best)
-        source = _source_html(text, language)
+        command = best.resources.get("compile_command")
+        source = (_source_html(text, language)
+                  + (f"<p class='note'>Compiled with <code>{_esc(command)}</code></p>" if command else ""))
+    gain_head = f"gain vs {summary.row_reference_label}" if summary.row_reference_label else "gain"
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
@@ -311,20 +413,19 @@ def render_report(store, run_id: int, top: int = 20) -> str:
 <h1>Run {run_id}: {_esc(run['name'])}</h1>
 <p class="meta">{_esc(device.get('name', ''))} · KernelSwarm {__version__} · report of
 {dt.datetime.now():%Y-%m-%d %H:%M}</p>
-<h2>Summary</h2>{_table(None, summary)}
+<h2>Summary</h2>{_table(None, _summary_rows(run, summary, best, evals, unit))}
+<h2>Failures by kind</h2>{_failures_html(summary)}
 <h2>Convergence</h2>{convergence_svg(evals, minimize, unit, baseline, limit)}
 <h2>Agents</h2>{agents_svg(agents)}
 {_table(["agent", "evaluations", "failed", "improvements"],
         [[_esc(a), *v] for a, v in sorted(agents.items())], numeric={1, 2, 3})}
 <h2>Best candidates</h2>
-{_table(["rank", f"objective ({unit})", "p10–p90", "gain", "of limit", "agent", "parameters"],
+{_table(["rank", f"objective ({unit})", "p10–p90", gain_head, "of the hardware", "agent", "parameters"],
         best_rows, numeric={0, 1, 2, 3, 4}, classes={6: "params"})}
 <h2>Best kernel</h2>{source or "<p class='note'>No correct candidate.</p>"}
-<h2>Failures by reason</h2>
-{_table(["reason", "count"], [[_esc(k), v] for k, v in sorted(failures.items(), key=lambda kv: -kv[1])],
-        numeric={1}) if failures else "<p class='note'>None.</p>"}
+<h2>Where the best's evaluation time went</h2>{_profile_html(summary)}
 <h2>Lessons</h2>
 {_table(["kind", "lesson"], [[_esc(r["kind"]), _esc(r["text"])] for r in lessons]) if lessons else "<p class='note'>None.</p>"}
-<h2>Goal</h2><pre class="source">{_esc(goal.to_toml())}</pre>
+<h2>Goal</h2><pre class="source">{_esc(portable_goal_toml(goal))}</pre>
 </body></html>
 """

@@ -9,6 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.core.evaluator import Evaluator
@@ -73,6 +74,29 @@ def target_value(goal: Goal, baseline: float | None, limit: float | None) -> flo
     return None
 
 
+KERNEL_SOURCE_CHARS = 200_000  # a user's kernel is kept with the run up to this size
+
+
+def kernel_source_record(goal: Goal) -> dict[str, Any]:
+    """A custom kernel's own source, kept in the run's record: the report shows what ran even
+    after the file is edited or the goal directory is gone. Empty for catalog operators (their
+    template is in the catalog) and for files that cannot be read (the run's check says why)."""
+    table = goal.kernel
+    if table is None or not table.source:
+        return {}
+    names = table.source if isinstance(table.source, list) else [table.source]
+    base = Path(goal.source_path).parent if goal.source_path else Path.cwd()
+    try:  # joined as app.catalog.custom.spec joins them for the compiler
+        text = "\n".join((base / name).read_text(encoding="utf-8") for name in names)
+    except (OSError, UnicodeDecodeError):
+        return {}
+    if len(text) > KERNEL_SOURCE_CHARS:
+        return {}
+    language = table.language or ("cuda" if goal.backend == "cuda" else "c")
+    return {"kernel_source": {"files": [Path(n).name for n in names], "text": text,
+                              "language": language}}
+
+
 class RunSession:
     """Runs a goal (or resumes a run) with its evaluator, coordinator and store subscriber."""
 
@@ -115,9 +139,10 @@ class RunSession:
             learned = {"learned_from": transfer.sources} if transfer else {}
             self.record: dict[str, Any] = {"kind": device.kind, "name": device.name,
                                            **device.details, "unit": self.unit, **learned}
+            self.record.update(kernel_source_record(goal))
             self.run_id = store.create_run(goal, self.record) if store else None
         else:
-            self.record = dict(stored_run["device"])
+            self.record = {**kernel_source_record(goal), **stored_run["device"]}
         measured = self.evaluator.baseline()
         name_baseline = getattr(self.evaluator, "baseline_name", None)
         measured_name = (name_baseline() or "") if measured is not None and name_baseline else ""

@@ -11,11 +11,11 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from app.core.types import Evaluation, Stage
 from app.export import T4_SCHEMA_PATH, export_csv, export_json, export_t4, render, t4_schema
 from app.goal import Goal
 from app.session import RunSession
 from app.store import Store
-from app.core.types import Evaluation, Stage
 
 
 @pytest.fixture
@@ -92,3 +92,16 @@ def test_json_export_holds_run_goal_and_every_evaluation(recorded_run):
     assert doc["run"]["id"] == run_id and doc["goal"]["name"] == "pnpoly test"
     assert [e["index"] for e in doc["evaluations"]] == list(range(1, 41))
     assert export_json(store, run_id)["evaluations"][0]["config"] == doc["evaluations"][0]["config"]
+
+
+def test_json_export_carries_the_runs_one_summary(recorded_run):
+    """The same speedup, basis and failure kinds as `show`, the report and the window."""
+    from app.run_summary import summarize_store
+
+    store, run_id = recorded_run
+    doc = json.loads(render(store, run_id, "json"))
+    expected = summarize_store(store, run_id)
+    assert doc["summary"]["speedup"] == pytest.approx(expected.speedup)
+    assert doc["summary"]["speedup_basis"] == expected.speedup_basis
+    assert doc["summary"]["speedup_basis"].startswith("over the first successful evaluation")
+    assert [f["reason"] for f in doc["summary"]["failures"]] == [f.reason for f in expected.failures]

@@ -3,17 +3,18 @@ the best kernel's source, rendered without Qt; checked in headless Chromium when
 
 from __future__ import annotations
 
+import html
 import re
 import shutil
 import subprocess
 import sys
 
 import pytest
+from project_paths import ROOT, SMALL_SPACE
 
 from app.goal import Goal, StopRules, SwarmSettings
 from app.session import RunSession
 from app.store import Store
-from project_paths import SMALL_SPACE
 
 
 @pytest.fixture
@@ -66,7 +67,57 @@ def test_a_cpu_run_shows_the_kernel_that_ran(tmp_path):
     # the baseline is named: which library (or compiler) the speedup is over
     with Store(db) as store:
         assert store.get_run(session.run_id)["device"]["baseline"] == "numpy"
-    assert re.search(r"<td>baseline</td><td>[^<]* ms \(numpy\)</td>", page), page[:3000]
+    assert re.search(r"<td>baseline</td><td>[^<]* ms \(numpy\) measured at the start of the run",
+                     page), page[:3000]
+    # the run's one speedup, as `show` and the window give it (app.run_summary)
+    from app.run_summary import summarize_store
+
+    with Store(db) as store:
+        summary = summarize_store(store, session.run_id)
+    assert f"<td>speedup</td><td>{html.escape(summary.speedup_text())}" in page
+
+
+@pytest.mark.slow
+def test_a_custom_kernel_report_shows_its_source_and_no_home_directory(tmp_path):
+    """The best kernel is the user's source (with its parameters as -D), not the parameter
+    JSON; the goal's paths are relative to the goal file even when the goal named them
+    absolutely (as the window's form does), so a shared report shows no home directory."""
+    if shutil.which("cc") is None:
+        pytest.skip("needs a C compiler")
+    home = tmp_path / "home" / "alice" / "kernels"
+    shutil.copytree(ROOT / "resources" / "goals" / "custom" / "pnpoly_c", home)
+    text = (home / "goal.toml").read_text()
+    text = text.replace('source = "pnpoly.c"', f'source = "{home / "pnpoly.c"}"')
+    text = text.replace('reference = "reference.py:pnpoly"',
+                        f'reference = "{home / "reference.py"}:pnpoly"')
+    (home / "goal.toml").write_text(text.replace("max_evals = 20", "max_evals = 1"))
+    db = tmp_path / "h.sqlite"
+    with Store(db) as store:
+        session = RunSession(Goal.load(home / "goal.toml"), store=store)
+        session.run()
+    (home / "pnpoly.c").write_text("/* edited after the run */\n")  # the report shows what ran
+    out = tmp_path / "custom.html"
+    assert _export(db, session.run_id, out).returncode == 0
+    page = out.read_text()
+    assert "int odd[CHUNK]" in html.unescape(re.sub(r"<[^>]+>", "", page))  # the real source
+    assert "#define CHUNK" in page and "edited after the run" not in page
+    assert "-DCHUNK=" in page  # the compile command
+    assert str(tmp_path) not in page and "alice" not in page
+    goal_section = html.unescape(page.split("<h2>Goal</h2>")[1])
+    assert 'source = "pnpoly.c"' in goal_section
+    assert 'reference = "reference.py:pnpoly"' in goal_section
+
+
+def test_paths_outside_the_goal_folder_keep_only_their_name():
+    from app.html_report import portable_goal_toml
+
+    goal = Goal(name="paths", backend="replay", space="/home/alice/spaces/pnpoly.json")
+    goal.source_path = "/home/alice/goals/goal.toml"
+    assert 'space = "../spaces/pnpoly.json"' in portable_goal_toml(goal)
+    goal.source_path = "/tmp/goal.toml"  # nothing shared but the root: the name alone
+    assert 'space = "pnpoly.json"' in portable_goal_toml(goal)
+    goal.space = "spaces/pnpoly.json"  # relative already: as written
+    assert 'space = "spaces/pnpoly.json"' in portable_goal_toml(goal)
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")

@@ -183,6 +183,17 @@ class CustomOperator:
             scale[name] = atol + rtol * mag if a.check else xp.full(r.shape, np.inf)
         return scale
 
+    def tolerance_text(self, name: str, expected: Any) -> str:
+        """The output's own tolerance, for a verification message (the verifier's rtol/atol are
+        1 and 0 here: error_scale holds the real ones)."""
+        a = self._arg[name]
+        rtol = a.rtol if a.rtol is not None else DEFAULT_RTOL[self.spec.dtype]
+        if a.atol is not None:
+            return f"rtol {rtol:.2e}, atol {a.atol:.1e}"
+        finite = abs(expected[abs(expected) < math.inf])
+        top = float(finite.max()) if finite.size else 0.0
+        return f"rtol {rtol:.2e}, atol {rtol * top:.1e} = rtol × max |expected| {top:.4g}"
+
     def rtol_growth(self, shape: Sequence[int], dtype: str = "float32") -> float:
         return 1.0 / TABLE_RTOL.get(dtype, 1e-5)  # rtol 1: error_scale holds each output's tolerance
 
