@@ -22,7 +22,7 @@ import pytest
 import app
 from app.core.types import Evaluation
 from app.goal import Goal
-from app.store import Store
+from app.store import Store, StoreError, check_file
 
 ROOT = str(Path(app.__file__).resolve().parent.parent)
 
@@ -33,7 +33,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from app.core.types import Evaluation
 from app.goal import Goal
-from app.store import Store
+from app.store import Store, StoreError, check_file
 db, name, rounds, per_round = sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
 goal = Goal(name=name, space="pnpoly_RTX_3090.json.gz")
 with Store(db) as store:
@@ -58,7 +58,7 @@ import os, sys
 sys.path.insert(0, sys.argv[1])
 from app.core.types import Evaluation
 from app.goal import Goal
-from app.store import Store
+from app.store import Store, StoreError, check_file
 db, stop = sys.argv[2], sys.argv[3]
 held = Store(db)
 run = held.create_run(Goal(name="window", space="pnpoly_RTX_3090.json.gz"), {"name": "window"})
@@ -170,7 +170,7 @@ import sys
 sys.path.insert(0, sys.argv[1])
 from app.core.types import Evaluation
 from app.goal import Goal
-from app.store import Store
+from app.store import Store, StoreError, check_file
 held = Store(sys.argv[2])
 run = held.create_run(Goal(name="window", space="pnpoly_RTX_3090.json.gz"), {})
 print("run", run, flush=True)
@@ -283,6 +283,8 @@ def test_a_forked_child_opens_its_own_connection(tmp_path):
                     ok = id(child.conn) != inherited and child.get_run(run)["id"] == run
                     child.record_evaluation(run, 1, Evaluation(key="k", config={}, ok=True,
                                                                value=1.0), 1.0, 1.0)
+                    # the parent's Store object, used here, opens the child's own connection
+                    ok = ok and parent.conn is child.conn and parent.get_run(run)["id"] == run
                     code = 0 if ok else 2
             finally:
                 os.write(write, bytes([code]))
@@ -293,3 +295,32 @@ def test_a_forked_child_opens_its_own_connection(tmp_path):
         os.waitpid(pid, 0)
         assert code == b"\x00"
         assert len(parent.load_evaluations(run)) == 1  # the parent's connection still works
+
+
+def test_a_file_open_in_this_process_is_never_opened_again_by_a_check(tmp_path, monkeypatch):
+    """Closing any descriptor of the file would drop the live connection's locks: a second
+    Store and an explicit check look at the registry, not at the file."""
+    import builtins
+
+    db = tmp_path / "history.sqlite"
+    opened: list[str] = []
+    real_open = builtins.open
+
+    def spy(file, *args, **kwargs):
+        opened.append(str(file))
+        return real_open(file, *args, **kwargs)
+
+    with Store(db):
+        monkeypatch.setattr(builtins, "open", spy)
+        Store(db).close()
+        check_file(db)
+        monkeypatch.undo()
+    assert str(db) not in opened and str(db.resolve()) not in opened
+
+
+def test_a_history_with_two_hard_links_is_refused_in_one_line(tmp_path):
+    db = tmp_path / "history.sqlite"
+    Store(db).close()
+    os.link(db, tmp_path / "other-name.sqlite")
+    with pytest.raises(StoreError, match="2 hard links"):
+        Store(db)

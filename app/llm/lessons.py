@@ -304,9 +304,8 @@ def load_prior(db: str | Path | Store, goal: Goal, *, max_kernels: int = 3,
                max_lessons: int = 20) -> PriorKnowledge:
     """Lessons and best kernels of earlier runs of the same goal (first) or of similar goals
     (same operator or custom kernel and backend, other shapes or dtype: app.store.goal_family).
-    `db` is an open Store or the path of a
-    history database. Empty when the database has none, or cannot be read (a warm start is
-    optional)."""
+    `db` is an open Store or the path of a history database. Empty when the database has none,
+    or cannot be read (a warm start is optional)."""
     if isinstance(db, Store):
         return _prior_from(db, goal, max_kernels, max_lessons)
     if not Path(db).exists():

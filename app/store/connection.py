@@ -91,7 +91,8 @@ def _forget_after_fork() -> None:
     _registry_lock = threading.Lock()  # another thread may have held it at fork time
     for shared in list(_registry.values()):
         _inherited.append(shared)
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(shared.conn))  # never deallocated (closed)
+        with contextlib.suppress(Exception):  # never deallocated, so never closed, even at exit
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(shared.conn))
     _registry.clear()
 
 
