@@ -96,6 +96,10 @@ class WorkerReply:
     result: Any = None
     fault: WorkerFault | None = None
     log: str = ""  # captured stdout/stderr of the worker during this request
+    # seconds this request spent waiting for a worker, and starting one (a stage profile's
+    # engine-side stages: app.gpu.cascade.account_stages)
+    waited_s: float = 0.0
+    started_s: float = 0.0
 
 
 class _PlainUnpickler(pickle.Unpickler):
@@ -381,8 +385,16 @@ class Worker:
     def request(self, message: Any, deadlines: Deadlines,
                 on_stage: Callable[[str], None] | None = None) -> WorkerReply:
         """Send one request and watch the worker until it answers, dies or overruns."""
+        t0 = time.monotonic()
         if not self.alive():
             self.start()
+        started = time.monotonic() - t0
+        reply = self._request(message, deadlines, on_stage)
+        reply.started_s = started
+        return reply
+
+    def _request(self, message: Any, deadlines: Deadlines,
+                 on_stage: Callable[[str], None] | None) -> WorkerReply:
         log_start = os.path.getsize(self.log_path)
         stage, stage_t0 = "start", time.monotonic()
         request_t0 = stage_t0
@@ -509,13 +521,16 @@ class WorkerPool:
 
     def call(self, message: Any, deadlines: Deadlines,
              on_stage: Callable[[str], None] | None = None) -> WorkerReply:
+        t0 = time.monotonic()
         worker = self._idle.get()
         try:
             if self._closed:
                 raise RuntimeError("the worker pool is closed")
             if worker.served >= self.recycle_after and worker.alive():
                 worker.stop()  # recycled: a fresh process starts on the next request
+            waited = time.monotonic() - t0
             reply = worker.request(message, deadlines, on_stage)
+            reply.waited_s = waited
             if reply.fault is not None:
                 worker.restarts += 1  # the dead worker is replaced lazily by the next request
             elif isinstance(reply.result, dict) and reply.result.get("restart"):

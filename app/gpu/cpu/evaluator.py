@@ -7,6 +7,7 @@ import dataclasses
 import os
 import platform
 import random
+import re
 import threading
 import time
 from collections.abc import Sequence
@@ -22,10 +23,11 @@ from app.core.space import SearchSpace
 from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal, GoalError
 from app.gpu import cpu_roof
-from app.gpu.cascade import CascadeRequest, evaluation_from_reply
+from app.gpu.cascade import CascadeRequest, account_stages, evaluation_from_reply
 from app.gpu.cpu.toolchain import build_key, toolchain
 from app.gpu.cpu.worker import host_program_for
 from app.gpu.kernel_host import host_supported
+from app.gpu.roof_check import RoofCheck
 from app.gpu.timing import TimingSettings
 from app.gpu.verify import ValidationSet
 from app.gpu.worker import Deadlines, WorkerPool
@@ -34,6 +36,10 @@ from app.paths import cache_dir
 # OpenBLAS's workers spin 2^28 TSC cycles after a call (measured 0.105 s of CPU here): the
 # pause before timing the other contestant, with room for a slower clock
 BLAS_SETTLE_S = 0.15
+# words of a source that can start threads (OpenMP, pthreads, C11 threads, raw clone): a kernel
+# without any runs one; with any, it may run as many as there are cores
+_STARTS_THREADS = re.compile(r"omp|pthread|thrd_|clone|_Pragma|syscall|dlsym|__asm|asm\s*\(",
+                             re.IGNORECASE)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class CpuEvaluator(Evaluator):
                                recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
                                name=f"cpu-{self.op.name}-", programs=[host] if host else [])
         self._baselines: dict[str, Any] | None = None
+        self._baseline_start_s = 0.0  # seconds the baselines' request spent starting the worker
         self._roofs: cpu_roof.Roofs | bool | None = None
         self._roof_lock = threading.Lock()
         self.roof_error = ""
@@ -139,15 +146,29 @@ class CpuEvaluator(Evaluator):
                     self._roofs, self.roof_error = False, str(exc)[:300]
             return self._roofs or None
 
-    def roof(self, config: dict[str, Any]) -> tuple[float, str, str, float] | None:
-        """(fastest possible ms over the goal's shapes, level, how it was found, GB/s) for a
-        memory-bound candidate: each shape's working set at the roof of the cache level it fits
-        in, at the candidate's THREADS."""
+    def kernel_threads(self, config: dict[str, Any], source: str | None = None) -> int:
+        """The threads the kernel really runs, for its roof. A catalog template runs THREADS;
+        any other code (your own kernel, an LLM's rewrite) may start its own: every core,
+        unless its source has no way to start a thread at all."""
+        cores = os.cpu_count() or 1
+        own = source is not None and source != self.template
+        if "THREADS" in config and not own and not self.goal.kernel:
+            try:
+                return max(1, min(int(config["THREADS"]), cores))
+            except (TypeError, ValueError):
+                return cores
+        text = source if source is not None else self.template
+        return cores if _STARTS_THREADS.search(text) else 1
+
+    def roof(self, config: dict[str, Any], source: str | None = None) -> RoofCheck | None:
+        """What a memory-bound candidate is held to: each goal shape's working set at the
+        cached roof of the cache level it fits in, at the kernel's threads (kernel_threads).
+        The worker measures it again beside the candidate before refusing anything."""
         roofs = self.roofs()
         if roofs is None or self.op.throughput_unit != "GB/s":
             return None
-        threads = int(config.get("THREADS", 1))
-        total_ms, first = 0.0, None
+        threads = self.kernel_threads(config, source)
+        shapes = []
         for shape in self.goal.shapes:
             nbytes = float(self.op.bytes_moved(tuple(shape)))
             level, gbs = roofs.roof_for(nbytes, threads)
@@ -155,15 +176,15 @@ class CpuEvaluator(Evaluator):
             gbs = max(gbs or 0.0, roofs.bandwidth(level, 1) or 0.0)
             if not gbs:
                 return None
-            total_ms += nbytes / (gbs * 1e9) * 1e3
-            first = first or (level, gbs)
-        level, gbs = first
-        return total_ms, level, f"{level} roof {gbs:.1f} GB/s at {threads} threads", gbs
+            shapes.append((nbytes, level, gbs))
+        return RoofCheck(threads, [(lv.name, lv.size_bytes, lv.shared_by) for lv in roofs.levels],
+                         shapes)
 
     def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
-        roof = self.roof(candidate.config)
+        check = self.roof(candidate.config, candidate.source)
         return CascadeRequest(
-            roof_ms=roof[0] if roof else None, roof_detail=roof[2] if roof else "",
+            roof_ms=check.roof_ms() if check else None, roof_detail=check.label() if check else "",
+            roof_check=check,
             key=candidate.key, config=dict(candidate.config), source=candidate.source,
             template=self.template, goal_shapes=[list(s) for s in self.goal.shapes],
             params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
@@ -193,22 +214,44 @@ class CpuEvaluator(Evaluator):
         if not self.space.is_valid(candidate.config):
             return Evaluation(ok=False, reason=INVALID, detail="not a valid configuration of the space",
                               stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
-        baselines = self._ensure_baselines()
-        reply = self.pool.call(("evaluate", self._request(candidate)), self.settings.deadlines)
+        before: list[Stage] = []
+        t = time.perf_counter()
+        baselines = self._ensure_baselines()  # measured once per run, on the first evaluation
+        if time.perf_counter() - t >= 0.001:
+            started, self._baseline_start_s = self._baseline_start_s, 0.0
+            if started:  # the request that measured them started the worker
+                before.append(Stage("worker_start", True, started, "a fresh worker process"))
+            before.append(Stage("baselines", True, time.perf_counter() - t - started,
+                                "numpy and the C reference, once per run"))
+        t = time.perf_counter()
+        request = self._request(candidate)  # the cached roofs are measured on the first
+        if time.perf_counter() - t >= 0.001:
+            before.append(Stage("roofs", True, time.perf_counter() - t, "the machine's memory "
+                                "roofs, or the cached ones read"))
+        reply = self.pool.call(("evaluate", request), self.settings.deadlines)
         ev = evaluation_from_reply(reply, **base)
-        roof = self.roof(candidate.config)
-        if roof is not None:
-            ev.resources["roof_level"] = roof[1]
-            ev.metrics["roof_gbs"] = roof[3]
+        self._hardware_fraction(ev, request.roof_check)
         if ev.ok:
             self._relative_metrics(ev, baselines or {})
         if ev.failing_case:
             self.add_validation_case(ev.failing_case)
-        ev.sim_seconds = time.perf_counter() - t0
+        account_stages(ev, before, reply, time.perf_counter() - t0)
         return ev
 
     def recheck(self, candidate: Candidate) -> Evaluation:
         return self.evaluate(candidate)  # the cascade checks the stored cases first
+
+    def _hardware_fraction(self, ev: Evaluation, check: RoofCheck | None) -> None:
+        """One fraction of the hardware per candidate, named by its roof: the cascade wrote
+        fraction_of_roof and the roof's label (raised by a fresh measurement where there was
+        one); a compute-bound operator has no measured roof on the CPU and says so."""
+        if check is None:
+            if ev.ok and self.op.throughput_unit != "GB/s":
+                ev.resources["roof"] = "no roof (no measured FLOP/s roof on the CPU)"
+            return
+        ev.resources["roof_level"] = check.shapes[0][1]
+        ev.metrics.setdefault("roof_gbs", check.rate(check.shapes[0][1]))
+        ev.metrics["roof_threads"] = float(check.threads)
 
     def _relative_metrics(self, ev: Evaluation, b: dict[str, Any]) -> None:
         unit = "gflops" if self.op.throughput_unit == "GFLOP/s" else "gbs"
@@ -218,8 +261,6 @@ class CpuEvaluator(Evaluator):
             # the C reference loop is timed once per run (interleaved with numpy): it can be
             # far too slow to time beside every candidate; `compare` times all three together
             ev.metrics["speedup_vs_c_reference"] = b["c_reference_ms"] / ev.time_ms
-        if unit == "gbs" and b.get("copy_gbs") and ev.metrics.get("gbs"):
-            ev.metrics["fraction_of_copy_bandwidth"] = ev.metrics["gbs"] / b["copy_gbs"]
 
     @staticmethod
     def operator_of(name: str) -> CpuOperator:
@@ -263,6 +304,7 @@ class CpuEvaluator(Evaluator):
         reply = self.pool.call(("baselines", [list(s) for s in self.goal.shapes],
                                 self.settings.baseline_timing), self.settings.deadlines)
         with self._lock:
+            self._baseline_start_s = reply.started_s
             self._baselines = reply.result if reply.fault is None else {}
             self.baseline_log = reply.fault.detail if reply.fault else ""
             return self._baselines or None
@@ -302,8 +344,8 @@ class CpuEvaluator(Evaluator):
         roof = self.roof({"THREADS": os.cpu_count() or 1})
         if roof is not None:
             if self.goal.objective.metric == "throughput":
-                return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / roof[0] / 1e6
-            return roof[0]
+                return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / roof.roof_ms() / 1e6
+            return roof.roof_ms()
         if self.goal.objective.metric == "throughput":
             return b["copy_gbs"]
         return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / (b["copy_gbs"] * 1e9) * 1000.0

@@ -27,12 +27,13 @@ from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace
 from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal
-from app.gpu.cascade import ROOF_MARGIN, CascadeRequest, evaluation_from_reply
+from app.gpu.cascade import CascadeRequest, evaluation_from_reply
 from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
 from app.gpu.cuda.worker import fastest_baseline
+from app.gpu.roof_check import ROOF_MARGIN
 from app.gpu.verify import CheckCase, ValidationSet, plan_checks
 from app.gpu.worker import Deadlines, WorkerPool
 
