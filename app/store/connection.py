@@ -28,8 +28,12 @@ item by item, and what closes it here:
      it opens its own (checked by pid; inherited ones are kept alive, never closed).
  3   failure to sync: WAL with synchronous=NORMAL, never OFF (a power cut may lose the last
      commits, never corrupt); 4 (disks), 5 (stray pointers), 6 (OS bugs): not ours to close.
- 7   configuration: the stdlib's threadsafe build; one lock serialises each shared connection.
- 8   SQLite bugs: 3.40 has the fixes listed up to then; integrity_check runs in the stress test.
+ 7   configuration: the stdlib's threadsafe build, default page size (nothing sets page_size,
+     mmap_size or runs VACUUM); one lock serialises each shared connection.
+ 8   SQLite bugs: the WAL-reset race (3.7.0 to 3.51.2, fixed in 3.51.3) needs several
+     processes checkpointing one WAL, which KernelSwarm has; SQLite rates it below hardware
+     faults, and only a newer libsqlite3 closes it. tests/test_store_concurrency.py runs
+     integrity_check after its crowd of writers.
 """
 
 from __future__ import annotations
