@@ -187,7 +187,9 @@ class CandidateDetail(QWidget):
                     f"<p>Compiled as: <code>{html.escape(compile_command(ev) or 'not recorded')}"
                     "</code></p>" + params)
         note = self.run_source.changed_note()
-        return ((f"<p><b>⚠ {html.escape(note)}</b></p>" if note else "")
+        head = "".join(f"<p><code>{html.escape(line)}</code></p>"
+                       for line in self.run_source.preamble(ev))
+        return ((f"<p><b>⚠ {html.escape(note)}</b></p>" if note else "") + head
                 + highlight_source(code[0], dark, code[1]))
 
     def show_evaluation(self, ev: Evaluation) -> None:

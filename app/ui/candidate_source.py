@@ -89,8 +89,9 @@ class RunSource:
                 "not necessarily what ran") if changed else ""
 
     def text(self, ev: Evaluation) -> tuple[str, str] | None:
-        """(code, language) of what the candidate compiled, or None when it cannot be shown
-        (then `problem` says why)."""
+        """(code, language): the very file the compiler got (kernel.c, or NVRTC's rendered
+        source), so a compiler message's line number is the line shown; None when it cannot be
+        shown (then `problem` says why). The command and parameters: `preamble`."""
         goal = self.goal
         if goal is None or is_recorded(goal):
             return None
@@ -98,17 +99,22 @@ class RunSource:
         if self.language == "cuda" and op is not None and hasattr(op, "render") and goal.shapes:
             shape = [int(v) for v in goal.shapes[0]]
             try:  # what NVRTC compiled: the parameters and launch sizes as #defines, then the code
-                rendered = op.render(dict(ev.config), shape, goal.dtype, ev.source or None)
-                return f"// as compiled for shape {shape}\n{rendered}", "cuda"
+                return op.render(dict(ev.config), shape, goal.dtype, ev.source or None), "cuda"
             except Exception as exc:  # noqa: BLE001 - shown as source + parameters instead
                 log.info("cannot render %s: %s", ev.key[:10], exc)
         body = ev.source
         if not body and op is not None:
             body = op.template_source(goal.dtype)
-        if not body:
-            return None
+        return (body, self.language) if body else None
+
+    def preamble(self, ev: Evaluation) -> list[str]:
+        """How the file was compiled: the command, or the parameters as -D when it was not
+        recorded; for CUDA, the shape the text was rendered for."""
         command = compile_command(ev)
-        head = (f"/* compiled as: {command} */\n" if command else
-                "/* parameters of this candidate (passed to the compiler as -D) */\n")
-        defines = "".join(f"#define {k} {v}\n" for k, v in ev.config.items())
-        return f"{head}{defines}\n{body}", self.language
+        if self.language == "cuda" and self.goal is not None and self.goal.shapes:
+            lines = [(f"As compiled for shape {list(self.goal.shapes[0])} "
+                      "(parameters and launch sizes as #defines)")]
+        else:  # first: the command's -D flags sit past a narrow dock's edge
+            params = " ".join(f"-D{k}={v}" for k, v in ev.config.items())
+            lines = [f"Parameters: {params}"] if params else []
+        return lines + ([f"Compiled as: {command}"] if command else [])

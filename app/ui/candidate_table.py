@@ -419,7 +419,9 @@ class CandidateModel(QAbstractTableModel):
         if col == 4:
             return f"{value:.2f}×"
         if col == 5:  # above the roof is a suspect measurement, never a plain percentage
-            return f"{value:.1f}%" if value <= 100.0 else "above roof ⚠"
+            if value > 100.0:
+                return "above roof ⚠"
+            return f"{value:.1f}%" if value >= 10 else f"{value:.2g}%"  # 0.049%, not 0.0%
         return str(value)
 
 

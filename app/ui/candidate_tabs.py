@@ -15,7 +15,7 @@ from app.ui.candidate_source import compile_command, compiler_output
 # Metrics said once elsewhere in the Summary tab (the one fraction of the hardware, a
 # refusal's figures, what was timed beside the candidate): not repeated as raw keys.
 _FRACTION_KEYS = {"fraction_of_roof", "fraction_of_copy_bandwidth", "percent_of_limit",
-                  "roof_gbs", "measured_ms", "roof_ms"}
+                  "roof_gbs", "roof_threads", "measured_ms", "roof_ms"}
 _RESOURCE_SHOWN = {"roof", "roof_level", "compile_command"}
 
 

@@ -100,12 +100,18 @@ class HistoryPanel(QWidget):
         self.choose_button = QPushButton("Choose or create a history file…")
         self.choose_button.setToolTip("Use another history database (remembered)")
         self.choose_button.clicked.connect(self.chooseFile)
+        # in the tree's place while the file cannot be used: the reason, the way out under it
+        self.problem_box = QWidget()
+        box = QVBoxLayout(self.problem_box)
+        box.setContentsMargins(0, 0, 0, 0)
+        box.addWidget(self.problem)
+        box.addWidget(self.choose_button)
+        box.addStretch(1)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
-        layout.addWidget(self.problem)
-        layout.addWidget(self.tree)
+        layout.addWidget(self.problem_box, 1)
+        layout.addWidget(self.tree, 1)
         layout.addLayout(buttons)
-        layout.addWidget(self.choose_button)
         self.set_problem("")
         self.runs: dict[int, dict] = {}
         self._update_buttons()
@@ -114,9 +120,8 @@ class HistoryPanel(QWidget):
     def set_problem(self, problem: str) -> None:
         """'' when the history can be read; else the one-line reason, shown in place of the tree."""
         self.problem.setText(f"History unavailable: {problem}" if problem else "")
-        self.problem.setVisible(bool(problem))
+        self.problem_box.setVisible(bool(problem))
         self.tree.setVisible(not problem)
-        self.choose_button.setVisible(bool(problem))
 
     def refresh(self) -> None:
         selected = set(self.selected_runs())

@@ -8,7 +8,7 @@ import logging
 import os
 from pathlib import Path
 
-from PySide6.QtCore import QSettings
+from PySide6.QtCore import QSettings, Qt
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.paths import DB_ENV, default_db_path
@@ -71,27 +71,35 @@ class HistoryFileMixin:
             self.history.refresh()
             return
         log.warning("history unusable: %s", self.history_problem)
-        self.statusBar().showMessage(self.history_problem, 30000)
+        self.offer_other_history("History file", "Runs cannot be recorded until another "
+                                 "history file is chosen (File ▸ History file…).")
+
+    def offer_other_history(self, title: str, what_now: str) -> None:
+        """Say why the history cannot be used, with the way out as a button."""
+        self.statusBar().showMessage(f"{title}: {self.history_problem}", 30000)
         if not self.interactive:
             return
-        box = QMessageBox(QMessageBox.Warning, "History file",
-                          f"{self.history_problem}\n\nRuns cannot be recorded until another "
-                          "history file is chosen (File ▸ History file…).", QMessageBox.NoButton,
-                          self)
+        box = QMessageBox(QMessageBox.Warning, title, f"{self.history_problem}\n\n{what_now}",
+                          QMessageBox.NoButton, self)
+        box.setAttribute(Qt.WA_DeleteOnClose)
         choose = box.addButton("Choose or create another…", QMessageBox.AcceptRole)
         box.addButton("Not now", QMessageBox.RejectRole)
-        box.exec()
-        if box.clickedButton() is choose:
-            self.choose_history_file()
+        # not exec(): the window keeps drawing; the answer comes as a signal
+        box.buttonClicked.connect(lambda b: b is choose and self.choose_history_file())
+        box.open()
 
     def _ask_history_path(self) -> str:
         start = str(self.db_path.parent if self.db_path.parent.is_dir() else default_db_path().parent)
-        # a save dialog: it both picks an existing history and names a new one
-        path, _ = QFileDialog.getSaveFileName(
-            self, "Choose or create a history file", start,
-            "History (*.sqlite *.db *.sqlite3);;All files (*)",
-            options=QFileDialog.DontConfirmOverwrite)
-        return path
+        # a save dialog: it both picks an existing history and names a new one ("Use", not
+        # "Save": nothing is overwritten)
+        dialog = QFileDialog(self, "Choose or create a history file", start,
+                             "History (*.sqlite *.db *.sqlite3);;All files (*)")
+        dialog.setAcceptMode(QFileDialog.AcceptSave)
+        dialog.setOption(QFileDialog.DontConfirmOverwrite)
+        dialog.setLabelText(QFileDialog.Accept, "Use")
+        if not dialog.exec() or not dialog.selectedFiles():
+            return ""
+        return dialog.selectedFiles()[0]
 
     def choose_history_file(self) -> bool:
         if self.controller.state != "idle":

@@ -355,8 +355,8 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
             self.statusBar().showMessage(why.splitlines()[0], 15000)
             return
         if not self.history_usable():  # nothing could be recorded: say why, stay idle
-            self._notify("Cannot run", f"{self.history_problem}\n\nChoose or create another "
-                         "history file (File ▸ History file…).", QMessageBox.Warning)
+            self.offer_other_history("Cannot run", "Choose or create another history file, "
+                                     "then run again.")
             return
         try:
             self.current_goal = goal

@@ -79,9 +79,12 @@ def test_a_failed_compile_shows_source_command_and_compiler_error(opened):
                            detail.verification.toPlainText())
     for text in (source, log, checks):
         assert "recorded measurement" not in text.lower()
-    # the kernel's own text with this candidate's parameters as the compiler got them
-    assert "void pnpoly(" in source and "#define ORDER 1" in source
-    assert "-DORDER=1" in source  # the compile command heads it
+    # the kernel's own text, under the command that compiled it with this candidate's parameters
+    assert "void pnpoly(" in source and "Compiled as: cc" in source and "-DORDER=1" in source
+    # the very file the compiler got: its error's line number is the line shown
+    line = int(ev.detail.split("kernel.c:")[1].split(":")[0])
+    code, _language = detail.source_text(ev)
+    assert "vertices[2 * k + 1])" in code.splitlines()[line - 1]
     # the command and the compiler's own output, its error line with the file and position
     command = log.split("Compiler command:")[1].split("Compiler output:")[0]
     assert "-DORDER=1" in command and "kernel.c" in command
