@@ -50,9 +50,6 @@ def test_a_kernel_that_does_not_compile_says_why_and_exits_3(capsys, tmp_path, t
     assert "did not compile" in report and "error: expected" in report
 
 
-@pytest.mark.xfail(reason="the message is made in app.gpu.verify (the gpu engineer's, being "
-                          "rewritten): it must name op.tolerance_text(name, expected), which "
-                          "custom kernels now have", strict=False)
 def test_a_wrong_reference_names_the_outputs_real_tolerance(capsys, tmp_path, tmp_db):
     goal = _goal(tmp_path, edit_reference=lambda s: s.replace("return odd.astype",
                                                               "return (~odd).astype"))

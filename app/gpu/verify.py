@@ -257,7 +257,8 @@ def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, An
     for name, expected in ref.items():
         out_dtype = out_dtypes.get(name, dtype)
         if judge is None and xp is np and outputs[name].size > CHUNK:
-            problem = _compare_chunked(name, outputs[name], out_dtype, expected, scale[name], tol)
+            problem = _compare_chunked(name, outputs[name], out_dtype, expected, scale[name], tol,
+                                       op)
             if problem:
                 return problem
             continue
@@ -284,7 +285,8 @@ def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, An
             idx = _first(xp, bad)
             worst = tuple(int(i) for i in np.unravel_index(int(xp.argmax(xp.where(bad, err, -1.0))),
                                                            got.shape))
-            return _bad_problem(name, n_bad, got.size, tol, (idx, float(got[idx]), float(expected[idx])),
+            return _bad_problem(name, n_bad, got.size, _told(op, name, expected, tol),
+                                (idx, float(got[idx]), float(expected[idx])),
                                 (worst, float(got[worst]), float(expected[worst])))
     return None
 
@@ -299,15 +301,23 @@ def _inf_problem(name: str, n: int, size: int, first: tuple[int, ...]) -> str:
             f"finite; first at {first}")
 
 
-def _bad_problem(name: str, n: int, size: int, tol: Tolerance, first: tuple, worst: tuple) -> str:
-    return (f"{n} of {size} outputs of {name!r} outside tolerance (rtol "
-            f"{tol.rtol:.2e}, atol {tol.atol:.1e}); first at {first[0]}: got {first[1]!r}, "
+def _told(op: Any, name: str, expected: Any, tol: Tolerance) -> str:
+    """The tolerance a message names: a custom kernel's own per output (its rtol/atol here are
+    normalised to 1 and 0), else the one checked against."""
+    describe = getattr(op, "tolerance_text", None)
+    return describe(name, expected) if describe is not None else \
+        f"rtol {tol.rtol:.2e}, atol {tol.atol:.1e}"
+
+
+def _bad_problem(name: str, n: int, size: int, told: str, first: tuple, worst: tuple) -> str:
+    return (f"{n} of {size} outputs of {name!r} outside tolerance ({told}); "
+            f"first at {first[0]}: got {first[1]!r}, "
             f"expected {first[2]!r}; worst at {worst[0]}: got {worst[1]!r}, "
             f"expected {worst[2]!r}")
 
 
 def _compare_chunked(name: str, stored: np.ndarray, dtype: str, expected: np.ndarray,
-                     scale: np.ndarray, tol: Tolerance) -> str | None:
+                     scale: np.ndarray, tol: Tolerance, op: Any = None) -> str | None:
     """compare() for one large host output, CHUNK elements at a time: the same verdict and the
     same message as on whole arrays, without a dozen full-size float64 temporaries (on a 75 M
     element output those cost seconds per check)."""
@@ -350,7 +360,7 @@ def _compare_chunked(name: str, stored: np.ndarray, dtype: str, expected: np.nda
             return float(from_storage(np, got_flat[i:i + 1], dtype)[0])
 
         first, worst = firsts["bad"], worst_i
-        return _bad_problem(name, counts["bad"], size, tol,
+        return _bad_problem(name, counts["bad"], size, _told(op, name, expected, tol),
                             (at(first), value(first), float(exp_flat[first])),
                             (at(worst), value(worst), float(exp_flat[worst])))
     return None
