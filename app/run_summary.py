@@ -291,6 +291,15 @@ def summarize(run: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         summary.basis_kind = "first"
         summary.speedup_basis = (f"over the first successful evaluation "
                                  f"(#{first.get('index')}, {format_value(first['value'], unit)})")
+    measured = [r.get("baseline_value") for r in device.get("resumes") or []
+                if isinstance(r, Mapping) and r.get("baseline_value")]
+    if device.get("baseline_at") == "resume":
+        measured = measured[1:]  # the first resume's is the run's baseline
+    if start and measured:
+        summary.notes.append(
+            f"resumed {len(measured)}×; the baseline measured then "
+            f"({', '.join(format_value(float(v), unit) for v in measured)}) is kept beside the "
+            "start's, never applied to stored rows")
     if isinstance(final, Mapping) and final and summary.basis_kind != "final" and best is not None:
         summary.notes.append("the end-of-run re-timing was of another candidate (the run went on "
                              "after it), so it is not used")

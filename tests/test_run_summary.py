@@ -60,8 +60,11 @@ def test_a_resumed_run_keeps_its_basis_explicit():
     kept = summarize(_run(10.0, baseline="numpy", resumes=resumes), ROWS)
     assert kept.speedup == pytest.approx(5.0)  # not rescaled by the 6 ms measured at the resume
     assert kept.speedup_basis.endswith("measured at the start of the run, before it was resumed")
+    assert kept.notes == [("resumed 1×; the baseline measured then (6 ms) is kept beside the "
+                           "start's, never applied to stored rows")]
     late = summarize(_run(6.0, baseline="numpy", baseline_at="resume", resumes=resumes), ROWS)
     assert late.basis_kind == "resume" and late.speedup_basis.endswith("when the run was resumed")
+    assert late.notes == []  # that measurement is the baseline, not one beside it
 
 
 def test_without_a_baseline_the_first_success_is_the_basis():
