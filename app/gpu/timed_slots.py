@@ -12,6 +12,11 @@ its inputs as they are now: the last call that used a slot saw exactly those inp
 
 Baselines are timed on the same terms: a random slot's inputs and poisoned outputs (their
 inputs are not perturbed: the candidate's slot would no longer match its last call).
+
+An operator whose inputs do not depend on the draw (`inputs_vary` False: stored or fixed inputs,
+never perturbed) gets one set of inputs shared by every slot: K copies of the same values would
+cost K copies of a possibly huge array and check nothing more. A slot whose outputs are then bit
+for bit those of a slot already checked on those very inputs has the same verdict.
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ class TimedSlots:
         self.xp, self.op, self.shape, self.dtype = xp, op, tuple(shape), dtype
         rng = np.random.default_rng(seed)
         self.slots: list[Slot] = []
+        shared = None if getattr(op, "inputs_vary", True) else make_inputs(
+            xp, op, CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing"), dtype)
         for _ in range(slots):
             case = CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing")
-            inputs = make_inputs(xp, op, case, dtype)
+            inputs = shared if shared is not None else make_inputs(xp, op, case, dtype)
             outputs = make_outputs(xp, op, shape, dtype)
             self.slots.append(Slot(inputs, outputs, make_calls(inputs, outputs)))
         self.names = list(self.slots[0].calls)
@@ -120,17 +127,27 @@ class TimedSlots:
     # ---- after timing ------------------------------------------------------------------
     def check(self, tol: Tolerance) -> str | None:
         """None when every slot a candidate call wrote holds the right result."""
+        checked: list[Slot] = []  # slots whose outputs passed
         for i, slot in enumerate(self.slots):
             if not slot.written:
                 continue
             for name, out in slot.outputs.items():
                 if not out.guards_intact():
                     return f"slot {i}: wrote outside output {name!r} (guard canaries overwritten)"
+            if any(c.inputs is slot.inputs and all(
+                    self._same_bits(c.outputs[n].buffer, o.buffer) for n, o in slot.outputs.items())
+                   for c in checked):
+                continue  # the very inputs and the very bits of a slot that passed
             problem = compare(self.xp, self.op, slot.inputs, {n: o.view for n, o in slot.outputs.items()},
                               self.shape, self.dtype, tol)
             if problem:
                 return f"slot {i} of {len(self.slots)}: {problem}"
+            checked.append(slot)
         return None
+
+    def _same_bits(self, a: Any, b: Any) -> bool:
+        bits = {1: self.xp.uint8, 2: self.xp.uint16, 4: self.xp.uint32, 8: self.xp.uint64}[a.dtype.itemsize]
+        return bool(self.xp.array_equal(a.view(bits), b.view(bits)))
 
     @property
     def first(self) -> Slot:

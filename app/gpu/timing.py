@@ -19,6 +19,7 @@ import numpy as np
 # instead of 0.05 ms, one scheduler tick each), and the figure is of the kernel, not the wake-up.
 SETTLE_WARM_S = 0.02
 SETTLE_WARM_MAX_CALLS = 1000
+LONG_WARMUP_S = 0.25  # a first warm-up round longer than this is the only one
 
 
 @dataclass
@@ -109,7 +110,11 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
                     break
         last[0] = name
 
-    for _ in range(settings.warmup):
+    warm_start = time.perf_counter()
+    for i in range(settings.warmup):
+        # one round warms a long call (pages, threads, caches): more would only cost its time
+        if i and time.perf_counter() - warm_start > LONG_WARMUP_S:
+            break
         for name in names:
             settle(name)
             if before is not None:

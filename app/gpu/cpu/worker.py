@@ -223,6 +223,9 @@ class KernelRunner:
 
     def __init__(self, host: KernelHost | InProcessHost, op: CpuOperator) -> None:
         self.host, self.op = host, op
+        # the kernel host copies inputs into the candidate's arena and never back: the cell's
+        # input arrays are out of the kernel's reach (app.gpu.verify.run_check)
+        self.inputs_protected = isinstance(host, KernelHost)
 
     def __call__(self, inputs: dict[str, np.ndarray], outputs: dict[str, GuardedOutput],
                  shape: tuple[int, ...] = ()) -> None:
