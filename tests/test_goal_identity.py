@@ -204,3 +204,15 @@ def test_an_imported_vector_add_is_not_listed_under_another_kernel(tmp_db, tmp_p
         assert runs[mine]["goal_key"] != runs[theirs]["goal_key"]
         assert runs[mine]["goal_id"] != runs[theirs]["goal_id"]
         assert store.runs_elsewhere(vector_add, "", "cpu0", include_device=True) == []
+
+
+def test_a_goal_the_window_ran_without_a_file_is_keyed_by_its_reference_content(tmp_path, scale):
+    """The window's own-kernel page may run a goal never saved: its paths are absolute, and the
+    migration (which knows no goal directory for it) still reads them."""
+    where = tmp_path / "scale"
+    text = (where / "goal.toml").read_text()
+    for name in ("kernel.c", "reference.py"):
+        text = text.replace(f'"{name}', f'"{where / name}')
+    unsaved = Goal.from_toml(text)
+    assert unsaved.source_path == ""
+    assert goal_key(unsaved, read_files=False) == goal_key(unsaved) == goal_key(scale)

@@ -45,8 +45,9 @@ _digests_lock = threading.Lock()
 
 def goal_key(goal: Goal, *, read_files: bool = True) -> str:
     """The goal's key: same key, same problem. Names, budgets, targets and swarm settings may
-    change between runs of the same goal. `read_files=False` identifies a custom kernel's
-    reference by name only (for a stored goal whose directory is unknown)."""
+    change between runs of the same goal. `read_files=False`: the goal's directory is unknown
+    (a stored goal), so a custom kernel's reference named by a relative path is identified by
+    its name only."""
     d = goal.to_dict()
     same = {k: d.get(k) for k in ("operator", "backend", "dtype", "shapes", "objective",
                                   "tolerance", "constraints")}
@@ -132,8 +133,12 @@ def _reference(table: Any, base: Path | None) -> dict[str, Any]:
 
 
 def _content(base: Path | None, name: str, how: Any) -> dict[str, Any]:
-    """{"content": digest} of a file beside the goal, or {"file": its name, "unreadable": True}."""
-    digest = _file_digest(base / Path(name).expanduser(), how) if base is not None else None
+    """{"content": digest} of a file beside the goal (or at an absolute path), or {"file": its
+    name, "unreadable": True}. Without a base only an absolute path is read."""
+    path = Path(name).expanduser()
+    if not path.is_absolute():
+        path = base / path if base is not None else None
+    digest = _file_digest(path, how) if path is not None else None
     return {"content": digest} if digest else {"file": Path(name).name, "unreadable": True}
 
 
