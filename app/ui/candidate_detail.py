@@ -147,12 +147,14 @@ class CandidateDetail(QWidget):
         if self.current is not None:
             self.show_evaluation(self.current)
 
-    def set_run(self, goal, language: str, started_at: float | None = None) -> None:
+    def set_run(self, goal, language: str, started_at: float | None = None,
+                kept_source: dict | None = None) -> None:
         """A new run is shown (started or reopened): forget the previous run's candidate.
-        `started_at`: when the run started (your kernel's file edited since is said)."""
+        `kept_source`: your kernel's text as the run kept it; without it, `started_at` (when
+        the run started) tells whether the file was edited since."""
         self.goal = goal
         self.language = language
-        self.run_source = RunSource(goal, started_at)
+        self.run_source = RunSource(goal, started_at, kept_source)
         self.clear()
 
     def clear(self) -> None:

@@ -40,11 +40,14 @@ def compiler_output(ev: Evaluation) -> str:
 
 class RunSource:
     """The run's operator, loaded once per run: a catalog operator, or your own kernel read
-    from the goal's files (parsed, never run here). `problem` says why it could not be."""
+    from the goal's files (parsed, never run here). `problem` says why it could not be.
+    `kept`: your kernel's text as the run kept it when it started (the run record's
+    `kernel_source`, app.session): what ran, even after the file was edited or removed."""
 
-    def __init__(self, goal, started_at: float | None = None) -> None:
+    def __init__(self, goal, started_at: float | None = None, kept: dict | None = None) -> None:
         self.goal = goal
         self.started_at = started_at
+        self.kept = str(kept.get("text") or "") if isinstance(kept, dict) else ""
         self.problem = ""
         self._op = None
         self._loaded = False
@@ -80,8 +83,9 @@ class RunSource:
         return [p if p.is_absolute() else base / p for p in (Path(n).expanduser() for n in names if n)]
 
     def changed_note(self) -> str:
-        """Your kernel's file edited after the run started: what is shown is today's text."""
-        if self.started_at is None:
+        """Your kernel's file edited after the run started, and the run kept no copy: what
+        is shown is today's text."""
+        if self.started_at is None or self.kept:
             return ""
         changed = [p.name for p in self.kernel_files()
                    if p.is_file() and p.stat().st_mtime > self.started_at]
@@ -99,13 +103,25 @@ class RunSource:
         if self.language == "cuda" and op is not None and hasattr(op, "render") and goal.shapes:
             shape = [int(v) for v in goal.shapes[0]]
             try:  # what NVRTC compiled: the parameters and launch sizes as #defines, then the code
-                return op.render(dict(ev.config), shape, goal.dtype, ev.source or None), "cuda"
+                return (op.render(dict(ev.config), shape, goal.dtype, ev.source or self.kept or None),
+                        "cuda")
             except Exception as exc:  # noqa: BLE001 - shown as source + parameters instead
                 log.info("cannot render %s: %s", ev.key[:10], exc)
-        body = ev.source
-        if not body and op is not None:
-            body = op.template_source(goal.dtype)
+        if ev.source:
+            return ev.source, self.language
+        if self.kept:  # kernel.c: the goal's fixed #defines (when its files still load), the kept text
+            return self._fixed_header(op) + self.kept, self.language
+        body = op.template_source(goal.dtype) if op is not None else ""
         return (body, self.language) if body else None
+
+    @staticmethod
+    def _fixed_header(op) -> str:
+        """What a custom C kernel's template puts before the user's text (its fixed defines)."""
+        spec = getattr(op, "spec", None)
+        if spec is None:
+            return ""
+        template = op.template_source()
+        return template[:-len(spec.source)] if spec.source and template.endswith(spec.source) else ""
 
     def preamble(self, ev: Evaluation) -> list[str]:
         """How the file was compiled: the command, or the parameters as -D when it was not

@@ -56,8 +56,9 @@ class HistoryActionsMixin:
         self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit,
                          param_order=parameter_order(goal))
         self.table.model.set_references(baseline, limit, (run.get("device") or {}).get("baseline", ""))
-        # not the last run's candidate; your kernel's file edited since the run is said
-        self.detail.set_run(goal, source_language(goal.backend), started_at=run.get("started_at"))
+        # not the last run's candidate; your kernel as the run kept it (what ran)
+        self.detail.set_run(goal, source_language(goal.backend), started_at=run.get("started_at"),
+                            kept_source=(run.get("device") or {}).get("kernel_source"))
         self.table.add(rows)
         self.table.flush()
         self.lessons.clear()

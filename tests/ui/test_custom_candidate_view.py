@@ -5,14 +5,13 @@ measurement", which is only for replay runs)."""
 
 from __future__ import annotations
 
-import os
 import shutil
-import time
 
 import pytest
 from project_paths import GOALS
 from PySide6.QtCore import QSettings
 
+from app.core.types import Evaluation
 from app.goal import Goal
 from app.store import Store
 
@@ -137,15 +136,31 @@ def test_a_run_where_nothing_succeeded_says_why(qtbot, custom_run):
     assert "did not compile" in lines[1] and "kernel.c:" in lines[1]
 
 
-def test_an_edited_kernel_file_is_said(opened, custom_run):
+def test_an_edited_kernel_still_shows_what_ran(opened, custom_run):
     _, run_id, d = custom_run
-    before = (d / "pnpoly.c").stat().st_mtime
-    later = time.time() + 5
-    os.utime(d / "pnpoly.c", (later, later))
+    kernel = d / "pnpoly.c"
+    before = kernel.read_text()
+    kernel.write_text("/* EDITED AFTER THE RUN */\n" + before)
     try:
-        opened.open_run(run_id)  # read again, as a user reopening the run after editing
+        opened.open_run(run_id)  # reopened after the user edited the kernel
         opened.table.flush()
         _select(opened, ok=False)
-        assert "changed after this run started" in opened.detail.source.toPlainText()
+        source = opened.detail.source.toPlainText()
+        # the text the run kept when it started, not the file as it is now
+        assert "EDITED AFTER THE RUN" not in source and "void pnpoly(" in source
+        assert "changed after this run started" not in source
     finally:
-        os.utime(d / "pnpoly.c", (before, before))
+        kernel.write_text(before)
+
+
+def test_a_run_that_kept_no_copy_says_its_file_changed(custom_run):
+    """Runs stored before the kernel's text was kept with them: today's file, said so."""
+    from app.ui.candidate_source import RunSource
+
+    d = custom_run[2]
+    goal = Goal.load(d / "goal.toml")
+    ev = Evaluation(key="k", config={"CHUNK": 4, "ORDER": 0, "THREADS": 1}, ok=True, value=1.0)
+    source = RunSource(goal, started_at=(d / "pnpoly.c").stat().st_mtime - 60)
+    assert "void pnpoly(" in source.text(ev)[0]
+    assert "pnpoly.c changed after this run started" in source.changed_note()
+    assert RunSource(goal, started_at=0.0, kept={"text": "kept"}).changed_note() == ""
