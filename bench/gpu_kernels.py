@@ -138,8 +138,8 @@ def bench_kernel(name: str, dtype: str, shape: list[int], seconds: float, pool,
             final = best
         m = final.metrics
         row.update(config=best.config, time_ms=final.time_ms, p10_ms=final.p10_ms, p90_ms=final.p90_ms,
-                   samples=int(m.get("samples", 0)), gbps=m.get("gbps"), pct_copy_bw=m.get("pct_copy_bw"),
-                   tflops=m.get("tflops"), pct_peak=m.get("pct_peak_flops"), baseline_ms=m.get("baseline_ms"),
+                   samples=int(m.get("samples", 0)), gbps=m.get("gbps"), pct_copy_bw=_pct(m.get("gbps"), ev.limits().copy_bw, 1e9),
+                   tflops=m.get("tflops"), pct_peak=_pct(m.get("tflops"), ev.limits().peak.get(dtype), 1e12), baseline_ms=m.get("baseline_ms"),
                    speedup=m.get("speedup"), resources=final.resources, memory_bound=op.memory_bound,
                    copy_bw_gbps=ev.limits().copy_bw / 1e9 if ev.limits().copy_bw else None)
         return row
@@ -207,6 +207,11 @@ def fault_injection(pool, rows: list[dict]) -> list[dict]:
     finally:
         ev.close()
     return rows
+
+
+def _pct(value, limit, unit):
+    """A figure as % of its limit (the evaluator stores one fraction per candidate, issue 27)."""
+    return 100.0 * value * unit / limit if value and limit else None
 
 
 def fmt(v, spec=".1f", none="-"):

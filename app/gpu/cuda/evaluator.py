@@ -372,10 +372,32 @@ class CudaEvaluator(Evaluator):
         flops = sum(self.op.flops(s) for s in self.shapes)
         nbytes = sum(self.op.bytes_moved(s, self.dtype) for s in self.shapes)
         metrics.update(lim.achieved(flops, nbytes, self.dtype, total_ms / 1e3))
+        self._one_fraction(ev, lim, flops, nbytes, total_ms)
         if "baseline_ms" in metrics:
             self._scale_to_best(metrics)
             metrics["speedup"] = metrics["baseline_ms"] / total_ms if total_ms > 0 else 0.0
         ev.value = self._objective(total_ms)
+
+    def _one_fraction(self, ev: Evaluation, lim: Limits, flops: float, nbytes: float,
+                      total_ms: float) -> None:
+        """One fraction of the hardware per candidate (fraction_of_roof), named by the roof
+        that binds: the copy roof or the dtype's peak FLOP/s, whichever allows the longer
+        time; the per-roof percentages stay out of stored rows (displays show one figure)."""
+        for key in ("pct_copy_bw", "pct_peak_flops", "pct_of_limit"):
+            ev.metrics.pop(key, None)
+        rate = lim.peak.get(self.dtype)
+        terms = []
+        if lim.copy_bw and nbytes:
+            terms.append((nbytes / lim.copy_bw, f"copy roof {lim.copy_bw / 1e9:.0f} GB/s"))
+        if rate and flops:
+            terms.append((flops / rate, f"peak {self.dtype} {rate / 1e12:.0f} TFLOP/s"))
+        if not terms or total_ms <= 0:
+            ev.metrics.pop("fraction_of_roof", None)
+            ev.resources["roof"] = "no roof (no measured limit for this figure)"
+            return
+        floor_s, label = max(terms)
+        ev.metrics["fraction_of_roof"] = floor_s * 1e3 / total_ms
+        ev.resources["roof"] = f"{lim.device} {label}"
 
     def _scale_to_best(self, metrics: dict[str, float]) -> None:
         """The candidate was timed against the anchor; when a compiled baseline is faster, the
