@@ -214,7 +214,7 @@ class _CellProcess:
 
     def kill(self) -> None:
         if self.is_alive():
-            self.popen.kill()
+            sandbox.kill_cell(self.pid)  # the whole tree: cc1, kernel host, candidate too
 
     def join(self, timeout: float | None = None) -> None:
         try:

@@ -5,11 +5,16 @@ can start no process or program.
 Mechanisms, one module each, in the order a cell enters them:
 
 1. env.py        - a fresh environment from an allow-list (set when the process is started)
-2. namespaces.py - own user + network namespace: no network at all (loopback included)
+2. namespaces.py - own user, network, PID and IPC namespaces: no network (loopback included),
+                   no other process to name, no SysV IPC shared; the cell forks once to be
+                   the PID namespace's init (a shim outside mirrors its end to the engine)
 3. helper.py     - the compile helper is started here, before the walls below close
 4. limits.py     - setrlimit: address space, CPU seconds, file size, open files, no core
-5. landlock.py   - files: read the system/toolchain/Python, write scratch + cache, exec toolchain
-6. seccomp.py    - sealed after the handler is built: no exec/fork/sockets/ptrace/signals
+5. landlock.py   - files: read the system/toolchain/Python, write scratch + cache, exec
+                   toolchain; a second domain scopes signals (none to a process outside)
+6. seccomp.py    - sealed after the handler is built: no exec/fork/sockets/ptrace/signals,
+                   process-acting calls (F_SETOWN, prlimit, setpriority...) only on itself
+7. tree.py       - the engine's side: the cell's whole process tree killed with it
 
 Where the platform lacks one, the cell logs it and keeps the others (fallback order: each
 mechanism is independent; `status()` says which are on). KERNELSWARM_SANDBOX=off turns every
@@ -32,11 +37,13 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.gpu.sandbox import env as _env
-from app.gpu.sandbox import landlock, limits, namespaces, seccomp
+from app.gpu.sandbox import landlock, limits, namespaces, seccomp, tree
 from app.gpu.sandbox.helper import ToolClient
 
 log = logging.getLogger("kernelswarm.sandbox")
-PROTECTIONS = ("environment", "network", "files", "limits", "processes")  # every cell's walls
+PROTECTIONS = ("environment", "network", "files", "limits", "processes",  # every cell's walls
+               "pid namespace", "ipc namespace", "process-acting calls", "signal scope",
+               "tree kill")
 STATUS_NAMES = PROTECTIONS + ("candidates",)  # and where a CPU candidate runs
 SWITCH_ENV = "KERNELSWARM_SANDBOX"
 cell_environment = _env.cell_environment
@@ -216,12 +223,19 @@ def sandbox_summary() -> str:
 
 def probe_here() -> dict[str, str]:
     """Run in a fresh single-threaded process: which mechanisms this kernel grants."""
-    net = namespaces.isolate_network()
+    spaces = namespaces.isolate()  # forks: this is the namespace's init from here on
+    net = spaces["network"]
     abi = landlock.abi_version()
     sc = seccomp.available()
-    return {
+    found = {
         "environment": "on: allow-list (no keys, tokens, HOME); HOME and TMPDIR in scratch",
         "network": net.replace("on: ", "on: own ") if net.startswith("on") else net,
+        "pid namespace": spaces["pid namespace"],
+        "ipc namespace": spaces["ipc namespace"],
+        "process-acting calls": seccomp.PROCESS_CALLS_LINE if not sc else (
+            f"off: libseccomp is not usable ({sc}); only the PID namespace limits them"),
+        "signal scope": landlock.scope_signals(),
+        "tree kill": _tree_line(spaces["pid namespace"]),
         "files": (f"on: Landlock ABI {abi} (read system/toolchain, write scratch and cache)"
                   if abi else "off: Landlock is not available"),
         "limits": "on: address space, CPU time, file size, open files, no core dumps",
@@ -231,6 +245,20 @@ def probe_here() -> dict[str, str]:
             "partial: each CPU candidate in its own process (no numpy or BLAS mapped), "
             f"without seccomp filters ({sc})"),
     }
+    return {name: found[name] for name in STATUS_NAMES}
+
+
+def _tree_line(pid_namespace: str) -> str:
+    if pid_namespace.startswith("on"):
+        return ("on: the PID namespace dies with the cell's first process (compile helper, "
+                "cc1, kernel host, candidate); the engine also kills the tree it finds")
+    return ("partial: no PID namespace; the engine stops and kills every descendant it finds "
+            "(the cell is a subreaper, so orphans such as cc1 stay in its tree)")
+
+
+def kill_cell(pid: int) -> None:
+    """The engine's side: kill a cell (the process it started, `pid`) and its whole tree."""
+    tree.kill_tree(pid)
 
 
 def _switched_off() -> dict[str, str]:
@@ -238,6 +266,7 @@ def _switched_off() -> dict[str, str]:
     off["candidates"] = ("partial: each CPU candidate in its own process (no numpy or BLAS "
                          "mapped), without seccomp filters")
     off["environment"] = "on: allow-list (always applied)"
+    off["tree kill"] = _tree_line("off")  # the engine's side: always applied
     return off
 
 
@@ -270,7 +299,9 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     applied = {"environment": "on: allow-list; HOME and TMPDIR in scratch"}
     if _threads() > 1:
         log.warning("the cell has %d threads before entering its sandbox", _threads())
-    applied["network"] = namespaces.isolate_network()
+    applied.update(namespaces.isolate())  # forks: from here this is the cell's pid 1
+    namespaces.child_subreaper()
+    applied["tree kill"] = _tree_line(applied["pid namespace"])
     seccomp.available()  # loads libseccomp now: finding it runs ldconfig, refused once walled
     if plan.programs:  # the helper shares the namespaces, gets its own limits and files rules
         try:
@@ -285,6 +316,7 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     applied["limits"] = limits.apply(limits.worker_limits(plan.kind in ("gpu", "baseline"),
                                                           plan.memory_limit_bytes))
     applied["files"] = landlock.restrict(plan.rules)
+    applied["signal scope"] = landlock.scope_signals()
     return applied
 
 
@@ -307,14 +339,17 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
             _tools = None
     applied.update(_notes)
     if plan.kind == "baseline":
-        applied["processes"] = BASELINE_LINE
+        applied["processes"] = applied["process-acting calls"] = BASELINE_LINE
         return
     if _tools is None and plan.kind == "cpu":  # no compile helper (frozen build): the cell
         # itself must still start the compiler, so it stays unsealed; the status says so
         applied["processes"] = "off: no compile helper in this build (the compiler runs here)"
+        applied["process-acting calls"] = applied["processes"]
         return
     applied["processes"] = seccomp.seal(kill=plan.kind == "cpu",
                                         allow_unix_sockets=plan.kind == "gpu")
+    applied["process-acting calls"] = (seccomp.PROCESS_CALLS_LINE if applied["processes"]
+                                       .startswith("on") else applied["processes"])
     if _tools is not None:
         subprocess.run = run_tool
 

@@ -94,3 +94,36 @@ def restrict(rules: FileRules) -> str:
     execs = "no programs" if not rules.exec_files else f"{len(rules.exec_files)} toolchain paths"
     return (f"on: Landlock ABI {abi}; writes only in {len(_existing(rules.write))} dirs, "
             f"runs {execs}")
+
+
+SCOPE_SIGNAL = 1 << 1  # Landlock ABI 6 (Linux 6.12): no signal to a process outside the domain
+_SYS_CREATE_RULESET, _SYS_RESTRICT_SELF = 444, 446  # the same number on every architecture
+PR_SET_NO_NEW_PRIVS = 38
+
+
+class _ScopedAttr(ctypes.Structure):
+    _fields_ = [("handled_access_fs", ctypes.c_uint64), ("handled_access_net", ctypes.c_uint64),
+                ("scoped", ctypes.c_uint64)]
+
+
+def scope_signals() -> str:
+    """A Landlock domain (stacked on the files one) with no access rights, only the signal
+    scope: kill, tgkill and the SIGIO an F_SETOWN file delivers reach only processes in this
+    domain or below it. The package does not know scopes (ABI 6), so the calls are raw."""
+    abi = abi_version()
+    if abi < 6:
+        return f"off: Landlock ABI {abi} has no signal scope (needs ABI 6, Linux 6.12)"
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    attr = _ScopedAttr(0, 0, SCOPE_SIGNAL)
+    fd = libc.syscall(ctypes.c_long(_SYS_CREATE_RULESET), ctypes.byref(attr),
+                      ctypes.c_size_t(ctypes.sizeof(attr)), ctypes.c_uint32(0))
+    if fd < 0:
+        return f"off: landlock_create_ruleset refused ({os.strerror(ctypes.get_errno())})"
+    try:
+        libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
+        if libc.syscall(ctypes.c_long(_SYS_RESTRICT_SELF), ctypes.c_int(fd), ctypes.c_uint32(0)):
+            return f"off: landlock_restrict_self refused ({os.strerror(ctypes.get_errno())})"
+    finally:
+        os.close(fd)
+    return "on: Landlock signal scope (no signal, SIGIO included, to a process outside the cell)"

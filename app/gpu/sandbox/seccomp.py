@@ -28,6 +28,51 @@ FORBIDDEN = (
 )
 
 
+# Calls that act on a process named by pid (or on a group or user of them). With a PID namespace
+# a cell can name only its own processes; these rules also hold where there is none: only the
+# caller itself (pid 0) may be named. 32-bit arguments are compared under a mask (a value with
+# high bits set is truncated by the kernel, not by the filter).
+LOW32 = 0xFFFFFFFF
+F_SETOWN, F_SETSIG, F_SETOWN_EX = 8, 10, 15  # deliver SIGIO/any signal to a chosen pid
+FIOSETOWN, SIOCSPGRP = 0x8901, 0x8902  # the same through ioctl (sockets)
+PR_SET_PDEATHSIG = 1
+SELF_ONLY = ("prlimit64", "migrate_pages", "move_pages")  # arg 0: pid, 0 = the caller
+SCHED_SELF_ONLY = ("sched_setaffinity", "sched_setscheduler", "sched_setparam", "sched_setattr")
+SYSV_IPC = ("shmget", "shmat", "shmctl", "shmdt", "msgget", "msgsnd", "msgrcv", "msgctl",
+            "semget", "semop", "semtimedop", "semctl", "mq_open", "mq_unlink", "ipc")
+PROCESS_CALLS_LINE = ("on: seccomp; F_SETOWN/F_SETSIG, prlimit, setpriority, ioprio_set and "
+                      "migrate_pages only on the caller itself, sched_set* on another thread "
+                      "refused (EPERM), no setsid, setpgid or parent-death signal change")
+
+
+def own_process_only(sc, f, deny: int, keep_sessions: bool = False) -> None:
+    """Rules on `f`: the process-acting calls may name only the caller; `deny` for a breach
+    (sched_set* always EPERM: OpenMP binds its threads by thread id). keep_sessions: the
+    compile helper still starts its toolchain in a new session with a parent-death signal."""
+    for cmd in (F_SETOWN, F_SETSIG, F_SETOWN_EX):
+        f.add_rule(deny, "fcntl", sc.Arg(1, sc.MASKED_EQ, LOW32, cmd))
+    for cmd in (FIOSETOWN, SIOCSPGRP):
+        f.add_rule(deny, "ioctl", sc.Arg(1, sc.MASKED_EQ, LOW32, cmd))
+    for name in SELF_ONLY:
+        _add(f, deny, name, sc.Arg(0, sc.NE, 0))
+    for name in SCHED_SELF_ONLY:
+        _add(f, sc.ERRNO(errno.EPERM), name, sc.Arg(0, sc.NE, 0))
+    for name in ("setpriority", "ioprio_set"):  # (which, who): only "this process" (who 0)
+        _add(f, deny, name, sc.Arg(1, sc.NE, 0))
+    _add(f, deny, "setpriority", sc.Arg(0, sc.NE, 0))  # PRIO_PROCESS, not a group or user
+    _add(f, deny, "ioprio_set", sc.Arg(0, sc.NE, 1))  # IOPRIO_WHO_PROCESS
+    if not keep_sessions:
+        _deny_all(f, deny, ("setsid", "setpgid"))
+        f.add_rule(deny, "prctl", sc.Arg(0, sc.MASKED_EQ, LOW32, PR_SET_PDEATHSIG))
+
+
+def _add(f, action: int, name: str, *args) -> None:
+    try:
+        f.add_rule(action, name, *args)
+    except (OSError, ValueError, RuntimeError):
+        pass  # not a system call on this architecture
+
+
 def available() -> str:
     try:
         import pyseccomp
@@ -50,6 +95,9 @@ def seal(kill: bool, allow_unix_sockets: bool) -> str:
 
     deny = sc.KILL_PROCESS if kill else sc.ERRNO(errno.EPERM)
     f = _threads_only(sc, deny, allow_unix_sockets)
+    own_process_only(sc, f, deny)
+    if kill:  # CPU cells: nothing there uses SysV IPC (the IPC namespace is the other wall)
+        _deny_all(f, deny, SYSV_IPC)
     # Signals only to itself: kill(-1), kill(parent) and friends are refused.
     for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         f.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
@@ -93,6 +141,8 @@ def export_candidate_filters(load_path: str, run_path: str) -> str:
     load = _threads_only(sc, sc.KILL_PROCESS, allow_unix_sockets=False)
     _deny_all(load, sc.KILL_PROCESS, ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo",
                                       "personality"))  # READ_IMPLIES_EXEC: readable = executable
+    own_process_only(sc, load, sc.KILL_PROCESS)  # stacked under `run`: holds while it runs
+    _deny_all(load, sc.KILL_PROCESS, SYSV_IPC)
     run = sc.SyscallFilter(sc.ALLOW)
     run.set_attr(sc.Attr.CTL_TSYNC, 1)
     _deny_all(run, sc.ERRNO(errno.EPERM), OPEN_CALLS)
@@ -105,8 +155,9 @@ def export_candidate_filters(load_path: str, run_path: str) -> str:
     for f, path in ((load, load_path), (run, run_path)):
         with open(path, "wb") as out:
             f.export_bpf(out)
-    return ("on: seccomp in the candidate's own process; exec, fork, sockets, signals and "
-            "executable memory kill it, files cannot be opened once it is loaded")
+    return ("on: seccomp in the candidate's own process; exec, fork, sockets, signals, "
+            "process-acting calls on others, setsid, SysV IPC and executable memory kill it, "
+            "files cannot be opened once it is loaded")
 
 
 def _deny_all(f, action: int, names: tuple[str, ...]) -> None:
@@ -127,5 +178,7 @@ def seal_compiler() -> str:
 
     f = sc.SyscallFilter(sc.ALLOW)
     _deny_all(f, sc.ERRNO(errno.EPERM), FORBIDDEN + ("socket",))
+    own_process_only(sc, f, sc.ERRNO(errno.EPERM), keep_sessions=True)
     f.load()
-    return "on: seccomp; no sockets, tracing or namespaces (EPERM); toolchain may run"
+    return ("on: seccomp; no sockets, tracing, namespaces or process-acting calls on others "
+            "(EPERM); toolchain may run")
