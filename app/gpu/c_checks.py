@@ -9,10 +9,15 @@ macro computes an include path, an attribute after the declarator hides a static
    of any other file is refused by its resolved path, and its content is never stored or shown.
 2. The candidate's own lines of the preprocessed output (splices joined, macros expanded,
    comments and string literals gone) are scanned for inline assembly, load-time code, section
-   and symbol tricks, and calls a kernel may not make.
-3. The built library is read with pyelftools: its imports must be on an allow-list, and it may
-   not carry more load-time code (init/fini arrays, constructors), writable data (results
-   cached between calls) or thread-local storage than the same toolchain's empty kernel.
+   and symbol tricks, and calls a kernel may not make. Which lines are the candidate's own is
+   judged by what the preprocessor opened (`-H`), never by line markers alone: a `#line`
+   directive (or a GNU line marker) in the candidate can name any file, so every marker must
+   agree with the files the preprocessor really entered, or the candidate is refused.
+   `__has_include` is poisoned before the candidate's first line: it would answer whether any
+   file exists (Landlock refuses the open, but EACCES still means "there"), one bit per run.
+3. The built library is read with pyelftools (app.gpu.elf_check): imports on an allow-list, no
+   load-time code (init/fini arrays, constructors, IFUNC resolvers), no writable data or
+   thread-local storage beyond the same toolchain's empty kernel.
 
 The sandbox is the wall (app/gpu/sandbox); these checks are the cheap first filter that names
 the problem.
@@ -27,6 +32,17 @@ import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+# the built library's check lives in app.gpu.elf_check; its names stay importable from here
+from app.gpu.elf_check import (
+    ALLOWED_IMPORTS,
+    GUARDED_SECTIONS,
+    empty_kernel_sections,
+    library_problems,
+)
+
+__all__ = ["ALLOWED_IMPORTS", "GUARDED_SECTIONS", "check_source", "empty_kernel_sections",
+           "library_problems", "preprocess"]
 
 ALLOWED_HEADERS = frozenset({
     "math.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "float.h", "omp.h", "stdio.h",
@@ -54,28 +70,11 @@ FORBIDDEN_CODE = [
      "environment, memory mapping, the dynamic linker)")),
 ]
 
-# Symbols a kernel library may import: libc memory and output, libm, OpenMP, libmvec.
-ALLOWED_IMPORTS = re.compile(
-    r"^(mem(cpy|set|move|cmp)|__mem(cpy|set|move)_chk|(posix_memalign|aligned_alloc|malloc|calloc|"
-    r"realloc|free)|(f?printf|puts|putchar|fputs|fputc|fwrite|fflush|__printf_chk|__fprintf_chk|"
-    r"stdout|stderr)|__stack_chk_fail|__cxa_finalize|_ITM_\w+|__gmon_start__|GOMP_\w+|omp_\w+|"
-    r"_ZGV\w+|__\w+_finite|(exp|log|sqrt|pow|sin|cos|tanh|fabs|fmax|fmin|floor|ceil|erf|exp2|"
-    r"log2|expm1|log1p|rsqrt|fma|round|trunc)[fl]?)$")
-
-# Sections whose size may not exceed the empty kernel's: load-time code and state.
-GUARDED_SECTIONS = {
-    ".init_array": "runs code when the library is loaded (init array entries)",
-    ".preinit_array": "runs code when the library is loaded (preinit array)",
-    ".ctors": "runs code when the library is loaded (constructors)",
-    ".fini_array": "runs code when the library is unloaded (fini array entries)",
-    ".dtors": "runs code when the library is unloaded (destructors)",
-    ".data": "keeps writable global data (state that survives between calls)",
-    ".bss": "keeps writable global data (state that survives between calls)",
-    ".tdata": "keeps thread-local data (state that survives between calls)",
-    ".tbss": "keeps thread-local data (state that survives between calls)",
-}
-EMPTY_KERNEL = "void ks_empty(float *out, const float *in, long n) { for (long i = 0; i < n; ++i) out[i] = in[i]; }\n"
-
+# Forced in before the candidate's first line: these answer questions about files outside the
+# vetted headers (whether they exist), and poisoning survives macros, token pasting and
+# push/pop_macro; vetted headers never use them.
+GUARD_HEADER = "#pragma GCC poison __has_include __has_include_next __has_embed\n"
+GUARD_NAME = "ks-guard.h"
 
 @dataclass(frozen=True)
 class Preprocessed:
@@ -120,9 +119,13 @@ def preprocess(source: str, compiler: str, flags: tuple[str, ...], defines: dict
     with tempfile.TemporaryDirectory(prefix="kernelswarm-cpp-") as tmp:
         src = Path(tmp) / SOURCE_NAME
         src.write_text(source, encoding="utf-8")
+        guard = Path(tmp) / GUARD_NAME
+        guard.write_text(GUARD_HEADER)
         # absolute paths: in a sealed worker the compile helper runs this, in its own cwd
-        cmd = [compiler, "-E", "-H", *language, *(f"-D{k}={v}" for k, v in defines.items()),
-               str(src), "-o", str(Path(tmp) / "kernel.i")]
+        deps = Path(tmp) / "kernel.d"  # the files really opened (markers can be forged; -MD not)
+        cmd = [compiler, "-E", "-H", "-MD", "-MF", str(deps), *language,
+               *(f"-D{k}={v}" for k, v in defines.items()),
+               "-include", str(guard), str(src), "-o", str(Path(tmp) / "kernel.i")]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                                   check=False)
@@ -136,9 +139,16 @@ def preprocess(source: str, compiler: str, flags: tuple[str, ...], defines: dict
         if proc.returncode != 0:
             errors = [line for line in proc.stderr.splitlines()
                       if line.startswith(f"{SOURCE_NAME}:") and "error" in line]
+            if any("attempt to use poisoned" in line for line in errors):
+                return None, [("asks the preprocessor whether a file exists (__has_include); "
+                               "kernels may only include the vetted headers")]
             return None, [f"preprocessing failed: {errors[0] if errors else 'error'}"]
         text = (Path(tmp) / "kernel.i").read_text(encoding="utf-8", errors="replace")
-    return Preprocessed(_own_lines(text), tuple(path for _, path in headers)), []
+        opened = _dependencies(deps.read_text(errors="replace") if deps.exists() else "")
+        own, forged = own_lines(text, [path for _, path in headers], str(src), opened)
+    if forged:
+        return None, [forged]
+    return Preprocessed(own, tuple(path for _, path in headers)), []
 
 
 def _opened_headers(stderr: str) -> list[tuple[int, str]]:
@@ -164,17 +174,102 @@ def include_problems(headers: list[tuple[int, str]], system_dirs: tuple[str, ...
     return list(dict.fromkeys(problems))
 
 
-def _own_lines(preprocessed: str) -> str:
-    """The lines of the preprocessed output that came from the candidate's own file."""
-    own, current = [], SOURCE_NAME
+MARKER = re.compile(r'^# (\d+) "((?:[^"\\]|\\.)*)"((?: [1-4])*)$')
+PSEUDO_FILES = ("<built-in>", "<command-line>")
+FORGED_MARKER = ("uses a #line directive or line marker that does not match the files the "
+                 "preprocessor opened (it would make the kernel's own code look like another "
+                 "file's)")
+
+
+def _dependencies(text: str) -> set[str]:
+    """Real paths of the files a `-MD` rule names (what the preprocessor really opened)."""
+    body = text.replace("\\\n", " ").partition(":")[2]
+    return {os.path.realpath(p.replace("\\ ", " ")) for p in re.split(r"(?<!\\)\s+", body) if p}
+
+
+def own_lines(preprocessed: str, entered: list[str], main: str,
+              opened: set[str] | None = None) -> tuple[str, str]:
+    """(the candidate's own lines, string literals blanked; a problem or ""). Line markers are
+    followed as a stack of files, and each one must agree with what the preprocessor really
+    did: an entry (flag 1) is the next header `-H` reported opening (or, before the main file
+    starts, the predefined and forced headers), a return (flag 2) names the file below, and a
+    plain marker (`#line`) may only renumber the current file. The candidate controls
+    `#line` and GNU markers, not what the preprocessor opens, so any forged marker shows."""
+    own: list[str] = []
+    stack: list[str] = []
+    started = False  # the main file's own lines have begun (after <built-in>/<command-line>)
+    command_line = False
+    pending = list(entered)
     for line in preprocessed.splitlines():
-        marker = re.match(r'^#\s*(?:line\s+)?\d+\s+"([^"]*)"', line)
-        if marker:
-            current = marker.group(1)
+        if not line.startswith("#"):
+            if started and stack == [main]:
+                own.append(line)
             continue
-        if os.path.basename(current) == SOURCE_NAME:
-            own.append(line)
-    return _blank_literals("\n".join(own))
+        marker = MARKER.match(line)
+        if marker is None:  # a #pragma GCC ... the preprocessor passes through
+            if started and stack == [main]:
+                own.append(line)
+            continue
+        name = re.sub(r"\\(.)", r"\1", marker.group(2))
+        flags = set(marker.group(3).split())
+        if "1" in flags:
+            if started:
+                # -H reports a forged entry too; the dependency list does not
+                if not pending or pending[0] != name or (
+                        opened is not None and os.path.realpath(name) not in opened):
+                    return "", FORGED_MARKER
+                pending.pop(0)
+            stack.append(name)
+        elif "2" in flags:
+            if len(stack) < 2 or stack[-2] != name:
+                return "", FORGED_MARKER
+            stack.pop()
+        elif not stack:
+            stack.append(name)
+        elif name == stack[-1]:
+            pass  # renumbering the current file
+        elif not started and name in (main, *PSEUDO_FILES) and len(stack) == 1:
+            stack[-1] = name
+            command_line = command_line or name == "<command-line>"
+            started = name == main and command_line
+        else:
+            return "", FORGED_MARKER
+    if pending or stack != [main]:
+        return "", FORGED_MARKER
+    return _blank_literals("\n".join(own)), ""
+
+
+# A line directive in the candidate's own text, found on every reading of it the compiler might
+# use (trigraphs on or off, splices with or without trailing blanks): comments may stand
+# between its parts, and macros can never produce one (C11 6.10.3.4p3).
+_BLANK = re.compile(r"(?:[ \t\f\v]+|/\*.*?\*/)*", re.DOTALL)  # a comment ends at its first */
+
+
+def _has_line_directive(text: str) -> bool:
+    for start in (0, *(m.end() for m in re.finditer("\n", text))):
+        at = _BLANK.match(text, start).end()
+        for hash_ in ("#", "%:"):
+            if text.startswith(hash_, at):
+                rest = text[_BLANK.match(text, at + len(hash_)).end():][:5]
+                if rest[:1].isdigit() or re.match(r"line\b", rest):
+                    return True
+    return False
+
+
+TRIGRAPHS = {"??=": "#", "??/": "\\", "??'": "^", "??(": "[", "??)": "]", "??!": "|",
+             "??<": "{", "??>": "}", "??-": "~"}
+
+
+def line_directive_problem(source: str) -> str:
+    """Why `source` is refused for writing a #line directive or GNU line marker, or ""."""
+    text = source.replace("\r\n", "\n").replace("\r", "\n")
+    readings = [text, re.sub(r"\?\?[=/'()!<>-]", lambda m: TRIGRAPHS[m.group(0)], text)]
+    for reading in readings:
+        for splice in (r"\\\n", r"\\[ \t\f\v]*\n"):
+            if _has_line_directive(re.sub(splice, "", reading)):
+                return ("uses a #line directive or line marker (it would make the kernel's own "
+                        "code look like another file's)")
+    return ""
 
 
 # A static function the candidate defines itself (a helper named `open` or `time`): calls
@@ -201,68 +296,10 @@ def check_source(source: str, compiler: str, flags: tuple[str, ...], defines: di
     """Everything wrong with a C candidate before it is compiled (empty: fine)."""
     if len(source.encode()) > max_bytes:
         return [f"source is larger than {max_bytes // 1000} KB"]
+    directive = line_directive_problem(source)
+    if directive:
+        return [directive]
     pre, problems = preprocess(source, compiler, flags, defines)
     if pre is None:
         return problems
     return code_problems(pre, entry)
-
-
-# ---- the built library ---------------------------------------------------------------------
-def _elf_facts(library: Path) -> tuple[dict[str, int], list[str], list[str]]:
-    """(section sizes, undefined dynamic symbols, problems with segments)."""
-    from elftools.elf.dynamic import DynamicSection
-    from elftools.elf.elffile import ELFFile
-
-    with open(library, "rb") as fh:
-        elf = ELFFile(fh)
-        sizes = {s.name: s["sh_size"] for s in elf.iter_sections()}
-        imports = []
-        dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is not None:
-            for sym in dynsym.iter_symbols():
-                if sym.name and sym["st_shndx"] == "SHN_UNDEF":
-                    imports.append(sym.name)
-        problems = []
-        for seg in elf.iter_segments():
-            if seg["p_type"] == "PT_INTERP":
-                problems.append("is a program, not a library")
-            if seg["p_type"] == "PT_GNU_STACK" and seg["p_flags"] & 1:
-                problems.append("asks for an executable stack")
-            if seg["p_type"] == "PT_LOAD" and seg["p_flags"] & 1 and seg["p_flags"] & 2:
-                problems.append("has memory that is both writable and executable")
-        for section in elf.iter_sections():
-            if isinstance(section, DynamicSection):
-                for tag in section.iter_tags():
-                    if tag.entry.d_tag == "DT_TEXTREL":
-                        problems.append("modifies its own code at load time (text relocations)")
-                    if tag.entry.d_tag == "DT_NEEDED" and not re.match(
-                            r"^(libc|libm|libgomp|libmvec|libpthread|ld-linux[-\w]*)\.so", tag.needed):
-                        problems.append(f"links against {tag.needed}")
-    return sizes, imports, problems
-
-
-@functools.lru_cache(maxsize=8)
-def empty_kernel_sections(compiler: str, flags: tuple[str, ...]) -> dict[str, int]:
-    """Section sizes of an empty kernel built by the same toolchain (what crt adds)."""
-    with tempfile.TemporaryDirectory(prefix="kernelswarm-empty-") as tmp:
-        src, lib = Path(tmp) / "empty.c", Path(tmp) / "empty.so"
-        src.write_text(EMPTY_KERNEL)
-        subprocess.run([compiler, *flags, str(src), "-o", str(lib)], capture_output=True,
-                       timeout=120, check=True)
-        sizes, _, _ = _elf_facts(lib)
-    return sizes
-
-
-def library_problems(library: Path, compiler: str, flags: tuple[str, ...]) -> list[str]:
-    """Everything wrong with a built kernel library (empty: fine)."""
-    sizes, imports, problems = _elf_facts(library)
-    empty = empty_kernel_sections(compiler, flags)
-    for name, why in GUARDED_SECTIONS.items():
-        if sizes.get(name, 0) > empty.get(name, 0):
-            problems.append(f"{why}: {name} is {sizes[name]} bytes, an empty kernel's "
-                            f"{empty.get(name, 0)}")
-    bad = sorted({s.split("@")[0] for s in imports if not ALLOWED_IMPORTS.match(s.split("@")[0])})
-    if bad:
-        problems.append(f"imports {', '.join(bad[:8])}; kernels may only use memory, math, output "
-                        "and OpenMP functions")
-    return list(dict.fromkeys(problems))
