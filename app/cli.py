@@ -104,6 +104,9 @@ def build_parser() -> argparse.ArgumentParser:
     kt = sub.add_parser("import-kt", help="turn a Kernel Tuner script into a goal directory")
     kt.add_argument("script", metavar="SCRIPT.py", help="a script that calls kernel_tuner.tune_kernel")
     kt.add_argument("-o", "--output", metavar="DIR", help="goal directory (default: SCRIPT_goal)")
+    kt.add_argument("--trust-script", action="store_true",
+                    help="run the script with your own rights (files, API keys, network) where "
+                         "this machine cannot run it in a sandbox cell")
     kt.set_defaults(func=cmd_import_kt)
 
     selftest = sub.add_parser("selftest", help="check this installation (storage, replay, CPU, NVRTC)",
@@ -116,8 +119,11 @@ def build_parser() -> argparse.ArgumentParser:
 def cmd_import_kt(args: argparse.Namespace) -> int:
     from app.kt_import import ImportRefused, import_script
 
+    if args.trust_script:
+        print(f"warning: import-kt runs {args.script} with your rights: it can read your files "
+              "and API keys and use the network (--trust-script)", file=sys.stderr)
     try:
-        done = import_script(args.script, args.output)
+        done = import_script(args.script, args.output, trust=args.trust_script)
     except ImportRefused as exc:
         raise CliError(f"import-kt {args.script}: {exc}") from None
     for note in done.notes:

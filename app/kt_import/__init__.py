@@ -1,8 +1,9 @@
 """`kernelswarm import-kt SCRIPT.py [-o DIR]`: a Kernel Tuner tuning script becomes a goal
 directory (goal.toml, the kernel source, inputs.npz, expected.npz).
 
-The script runs in a child process (app.kt_import.runner) with `tune_kernel` and `run_kernel`
-intercepted; the child writes JSON and plain arrays, which this side turns into a [kernel]
+The script runs in a child process (app.kt_import.runner) inside a sandbox cell
+(app.kt_import.cell: no keys, no network, writes only its scratch) with `tune_kernel` and
+`run_kernel` intercepted; the child writes JSON and plain arrays, which this side turns into a [kernel]
 table (app.goal.KernelTable). What cannot be carried over is refused in one line (ImportRefused).
 """
 
@@ -10,8 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
+import signal
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,18 +36,38 @@ class Imported:
     notes: list[str] = field(default_factory=list)
 
 
-def run_script(script: Path, work: Path, timeout_s: float = 600.0) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-m", "app.kt_import.runner", str(script), str(work)],
-                          capture_output=True, text=True, timeout=timeout_s, check=False,
-                          cwd=str(Path(__file__).resolve().parents[2]))
+def run_script(script: Path, work: Path, timeout_s: float = 600.0, trust: bool = False
+               ) -> dict[str, Any]:
+    """Run the script with Kernel Tuner intercepted: in a sandbox cell, or with the user's
+    rights when `trust` (the user's explicit --trust-script)."""
+    from app.kt_import import cell
+
+    if trust:
+        proc = cell.run_trusted(script, work, timeout_s)
+    else:
+        try:
+            proc = cell.run_in_cell(script, work, timeout_s)
+        except cell.CellUnavailable as exc:
+            raise ImportRefused(
+                f"this machine cannot run the script in a sandbox cell ({exc}); it would run "
+                "with your rights (your files, your API keys, the network): read the script, "
+                "then pass --trust-script to run it anyway") from None
     result_file = work / "result.json"
     if not result_file.exists():
+        if proc.returncode == -signal.SIGSYS:
+            raise ImportRefused("the script was stopped by its sandbox cell: it tried to start a "
+                                "program or process, open a socket or signal another process")
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["no output"]
-        raise ImportRefused(f"the script's process ended without a result: {tail[0]}")
+        raise ImportRefused(f"the script's process ended without a result: {_printable(tail[0])}")
     result = json.loads(result_file.read_text())
     if "error" in result:
-        raise ImportRefused(result["error"])
+        raise ImportRefused(_printable(str(result["error"])))
     return json.loads((work / "capture.json").read_text())
+
+
+def _printable(text: str) -> str:
+    """The script's words as one plain line (no terminal control sequences)."""
+    return "".join(c if c.isprintable() else "?" for c in text)[:2000]
 
 
 def _c_source(text: str) -> str:
@@ -135,14 +155,16 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     return Imported(goal_path, notes)
 
 
-def import_script(script: str | Path, out: str | Path | None = None) -> Imported:
-    """Run the script with Kernel Tuner intercepted and write the goal directory."""
+def import_script(script: str | Path, out: str | Path | None = None, trust: bool = False
+                  ) -> Imported:
+    """Run the script with Kernel Tuner intercepted (in a sandbox cell unless `trust`) and
+    write the goal directory."""
     script = Path(script).resolve()
     if not script.is_file():
         raise ImportRefused(f"script {str(script)!r} does not exist")
     out = Path(out) if out else script.parent / f"{script.stem}_goal"
     with tempfile.TemporaryDirectory(prefix="kernelswarm-kt-") as tmp:
-        cap = run_script(script, Path(tmp))
-        with np.load(Path(tmp) / "arrays.npz", allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        cap = run_script(script, Path(tmp), trust=trust)
+        arrays = {f.stem: np.load(f, allow_pickle=False)
+                  for f in (Path(tmp) / "arrays").glob("*.npy")}
     return write_goal(cap, arrays, script, out)

@@ -1,6 +1,7 @@
 """The child process of `kernelswarm import-kt`: runs a Kernel Tuner script with
 `kernel_tuner.tune_kernel` and `run_kernel` intercepted and writes what the first tune_kernel
-call was given into OUT_DIR (capture.json and arrays.npz: JSON and plain arrays, never pickle).
+call was given into OUT_DIR (capture.json and arrays/*.npy: JSON and plain arrays, never pickle).
+Started inside a sandbox cell by app.kt_import.cell (or directly, when the user trusts the script).
 
 Usage: python -m app.kt_import.runner SCRIPT.py OUT_DIR
 """
@@ -192,7 +193,10 @@ def capture(out_dir: Path, frame: Any, kernel_name: str, kernel_source: Any, pro
             "block_size_names": [str(b) for b in kw.get("block_size_names") or []],
             "args": args, "has_answer": answer is not None, "atol": float(kw.get("atol") or 1e-6),
             "defines": defines, "compiler_options": options, "notes": notes}
-    np.savez(out_dir / "arrays.npz", **arrays)
+    # one .npy per array: each file stays under the cell's file-size limit (1 GiB)
+    (out_dir / "arrays").mkdir(exist_ok=True)
+    for key, value in arrays.items():
+        np.save(out_dir / "arrays" / f"{key}.npy", value, allow_pickle=False)
     (out_dir / "capture.json").write_text(json.dumps(data), encoding="utf-8")
 
 
@@ -254,6 +258,12 @@ def install(out_dir: Path) -> None:
     kt.run_kernel = run_kernel
 
 
+def _in_cell() -> bool:
+    from app.gpu import sandbox
+
+    return sandbox.current_plan() is not None
+
+
 def _has_gpu() -> bool:
     try:
         from cupy.cuda import runtime
@@ -285,9 +295,16 @@ def main(argv: list[str]) -> int:
         if re.search(r"cuda|cupy|pycuda|driver", text, flags=re.IGNORECASE):
             hint = (" (the script needs a GPU before tune_kernel, e.g. CuPy/PyCUDA allocations or "
                     "run_kernel; allocate with numpy to import on a machine without one)")
+        if isinstance(exc, PermissionError) and _in_cell():
+            hint = (" (in its sandbox cell the script reads only its own directory, the system "
+                    "and Python, and writes nowhere; --trust-script runs it with your rights)")
         result = {"error": f"the script failed before tune_kernel: {text}{hint}"}
-    (out_dir / "result.json").write_text(json.dumps(result), encoding="utf-8")
+    write_result(out_dir, result)
     return 0
+
+
+def write_result(out_dir: Path, result: dict[str, Any]) -> None:
+    (out_dir / "result.json").write_text(json.dumps(result), encoding="utf-8")
 
 
 if __name__ == "__main__":
