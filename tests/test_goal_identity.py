@@ -216,3 +216,22 @@ def test_a_goal_the_window_ran_without_a_file_is_keyed_by_its_reference_content(
     unsaved = Goal.from_toml(text)
     assert unsaved.source_path == ""
     assert goal_key(unsaved, read_files=False) == goal_key(unsaved) == goal_key(scale)
+
+
+def test_an_edited_kernel_s_configurations_are_new_candidates(tmp_path, scale):
+    """Same problem, but not the same candidates: a key hashes what runs, so a configuration
+    measured with the old source is never taken for one of the edited kernel (a resume, the
+    board's dedupe and the candidates table all go by key)."""
+    from app.gpu.cpu import CpuEvaluator
+
+    config = {"CHUNK": 4}
+    with CpuEvaluator(scale) as before:
+        old_key = before.space.key(config)
+        assert old_key == before.candidate_key(config)  # a template candidate's key is its build
+    src = tmp_path / "scale" / "kernel.c"
+    src.write_text(src.read_text().replace("2.0f * x[j]", "x[j] + x[j]"))
+    edited = Goal.load(tmp_path / "scale" / "goal.toml")
+    with CpuEvaluator(edited) as after:
+        assert after.space.key(config) != old_key
+    with CpuEvaluator(Goal.load(tmp_path / "scale" / "goal.toml")) as again:
+        assert again.space.key(config) == after.space.key(config)

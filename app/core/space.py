@@ -43,6 +43,9 @@ class SearchSpace:
     params: dict[str, list[Any]]
     restrictions: list[str] = field(default_factory=list)
     allowed: frozenset[tuple] | None = None
+    # What runs besides the parameters (the kernel source's hash, flags, compiler): part of
+    # every key, so an edited kernel's configurations are new candidates, never old results.
+    key_extra: dict[str, Any] | None = None
     _predicates: list[Callable[[Mapping[str, Any]], bool]] = field(default_factory=list, repr=False)
 
     def __post_init__(self) -> None:
@@ -86,14 +89,14 @@ class SearchSpace:
             values = self.as_tuple(config)
             hash(values)
         except (KeyError, TypeError):
-            return config_key(config)
+            return config_key(config, self.key_extra)
         if len(config) != len(self.params):
-            return config_key(config)
+            return config_key(config, self.key_extra)
         key = self._keys.get(values)
         if key is None:
             if len(self._keys) > 1_000_000:  # bound the memo on huge unrecorded spaces
                 self._keys.clear()
-            key = self._keys[values] = config_key(config)
+            key = self._keys[values] = config_key(config, self.key_extra)
         return key
 
     def is_valid(self, config: Mapping[str, Any]) -> bool:

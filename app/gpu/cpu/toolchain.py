@@ -68,9 +68,13 @@ def toolchain(compiler: str | None = None) -> Toolchain:
 
 def build_key(op: CpuOperator, config: dict[str, Any], source: str, tc: Toolchain) -> str:
     """What actually runs: parameters, final source, flags, compiler."""
-    return config_key(config, extra={"operator": op.name,
-                                     "source": hashlib.sha256(source.encode()).hexdigest(),
-                                     "flags": " ".join(tc.flags), "compiler": tc.identity})
+    return config_key(config, extra=key_extra(op, source, tc))
+
+
+def key_extra(op: CpuOperator, source: str, tc: Toolchain) -> dict[str, str]:
+    """Everything of a build's key but the parameters (a search space keys with it)."""
+    return {"operator": op.name, "source": hashlib.sha256(source.encode()).hexdigest(),
+            "flags": " ".join(tc.flags), "compiler": tc.identity}
 
 
 def static_problems(source: str, tc: Toolchain, defines: dict[str, Any] | None = None,

@@ -12,6 +12,7 @@ which is replaced, and the run continues.
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import logging
 import random
@@ -71,6 +72,13 @@ def make_pool(devices: list[int], worker_factory: str = WORKER_FACTORY) -> Worke
     return WorkerPool(worker_factory, [(d,) for d in devices], name="cuda", recycle_after=200)
 
 
+
+def _space(op: CudaOperator, base: SearchSpace, restrictions: list[str], template: str) -> SearchSpace:
+    """The goal's space, keyed by what runs: an edited kernel's configurations are new keys."""
+    extra = {"operator": op.name, "source": hashlib.sha256(template.encode()).hexdigest()}
+    return SearchSpace(base.params, restrictions=base.restrictions + list(restrictions),
+                       key_extra=extra)
+
 class CudaEvaluator(Evaluator):
     def __init__(self, goal: Goal, validation_cases: list[dict] | tuple = (), *, bus: Any = None,
                  run_id: int | None = None, protocol: Protocol | None = None,
@@ -95,9 +103,9 @@ class CudaEvaluator(Evaluator):
         self.dtype = goal.dtype
         self.shapes = [list(s) for s in goal.shapes]
         base = op.space(goal.dtype)
-        self.space = SearchSpace(base.params, restrictions=base.restrictions + list(goal.constraints.restrictions))
-        self._validation = ValidationSet(validation_cases)
         self.template = op.template_source(goal.dtype)
+        self.space = _space(op, base, goal.constraints.restrictions, self.template)
+        self._validation = ValidationSet(validation_cases)
         self.protocol = protocol or Protocol()
         self.deadlines = deadlines or Deadlines(compile_s=120.0, run_s=90.0)
         # True: the default cache (the worker's sandbox may write only under app.paths.cache_dir)
@@ -141,8 +149,8 @@ class CudaEvaluator(Evaluator):
             return
         base = op.space(self.dtype)
         self.op = op
-        self.space = SearchSpace(base.params, restrictions=base.restrictions + list(self.goal.constraints.restrictions))
         self.template = op.template_source(self.dtype)
+        self.space = _space(op, base, self.goal.constraints.restrictions, self.template)
 
     # ---- device and limits ----------------------------------------------------------------
     def attach_bus(self, bus: Any, run_id: int | None = None) -> None:
