@@ -24,7 +24,7 @@ from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal, GoalError
 from app.gpu import cpu_roof
 from app.gpu.cascade import CascadeRequest, account_stages, evaluation_from_reply
-from app.gpu.cpu.toolchain import build_key, toolchain
+from app.gpu.cpu.toolchain import build_key, key_extra, toolchain
 from app.gpu.cpu.worker import host_program_for
 from app.gpu.kernel_host import host_supported
 from app.gpu.roof_check import RoofCheck
@@ -102,8 +102,10 @@ class CpuEvaluator(Evaluator):
         params = self.op.params()
         if not self.tc.openmp and "THREADS" in params:
             params["THREADS"] = [1]
-        self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions))
         self.template = self.op.template()
+        # keys hash what runs: a template candidate's key is its build key
+        self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions),
+                                 key_extra=key_extra(self.op, self.template, self.tc))
         self._validation = ValidationSet(validation_cases)
         self._lock = threading.Lock()
         memory = self.settings.memory_limit_bytes or _half_memory()
