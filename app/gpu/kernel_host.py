@@ -9,12 +9,20 @@ arena (a memfd the cell copies inputs and outputs through), under its own seccom
 and once loaded no files or executable memory.
 
 The child reports each call's duration, taken around the call in C. A candidate shares that
-process, so the cell checks the report against its own clock around the whole exchange: a
-report far shorter than the wall clock (under FORGED_FRACTION of it) is refused
-(`ForgedTiming`). One a little shorter than the channel allows is what a loaded machine does
-(the cell wakes a scheduler tick late while the kernel's threads and other programs hold the
-cores): the caller times again by the cell's own clock (`clock_only`), which a candidate
-cannot shorten, so an honest kernel is never refused for the machine's load.
+process and can rewrite anything in it (the saved copy of the start time included), so the
+report is only ever a refinement of a clock it cannot touch: the zygote's, around the window
+in which the child may run at all (it is continued for the call and stopped right after, every
+thread of it). Every timed call's figure is the larger of its report and that window less the
+channel's measured cost (`NULL_CALLS` empty calls, their 90th percentile), so no forged call
+can lower the median by more than the channel's jitter. Reports far shorter than every
+window (under FORGED_FRACTION of it on every timed call) are refused (`ForgedTiming`).
+
+Between calls the child is stopped: no thread it leaves behind computes while caches are
+flushed (by the zygote), inputs copied or a baseline timed. Its CPU time over each window (all
+threads, counted by the kernel) holds it to the threads its configuration declares
+(`thread_limit`; `ThreadLimit` beyond it). The arena's unused tail is dropped (its pages
+freed) and the padding between arrays poisoned before every call: nothing a kernel leaves
+in the arena survives to the next call.
 """
 
 from __future__ import annotations
@@ -36,12 +44,17 @@ SOURCE = Path(__file__).with_name("host") / "kernel_host.c"
 ALIGN = 4096  # every array starts on its own page, as a fresh allocation would
 MAX_INT_ARGS, MAX_FP_ARGS = 16, 8
 NULL_CALLS = 25  # empty exchanges measured per candidate: the channel's own cost
-# Reports are checked on the call with the smallest gap between the cell's clock and the
-# report: load delays some wake-ups, never all, while a forged report shortens every call. It
-# may exceed the channel's cost by this much before it counts as forged.
+# A report is refused as forged when even the call with the smallest gap between the zygote's
+# window and the report is beyond the channel's cost by this much (load delays some wake-ups,
+# never all); the figure of every call is clamped to the window anyway (see above).
 SLACK_NS = 100_000
 SLACK_FRACTION = 0.10
-FORGED_FRACTION = 0.5  # a report under half of what the cell's clock saw is no load effect
+FORGED_FRACTION = 0.5  # a report under half of what the zygote's clock saw is no load effect
+# CPU time over the windows beyond `thread_limit` x the windows x this, plus THREAD_SLACK_NS:
+# the kernel ran more threads than it declares (an honest one runs at most its THREADS)
+THREAD_MARGIN = 1.25
+THREAD_SLACK_NS = 2_000_000
+PADDING_POISON = 0x7F  # bytes between arrays: NaN patterns, never a kept result
 
 
 class HostError(RuntimeError):
@@ -66,7 +79,11 @@ class HostDied(RuntimeError):
 
 
 class ForgedTiming(RuntimeError):
-    """The durations the candidate's process reported are shorter than the cell's clock says."""
+    """The durations the candidate's process reported are shorter than the zygote's clock says."""
+
+
+class ThreadLimit(RuntimeError):
+    """The candidate kept more cores busy than the threads its configuration declares."""
 
 
 # ---- building the host (parent side, once per compiler) ----------------------------------
@@ -141,9 +158,21 @@ class _Arena:
         self.view = np.frombuffer(self.map, np.uint8)
         self.size = nbytes
 
+    def scrub(self, used: int) -> None:
+        """Free the pages past `used` (they read as zeros when touched again): state a kernel
+        left in the arena's tail is gone. Called while the candidate's process is stopped."""
+        used = -(-used // ALIGN) * ALIGN
+        if used < self.size:
+            os.ftruncate(self.fd, used)
+            os.ftruncate(self.fd, self.size)
+
     def close(self) -> None:
         self.view, self.map = np.empty(0, np.uint8), None
         os.close(self.fd)
+
+
+def _padded(nbytes: int) -> int:
+    return -(-max(1, nbytes) // ALIGN) * ALIGN
 
 
 def _layout(args: list[Arg]) -> tuple[list[int], int]:
@@ -151,7 +180,7 @@ def _layout(args: list[Arg]) -> tuple[list[int], int]:
     for a in args:
         if isinstance(a, ArrayArg):
             offsets.append(end)
-            end += -(-max(1, a.buffer.nbytes) // ALIGN) * ALIGN
+            end += _padded(a.buffer.nbytes)
         else:
             offsets.append(-1)
     return offsets, end
@@ -179,9 +208,12 @@ class KernelHost:
         self.library: tuple[str, str] | None = None
         self.child_alive = False
         self._seq = 0
-        self.null_ns: list[int] = []
-        self.timed: list[tuple[int, int]] = []  # (cell's clock, child's report) per timed call
-        self.clock_only = False  # True: a timed call's duration is the cell's clock, not the report
+        self.null_ns: list[int] = []  # the zygote's window around empty calls
+        self.timed: list[tuple[int, int]] = []  # (zygote's window, child's report) per timed call
+        self.clamped = 0  # timed calls whose figure is the window's, not the report
+        self.thread_limit = 0  # >0: the threads the candidate declares (THREADS)
+        self._cpu_ns = self._window_ns = 0  # over every call since the candidate was loaded
+        self._cut = 0.0  # ns: the channel's cost (p90 of null windows)
 
     # ---- the protocol ----------------------------------------------------------------
     def _send(self, line: str) -> None:
@@ -213,15 +245,15 @@ class KernelHost:
             return HostDied(int(words[1]), None)
         return HostDied(None, int(words[1]) if len(words) == 2 and words[1].isdigit() else None)
 
-    def _exchange(self, verb: str, rest: str = "") -> int:
-        """Send a child command; its reported nanoseconds."""
+    def _exchange(self, verb: str, rest: str = "") -> tuple[int, int, int]:
+        """Send a child command; (its report, its CPU time, the zygote's window), in ns."""
         self._seq += 1
         seq = str(self._seq)
         self._send(f"{verb} {seq} {rest}".rstrip())
         line = self._read()
         words = line.split()
-        if len(words) == 2 and words[0] == seq and words[1].isdigit():
-            return int(words[1])
+        if len(words) == 4 and words[0] == seq and all(w.isdigit() for w in words[1:]):
+            return int(words[1]), int(words[2]), int(words[3])
         if len(words) == 2 and words[0] in ("signal", "exit"):
             self.child_alive = False
             return self._raise_died(words)
@@ -238,7 +270,9 @@ class KernelHost:
         """A fresh child for this library (the previous candidate's child ends first)."""
         self.end()
         self._start_child(library, entry)
+        self._cpu_ns = self._window_ns = 0
         self.null_ns = self._null_overheads()
+        self._cut = float(np.percentile(self.null_ns, 90))
 
     def _start_child(self, library: str, entry: str) -> None:
         self._send(f"load {library.encode().hex()} {entry} {self.arena.fd} {self.arena.size} "
@@ -256,20 +290,16 @@ class KernelHost:
         raise HostError(f"the kernel host answered {line[:60]!r} to load")
 
     def _null_overheads(self) -> list[int]:
-        """The channel's cost: the cell's clock around empty exchanges."""
-        costs = []
-        for _ in range(NULL_CALLS):
-            t0 = time.perf_counter_ns()
-            self._exchange("null")
-            costs.append(time.perf_counter_ns() - t0)
-        return costs
+        """The channel's cost: the zygote's window around empty calls (the same continue,
+        command, answer and stop as a kernel's call)."""
+        return [self._exchange("null")[2] for _ in range(NULL_CALLS)]
 
     def end(self) -> None:
         """End the current child (its state goes with it)."""
         if not self.child_alive:
             return
         self.child_alive = False
-        self._send("end")
+        self._send("end")  # the zygote kills it
         words = self._read().split()
         while words and words[0] not in ("signal", "exit"):
             words = self._read().split()
@@ -286,11 +316,13 @@ class KernelHost:
             self.arena.resize(max(need, 2 * self.arena.size))
             self._start_child(*self.library)  # type: ignore[misc]
         arena = self.arena.view
+        self.arena.scrub(need)
         words = []
         for a, off in zip(args, offsets):
             if isinstance(a, ArrayArg):
                 raw = _bytes(a.buffer)
                 arena[off:off + raw.size] = raw
+                arena[off + raw.size:off + _padded(raw.size)] = PADDING_POISON
                 if a.preset is not None:
                     pre = _bytes(a.preset)
                     arena[off + a.offset:off + a.offset + pre.size] = pre
@@ -304,9 +336,7 @@ class KernelHost:
         if flush and self.flush_bytes:
             self._exchange("flush")
         try:
-            t0 = time.perf_counter_ns()
-            reported = self._exchange("run", f"{len(args)} {' '.join(words)}")
-            wall = time.perf_counter_ns() - t0
+            reported, cpu, window = self._exchange("run", f"{len(args)} {' '.join(words)}")
         except HostError:
             if self.proc.poll() is None and self.child_alive:
                 raise
@@ -317,17 +347,34 @@ class KernelHost:
             if isinstance(a, ArrayArg) and a.copy_back:
                 raw = a.buffer.reshape(-1).view(np.uint8)
                 raw[:] = arena[off:off + raw.size]
+        self._check_threads(cpu, window)
         if timed:
-            self.timed.append((wall, reported))
-            if self.clock_only and self.null_ns:  # the exchange less the channel's own cost
-                return max(wall - float(np.median(self.null_ns)), 0.0) / 1e6
+            self.timed.append((window, reported))
+            floor = window - self._cut  # what the zygote's clock allows at the least
+            if reported < floor:
+                self.clamped += 1
+                return floor / 1e6
         return reported / 1e6
 
+    def _check_threads(self, cpu: int, window: int) -> None:
+        self._cpu_ns += cpu
+        self._window_ns += window
+        if self.thread_limit <= 0:
+            return
+        allowed = self.thread_limit * self._window_ns * THREAD_MARGIN + THREAD_SLACK_NS
+        if self._cpu_ns > allowed:
+            busy = self._cpu_ns / max(1, self._window_ns)
+            plural = "s" if self.thread_limit != 1 else ""
+            raise ThreadLimit(f"the kernel kept {busy:.1f} cores busy on average during its calls; "
+                              f"its configuration declares THREADS={self.thread_limit} "
+                              f"({self.thread_limit} thread{plural})")
+
     def check_reports(self) -> bool:
-        """Whether the child's reports agree with the cell's clock (within the channel's own
+        """Whether the child's reports agree with the zygote's clock (within the channel's own
         cost and a generous slack); then forget the timed calls. False: every call was slower
-        than its report by more than that, as on a loaded machine (time again with
-        clock_only). Raises ForgedTiming when a report is under FORGED_FRACTION of the clock."""
+        than its report by more than that, as on a loaded machine (each call's figure was
+        already the window's). Raises ForgedTiming when every report is under
+        FORGED_FRACTION of the window."""
         timed, self.timed = self.timed, []
         if not timed or not self.null_ns:
             return True
@@ -343,7 +390,7 @@ class KernelHost:
             return False
         raise ForgedTiming(
                 f"the candidate's process reported {reports[closest] / 1e3:.1f} us for a call the "
-                f"cell's clock saw take {(gaps[closest] + reports[closest]) / 1e3:.1f} us (the "
+                f"zygote's clock saw take {(gaps[closest] + reports[closest]) / 1e3:.1f} us (the "
                 f"channel costs {np.median(null) / 1e3:.1f} us)")
 
     def close(self) -> None:
@@ -376,6 +423,8 @@ class InProcessHost:
 
     def __init__(self) -> None:
         self.fn = None
+        self.thread_limit = 0  # not enforced here (no supervisor process)
+        self.clamped = 0
 
     def load(self, library: str, entry: str) -> None:
         self.fn = getattr(ctypes.CDLL(library), entry)

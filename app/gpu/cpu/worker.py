@@ -40,6 +40,7 @@ from app.gpu.kernel_host import (
     InProcessHost,
     KernelHost,
     Scalar,
+    ThreadLimit,
     host_binary,
     host_supported,
 )
@@ -90,8 +91,18 @@ class CpuKernelBackend:
             raise StageFailed(reason, f"compile error: {first.strip()}", log=f"$ {command}\n{log}")
         return Built(lib, key, cached=False, log=log, command=command)
 
+    def declare_threads(self, config: dict[str, Any]) -> None:
+        """The candidate's process is held to the THREADS its configuration declares (the
+        goal's restrictions bound it); without THREADS it may use every core."""
+        if self.host is not None:
+            try:
+                self.host.thread_limit = max(1, int(config["THREADS"])) if "THREADS" in config else 0
+            except (TypeError, ValueError):
+                self.host.thread_limit = 1
+
     def check_resources(self, built: Built, config: dict[str, Any]) -> dict[str, Any]:
         info: dict[str, Any] = {"library_bytes": built.artifact.stat().st_size}
+        self.declare_threads(config)
         threads = int(config.get("THREADS", 1))
         if threads > (os.cpu_count() or 1):
             raise StageFailed(RESOURCE_LIMIT, f"asks for {threads} threads; this machine has "
@@ -130,19 +141,17 @@ class CpuKernelBackend:
 
     def timer(self, calls: dict[str, Callable[[], None]], settings: TimingSettings | None,
               before: Callable[[str], None] | None = None) -> TimerResult:
+        if self.host is not None:
+            self.host.clamped = 0
         stats = time_interleaved(calls, settings or TimingSettings(), self.flusher, before)
         metrics: dict[str, float] = {}
-        if self.host is not None and not self.host.check_reports():
-            # the reports ran a little short of the cell's clock, as on a loaded machine:
-            # timed again by the cell's clock, which the candidate cannot shorten (a forged
-            # report, far short, raises ForgedTiming)
-            self.host.clock_only = True
-            try:
-                stats = time_interleaved(calls, settings or TimingSettings(), self.flusher, before)
-                self.host.check_reports()
-            finally:
-                self.host.clock_only = False
-            metrics["timed_by_cell_clock"] = 1.0
+        if self.host is not None:
+            # every timed call's figure is already held to the zygote's clock (kernel_host);
+            # reports short of it on every call are refused as forged (ForgedTiming)
+            self.host.check_reports()
+            n = len(stats["candidate"].samples_ms) if "candidate" in stats else 0
+            if n and self.host.clamped:
+                metrics["timed_by_cell_clock"] = self.host.clamped / n
         return TimerResult(stats, metrics=metrics)
 
     def fault(self, exc: BaseException) -> StageFailed | None:
@@ -156,6 +165,8 @@ class CpuKernelBackend:
             return StageFailed(CRASH, f"{exc} (its own process; the worker is unharmed)")
         if isinstance(exc, ForgedTiming):
             return StageFailed(SUSPECT, f"forged timing: {exc}")
+        if isinstance(exc, ThreadLimit):
+            return StageFailed(RESOURCE_LIMIT, f"more threads than declared: {exc}")
         if isinstance(exc, HostError):  # its channel is out of step: a fresh worker, fresh host
             return StageFailed(RUNTIME_FAILED, f"kernel host: {exc}", restart=True)
         return None
@@ -278,6 +289,7 @@ class CpuWorker:
         medians in ms summed over the goal's shapes, or {"error": ...} when a timed output
         was wrong."""
         source = request.source if request.source is not None else request.template
+        self.backend.declare_threads(request.config)
         runner = self.backend.load(self.backend.build(source, request.config, request.goal_shapes))
         ref = self._reference()
         totals = {"candidate": 0.0, "numpy": 0.0, "c_reference": 0.0}
@@ -300,7 +312,7 @@ class CpuWorker:
             slots = TimedSlots(np, self.op, shape_t, "float32", request.seed, make_calls)
             try:
                 stats = self.backend.timer(slots.calls(), request.timing, slots.before).stats
-            except (HostDied, HostError, ForgedTiming) as exc:
+            except (HostDied, HostError, ForgedTiming, ThreadLimit) as exc:
                 return {"error": f"the candidate failed while timed: {exc}"}
             problem = slots.check(tolerance_for(self.op, shape_t, "float32", request.rtol,
                                                 request.atol))
@@ -347,10 +359,11 @@ class CpuWorker:
                     progress("time")
                     try:
                         if loaded != name:
+                            self.backend.declare_threads((first if name == "a" else second).config)
                             self.backend.load(built[name])
                             loaded = name
                         stats = self.backend.timer(slots.calls(), block, slots.before).stats
-                    except (HostDied, HostError, ForgedTiming) as exc:
+                    except (HostDied, HostError, ForgedTiming, ThreadLimit) as exc:
                         return {"error": f"candidate {name} failed while timed: {exc}"}
                     problem = slots.check(tol)
                     if problem:

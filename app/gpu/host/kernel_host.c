@@ -9,17 +9,28 @@
  * with libseccomp (no programs, processes, sockets, signals: what a constructor meets), loads
  * the library, maps the arena (the memfd the cell copies inputs and outputs through), enters
  * the second (no file opened, no memory made executable) and serves calls.
- * The zygote waits for the child and reports how it ended. A fresh child per candidate: no
- * state (OpenMP settings, heap, statics) survives from one candidate to the next.
+ * A fresh child per candidate: no state (OpenMP settings, heap, statics) survives from one
+ * candidate to the next.
+ *
+ * The zygote never runs candidate code, so it is the candidate's supervisor: every command
+ * goes through it, and between commands the child is stopped (SIGSTOP, every thread of it):
+ * no thread a kernel leaves behind computes while the harness flushes caches, copies inputs
+ * or times a baseline. The zygote flushes caches itself, with the child stopped, and reports
+ * the child's CPU time over each call (the kernel's clock cannot be forged by the kernel:
+ * the threads it really ran). The child talks only to the zygote, never to the cell.
  *
  * Protocol: one text line per command on COMMAND_FD, one line per answer on REPLY_FD (a
  * candidate's own printing goes to stdout and stderr: the worker's log).
- *   zygote:  load LIB_HEX ENTRY ARENA_FD ARENA_BYTES FLUSH_BYTES (the path in hex: any byte)  -> (child) "ready" | "error ..."
- *            then, when the child ends: "exit CODE" | "signal NUMBER"
- *   child:   run SEQ N KIND VALUE ...        -> "SEQ NANOSECONDS"
- *            null SEQ                        -> "SEQ NANOSECONDS" (an empty timed window)
- *            flush SEQ                       -> "SEQ 0" once FLUSH_BYTES were written (caches evicted)
- *            end                             -> the child exits 0
+ *   load LIB_HEX ENTRY ARENA_FD ARENA_BYTES FLUSH_BYTES (the path in hex: any byte)
+ *                                   -> "ready" | "error ..." (then "exit CODE")
+ *   run SEQ N KIND VALUE ...        -> "SEQ NANOSECONDS CPU_NANOSECONDS WINDOW_NANOSECONDS"
+ *   null SEQ                        -> the same for an empty timed window
+ *   flush SEQ                       -> "SEQ 0 0 0" once FLUSH_BYTES were written (by the zygote)
+ *   end                             -> the child is killed: "exit 0"
+ * A child that dies answers its command with "signal NUMBER" | "exit CODE".
+ * NANOSECONDS: the child's report around the kernel; CPU_NANOSECONDS: the child's CPU time
+ * (all threads) from its SIGCONT to its SIGSTOP; WINDOW_NANOSECONDS: the zygote's clock over
+ * the same span.
  * KIND: p = arena offset (a pointer), l = integer (any C integer type), f = float, d = double.
  */
 #define _GNU_SOURCE
@@ -28,6 +39,7 @@
 #include <fcntl.h>
 #include <linux/filter.h>
 #include <linux/seccomp.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdint.h>
@@ -103,8 +115,7 @@ static void flush_caches(volatile unsigned char *buf, size_t n) {
     for (size_t i = 0; i < n; i += 64) buf[i] += 1;
 }
 
-static int serve(kernel_fn fn, unsigned char *arena, size_t arena_bytes, unsigned char *flush,
-                 size_t flush_bytes) {
+static int serve(kernel_fn fn, unsigned char *arena, size_t arena_bytes) {
     char line[LINE_MAX_BYTES];
     while (fgets(line, sizeof line, cmd_in)) {
         char *save = NULL;
@@ -117,11 +128,6 @@ static int serve(kernel_fn fn, unsigned char *arena, size_t arena_bytes, unsigne
             long long t0 = now_ns();
             long long t1 = now_ns();
             say("%s %lld", seq, t1 - t0);
-            continue;
-        }
-        if (strcmp(word, "flush") == 0) {
-            if (flush) flush_caches(flush, flush_bytes);
-            say("%s 0", seq);
             continue;
         }
         if (strcmp(word, "run") != 0) return 2;
@@ -178,8 +184,7 @@ static int unhex(const char *hex, char *out, size_t cap) {
     return 0;
 }
 
-static int child(char *lib, char *entry, char *arena_fd, size_t arena_bytes,
-                 size_t flush_bytes) {
+static int child(char *lib, char *entry, char *arena_fd, size_t arena_bytes) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (install_filter(&load_filter)) {  /* a constructor meets the seal too */
         say("error the seccomp filter does not load (%s)", strerror(errno));
@@ -204,57 +209,202 @@ static int child(char *lib, char *entry, char *arena_fd, size_t arena_bytes,
         say("error the arena does not map (%s)", strerror(errno));
         return 3;
     }
-    unsigned char *flush = NULL;
-    if (flush_bytes) {
-        flush = malloc(flush_bytes);
-        if (flush) memset(flush, 1, flush_bytes);
-    }
     if (install_filter(&run_filter)) {
         say("error the seccomp filter does not load (%s)", strerror(errno));
         return 3;
     }
     say("ready");
-    return serve(fn, arena, arena_bytes, flush, flush_bytes);
+    return serve(fn, arena, arena_bytes);
+}
+
+/* ---- the zygote: the candidate's supervisor ------------------------------------------- */
+static FILE *cell_in, *cell_out;  /* the cell's channel (the zygote's own) */
+static pid_t kid;                  /* the current child, 0: none */
+static FILE *kid_in, *kid_out;     /* commands to it, its answers */
+static clockid_t kid_clock;
+static int kid_clock_ok;
+static unsigned char *flush_buf;
+static size_t flush_len;
+
+static void tell(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void tell(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(cell_out, fmt, ap);
+    va_end(ap);
+    fputc('\n', cell_out);
+    fflush(cell_out);
+}
+
+static long long kid_cpu(void) {
+    struct timespec ts;
+    if (!kid_clock_ok || clock_gettime(kid_clock, &ts)) return 0;
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static void drop_kid(void) {
+    if (kid_in) fclose(kid_in);
+    if (kid_out) fclose(kid_out);
+    kid_in = kid_out = NULL;
+    kid = 0;
+    kid_clock_ok = 0;
+}
+
+/* The child ended (or is made to): how, to the cell. */
+static void reap(int kill_it) {
+    int status = 0;
+    if (kill_it) kill(kid, SIGKILL);
+    while (waitpid(kid, &status, 0) < 0 && errno == EINTR) {
+    }
+    drop_kid();
+    if (kill_it)
+        tell("exit 0");
+    else if (WIFSIGNALED(status))
+        tell("signal %d", WTERMSIG(status));
+    else
+        tell("exit %d", WEXITSTATUS(status));
+}
+
+/* Every thread of the child stopped (the group stop is complete when waitpid says so).
+ * 0: stopped; -1: it died meanwhile (reaped, told). */
+static int stop_kid(void) {
+    int status = 0;
+    kill(kid, SIGSTOP);
+    for (;;) {
+        pid_t got = waitpid(kid, &status, WUNTRACED);
+        if (got < 0 && errno == EINTR) continue;
+        if (got == kid && WIFSTOPPED(status)) return 0;
+        break;
+    }
+    drop_kid();
+    if (WIFSIGNALED(status))
+        tell("signal %d", WTERMSIG(status));
+    else
+        tell("exit %d", WEXITSTATUS(status));
+    return -1;
+}
+
+static void start_kid(char *lib, char *entry, char *arena, size_t arena_bytes) {
+    int to[2], from[2];
+    if (pipe(to) || pipe(from)) {
+        tell("error no pipe for the child (%s)", strerror(errno));
+        tell("exit 3");
+        return;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid < 0) {
+        tell("error fork failed (%s)", strerror(errno));
+        tell("exit 3");
+        return;
+    }
+    if (pid == 0) {
+        /* the child talks only to the zygote: the cell's channel is closed before loading */
+        fclose(cell_in);
+        fclose(cell_out);
+        close(to[1]);
+        close(from[0]);
+        cmd_in = fdopen(to[0], "r");
+        cmd_out = fdopen(from[1], "w");
+        if (!cmd_in || !cmd_out) _exit(3);
+        _exit(child(lib, entry, arena, arena_bytes));
+    }
+    close(to[0]);
+    close(from[1]);
+    kid = pid;
+    kid_in = fdopen(to[1], "w");
+    kid_out = fdopen(from[0], "r");
+    kid_clock_ok = clock_getcpuclockid(pid, &kid_clock) == 0;
+    char line[LINE_MAX_BYTES];
+    if (!kid_in || !kid_out || !fgets(line, sizeof line, kid_out)) {
+        reap(0);
+        return;
+    }
+    line[strcspn(line, "\n")] = 0;
+    if (strcmp(line, "ready") != 0) {
+        tell("%s", line);  /* "error ...": the child exits 3 */
+        reap(0);
+        return;
+    }
+    if (stop_kid() == 0) tell("ready");
+}
+
+/* One command through the child: continued, the command, its answer, stopped again. */
+static void relay(const char *command) {
+    long long w0 = now_ns(), c0 = kid_cpu();
+    kill(kid, SIGCONT);
+    char line[LINE_MAX_BYTES];
+    if (fputs(command, kid_in) < 0 || fflush(kid_in) || !fgets(line, sizeof line, kid_out)) {
+        reap(0);  /* it died: its end answers the command */
+        return;
+    }
+    if (stop_kid()) return;
+    long long window = now_ns() - w0, cpu = kid_cpu() - c0;
+    line[strcspn(line, "\n")] = 0;
+    char *save = NULL, *seq = strtok_r(line, " ", &save), *ns = strtok_r(NULL, " ", &save);
+    if (!seq || !ns || strtok_r(NULL, " ", &save)) {
+        tell("garbled %.60s", seq ? seq : "");  /* the cell refuses it */
+        return;
+    }
+    tell("%s %s %lld %lld", seq, ns, cpu, window);
 }
 
 int main(int argc, char **argv) {
     prctl(PR_SET_PDEATHSIG, SIGKILL);  /* the cell died: so do we */
+    signal(SIGPIPE, SIG_IGN);  /* a dead child's pipe is an answer, not our end */
     if (argc != 5 || read_filter(argv[1], &load_filter) || read_filter(argv[2], &run_filter) ||
-        !(cmd_in = fdopen(atoi(argv[3]), "r")) || !(cmd_out = fdopen(atoi(argv[4]), "w"))) {
+        !(cell_in = fdopen(atoi(argv[3]), "r")) || !(cell_out = fdopen(atoi(argv[4]), "w"))) {
         fprintf(stderr, "usage: kernel_host LOAD.bpf|- RUN.bpf|- COMMAND_FD REPLY_FD\n");
         return 2;
     }
-    char line[LINE_MAX_BYTES];
-    while (fgets(line, sizeof line, cmd_in)) {
+    char line[LINE_MAX_BYTES], copy[LINE_MAX_BYTES];
+    while (fgets(line, sizeof line, cell_in)) {
+        memcpy(copy, line, sizeof line);
         char *save = NULL;
         char *word = strtok_r(line, " \n", &save);
-        if (!word || strcmp(word, "load") != 0) return 2;
-        char *lib = strtok_r(NULL, " \n", &save);
-        char *entry = strtok_r(NULL, " \n", &save);
-        char *arena = strtok_r(NULL, " \n", &save);
-        char *arena_bytes = strtok_r(NULL, " \n", &save);
-        char *flush_bytes = strtok_r(NULL, " \n", &save);
-        static char path[4096];
-        if (!lib || !entry || !arena || !arena_bytes || !flush_bytes ||
-            unhex(lib, path, sizeof path))
-            return 2;
-        fflush(stdout);
-        fflush(cmd_out);
-        pid_t pid = fork();
-        if (pid < 0) {
-            say("error fork failed (%s)", strerror(errno));
+        if (!word) continue;
+        if (strcmp(word, "load") == 0) {
+            if (kid) reap(1);
+            char *lib = strtok_r(NULL, " \n", &save);
+            char *entry = strtok_r(NULL, " \n", &save);
+            char *arena = strtok_r(NULL, " \n", &save);
+            char *arena_bytes = strtok_r(NULL, " \n", &save);
+            char *flush_bytes = strtok_r(NULL, " \n", &save);
+            static char path[4096];
+            if (!lib || !entry || !arena || !arena_bytes || !flush_bytes ||
+                unhex(lib, path, sizeof path))
+                return 2;
+            size_t want = strtoull(flush_bytes, NULL, 10);
+            if (want != flush_len) {
+                free(flush_buf);
+                flush_buf = want ? malloc(want) : NULL;
+                flush_len = flush_buf ? want : 0;
+                if (flush_buf) memset(flush_buf, 1, flush_len);
+            }
+            start_kid(path, entry, arena, strtoull(arena_bytes, NULL, 10));
             continue;
         }
-        if (pid == 0)
-            _exit(child(path, entry, arena, strtoull(arena_bytes, NULL, 10),
-                        strtoull(flush_bytes, NULL, 10)));
-        int status = 0;
-        while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+        if (strcmp(word, "end") == 0) {
+            if (kid) reap(1);
+            else tell("exit 0");
+            continue;
         }
-        if (WIFSIGNALED(status))
-            say("signal %d", WTERMSIG(status));
-        else
-            say("exit %d", WEXITSTATUS(status));
+        char *seq = strtok_r(NULL, " \n", &save);
+        if (!seq) return 2;
+        if (!kid) {
+            tell("exit 0");  /* no child to answer: the cell starts one */
+            continue;
+        }
+        if (strcmp(word, "flush") == 0) {  /* the child is stopped meanwhile */
+            if (flush_buf) flush_caches(flush_buf, flush_len);
+            tell("%s 0 0 0", seq);
+        } else if (strcmp(word, "run") == 0 || strcmp(word, "null") == 0) {
+            relay(copy);
+        } else {
+            return 2;
+        }
     }
+    if (kid) reap(1);
     return 0;
 }
