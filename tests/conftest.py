@@ -28,7 +28,7 @@ def _machine_roofs(tmp_path_factory) -> Path | None:
     try:
         tc = toolchain()
         path = tmp_path_factory.mktemp("roofs") / "cpu-roofs.json"
-        cpu_roof.cached(tc.compiler, tc.identity, path)
+        path.write_bytes(cpu_roof.encode(cpu_roof.measure(tc.compiler), tc.identity))
         return path
     except Exception:  # noqa: BLE001 - tests then measure for themselves, as users do
         return None
@@ -41,9 +41,10 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch, _machine_roofs):
     monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
     monkeypatch.setenv("KERNELSWARM_CACHE", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))  # user LLM settings
-    if _machine_roofs is not None:
-        (home / "cache").mkdir(parents=True, exist_ok=True)
-        (home / "cache" / "cpu-roofs.json").write_bytes(_machine_roofs.read_bytes())
+    if _machine_roofs is not None:  # where the roofs are cached: trusted, MAC-checked
+        from app.gpu import cpu_roof, trusted_cache
+
+        trusted_cache.store_trusted(cpu_roof.default_file(), _machine_roofs.read_bytes())
 
 
 @pytest.fixture

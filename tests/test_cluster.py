@@ -38,8 +38,12 @@ def ray_head(_machine_roofs):
     tmp = tempfile.mkdtemp(prefix="ksray", dir="/tmp")
     cache = Path(tmp) / "cache"
     cache.mkdir()
-    if _machine_roofs is not None:
-        shutil.copy(_machine_roofs, cache / "cpu-roofs.json")
+    if _machine_roofs is not None:  # the roofs' cache is trusted and MAC-checked
+        from app.gpu import cpu_roof, trusted_cache
+
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setenv("KERNELSWARM_CACHE", str(cache))
+            trusted_cache.store_trusted(cpu_roof.default_file(), _machine_roofs.read_bytes())
     env = {**os.environ, "RAY_TMPDIR": tmp, "KERNELSWARM_CACHE": str(cache)}
     port = _free_port()
     try:

@@ -70,11 +70,10 @@ FORBIDDEN_CODE = [
      "environment, memory mapping, the dynamic linker)")),
 ]
 
-# Forced in before the candidate's first line: these answer questions about files outside the
+# Put before the candidate's first line: these answer questions about files outside the
 # vetted headers (whether they exist), and poisoning survives macros, token pasting and
 # push/pop_macro; vetted headers never use them.
 GUARD_HEADER = "#pragma GCC poison __has_include __has_include_next __has_embed\n"
-GUARD_NAME = "ks-guard.h"
 
 @dataclass(frozen=True)
 class Preprocessed:
@@ -118,14 +117,14 @@ def preprocess(source: str, compiler: str, flags: tuple[str, ...], defines: dict
     language = [f for f in flags if f.startswith(("-std=", "-march=", "-fopenmp", "-m"))]
     with tempfile.TemporaryDirectory(prefix="kernelswarm-cpp-") as tmp:
         src = Path(tmp) / SOURCE_NAME
-        src.write_text(source, encoding="utf-8")
-        guard = Path(tmp) / GUARD_NAME
-        guard.write_text(GUARD_HEADER)
+        # the guard, then the candidate renumbered from its line 1 (the compile helper refuses
+        # -include, rightly: a candidate's flags could name any file with it)
+        src.write_text(GUARD_HEADER + "#line 1\n" + source, encoding="utf-8")
         # absolute paths: in a sealed worker the compile helper runs this, in its own cwd
         deps = Path(tmp) / "kernel.d"  # the files really opened (markers can be forged; -MD not)
         cmd = [compiler, "-E", "-H", "-MD", "-MF", str(deps), *language,
                *(f"-D{k}={v}" for k, v in defines.items()),
-               "-include", str(guard), str(src), "-o", str(Path(tmp) / "kernel.i")]
+               str(src), "-o", str(Path(tmp) / "kernel.i")]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s,
                                   check=False)

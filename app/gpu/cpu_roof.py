@@ -10,6 +10,9 @@ such as an add or a sum, moves its bytes up to 1.5x faster than a copy does, so 
 alone would refuse honest kernels.) A candidate is compared with the roof of the smallest level
 that holds its working set.
 
+The cached roofs live outside every cell's reach and carry a MAC (app.gpu.trusted_cache): a
+cell that rewrote them (99999 GB/s turns the beyond-roof refusal off) gets them measured again.
+
 A cached roof may have been measured while the machine was loaded: it is a floor, never a
 ceiling. Before a figure beyond it is refused, the worker measures the level again beside the
 candidate (Probe, same cell, same load, the kernel's thread count) and holds it to the higher
@@ -263,30 +266,70 @@ def cache_key(identity: str) -> str:
     return f"{identity}|{os.cpu_count()}|{ROOFS_VERSION}"
 
 
-def cached(compiler: str, identity: str, cache_file: Path, max_age_s: float = ROOFS_MAX_AGE_S,
-           refresh: bool = False) -> tuple[Roofs, bool]:
-    """The roofs measured on this machine with this compiler, from `cache_file` when fresh;
-    (roofs, from_cache)."""
+def default_file() -> Path:
+    """Where the roofs are cached: the trusted directory, which no cell may write."""
+    from app.gpu.trusted_cache import trusted_dir
+
+    return trusted_dir() / "cpu-roofs.json"
+
+
+def encode(roofs: Roofs, identity: str) -> bytes:
+    """The cache file's bytes for `roofs` measured now with the compiler `identity`."""
     import json
 
+    return json.dumps({**roofs.to_dict(), "key": cache_key(identity), "measured_at": time.time(),
+                       "measured_one_thread": roofs.measured_one_thread,
+                       "measured_all_threads": roofs.measured_all_threads}).encode()
+
+
+def _must_be_signed(path: Path) -> bool:
+    """A roof file in the trusted directory, or anywhere a cell may write (the cache and the
+    baseline cell's cache), or one written with a MAC, is used only with a matching MAC; a
+    file given explicitly elsewhere (a test's planted roofs, a user's own) is taken as given."""
+    from app.gpu.trusted_cache import MAC_SUFFIX, trusted_dir
+    from app.paths import baseline_cache_dir, cache_dir
+
+    real = os.path.realpath(path)
+    for d in (trusted_dir(), cache_dir(), baseline_cache_dir()):
+        if real.startswith(os.path.realpath(d) + os.sep):
+            return True
+    return os.path.exists(f"{path}{MAC_SUFFIX}")
+
+
+def _read(path: Path) -> bytes | None:
+    from app.gpu.trusted_cache import load_trusted
+
+    if _must_be_signed(path):
+        return load_trusted(path)  # a tampered file is discarded (logged) and measured again
+    try:
+        return path.read_bytes()
+    except OSError:
+        return None
+
+
+def cached(compiler: str, identity: str, cache_file: Path | None = None,
+           max_age_s: float = ROOFS_MAX_AGE_S, refresh: bool = False) -> tuple[Roofs, bool]:
+    """The roofs measured on this machine with this compiler, from `cache_file` (default:
+    default_file()) when fresh and intact; (roofs, from_cache)."""
+    import json
+
+    from app.gpu.trusted_cache import store_trusted
+
+    cache_file = cache_file or default_file()
     key = cache_key(identity)
-    if not refresh and cache_file.exists():
+    raw = None if refresh else _read(cache_file)
+    if raw is not None:
         try:
-            data = json.loads(cache_file.read_text())
+            data = json.loads(raw)
             if data.get("key") == key and time.time() - data.get("measured_at", 0) < max_age_s:
                 levels = [CacheLevel(**lv) for lv in data["levels"]]
                 roofs = Roofs(levels, data["threads"], data["one_thread"], data["all_threads"],
                               data.get("measured_one_thread", {}), data.get("measured_all_threads", {}))
                 return roofs, True
-        except (OSError, ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, AttributeError):
             pass  # a damaged cache is measured again
     roofs = measure(compiler)
-    cache_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cache_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps({**roofs.to_dict(), "key": key, "measured_at": time.time(),
-                               "measured_one_thread": roofs.measured_one_thread,
-                               "measured_all_threads": roofs.measured_all_threads}))
-    os.replace(tmp, cache_file)
+    store_trusted(cache_file, encode(roofs, identity))
     return roofs, False
 
 

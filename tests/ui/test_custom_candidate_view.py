@@ -39,9 +39,10 @@ def custom_run(tmp_path_factory, _machine_roofs):
     home = tmp_path_factory.mktemp("user")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNELSWARM_CACHE", str(home / "cache"))
-        if _machine_roofs is not None:
-            (home / "cache").mkdir(parents=True)
-            shutil.copy(_machine_roofs, home / "cache" / "cpu-roofs.json")
+        if _machine_roofs is not None:  # the roofs' cache is trusted and MAC-checked
+            from app.gpu import cpu_roof, trusted_cache
+
+            trusted_cache.store_trusted(cpu_roof.default_file(), _machine_roofs.read_bytes())
         with Store(d / "h.sqlite") as store:
             session = RunSession(goal, store=store)
             session.run()

@@ -31,7 +31,6 @@ from app.gpu.roof_check import RoofCheck
 from app.gpu.timing import TimingSettings
 from app.gpu.verify import ValidationSet
 from app.gpu.worker import Deadlines, WorkerPool
-from app.paths import cache_dir
 
 # OpenBLAS's workers spin 2^28 TSC cycles after a call (measured 0.105 s of CPU here): the
 # pause before timing the other contestant, with room for a slower clock
@@ -52,7 +51,7 @@ class CpuSettings:
     memory_limit_bytes: int | None = None  # None: half the machine's memory
     flush_bytes: int = 64 * 2**20  # written between timing samples to evict caches
     measure_roofs: bool = True  # memory-bound operators: hold figures to the cache-level roofs
-    roof_file: Path | None = None  # None: the cache directory's cpu-roofs.json
+    roof_file: Path | None = None  # None: cpu_roof.default_file() (trusted, MAC-checked)
 
 
 def _half_memory() -> int | None:
@@ -144,7 +143,7 @@ class CpuEvaluator(Evaluator):
             return None
         with self._roof_lock:
             if self._roofs is None:
-                path = self.settings.roof_file or cache_dir() / "cpu-roofs.json"
+                path = self.settings.roof_file or cpu_roof.default_file()  # no cell may write it
                 try:
                     self._roofs, _ = cpu_roof.cached(self.tc.compiler, self.tc.identity, path)
                 except (OSError, RuntimeError, ValueError) as exc:
