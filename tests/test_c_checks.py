@@ -52,6 +52,20 @@ SOURCE_ATTACKS = {
     "environment": ('#include <stdlib.h>\nvoid ks_kernel(float *o) { o[0] = getenv("OPENAI_API_KEY") != 0; }\n',
                     "'getenv'"),
     "no entry": ("void other(float *o) {}\n", "entry function ks_kernel"),
+    # issue 28: a line directive made the rest of the file "another file" for the scan
+    "#line": ('void ks_kernel(float *o) {}\n#line 1 "other.h"\nvoid g(void) { __asm__("nop"); }\n',
+              "#line"),
+    "GNU marker as a system header": (
+        'void ks_kernel(float *o) {}\n# 1 "/usr/include/math.h" 1 3 4\nvoid g(void) { __asm__("nop"); }\n',
+        "#line"),
+    "#line behind a comment and a splice": (
+        'void ks_kernel(float *o) {}\n/* x */ %: /**/ li\\\nne 9 "o.h"\nvoid g(void) { __asm__("nop"); }\n',
+        "#line"),
+    "#line by trigraph": ('void ks_kernel(float *o) {}\n??=line 1 "o.h"\nvoid g(void) { __asm__("nop"); }\n',
+                          "#line"),
+    "__has_include by token paste": (
+        '#define C(a, b) a##b\n#if C(__has_, include)(</etc/passwd>)\n#endif\nvoid ks_kernel(float *o) {}\n',
+        "__has_include"),
 }
 
 

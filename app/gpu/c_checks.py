@@ -141,7 +141,11 @@ def preprocess(source: str, compiler: str, flags: tuple[str, ...], defines: dict
             if any("attempt to use poisoned" in line for line in errors):
                 return None, [("asks the preprocessor whether a file exists (__has_include); "
                                "kernels may only include the vetted headers")]
-            return None, [f"preprocessing failed: {errors[0] if errors else 'error'}"]
+            first = errors[0] if errors else "error"
+            # "Permission denied" (there, hidden by Landlock) vs "No such file": one bit
+            first = re.sub(r"(Permission denied|No such file or directory)$", "cannot be opened",
+                           first)
+            return None, [f"preprocessing failed: {first}"]
         text = (Path(tmp) / "kernel.i").read_text(encoding="utf-8", errors="replace")
         opened = _dependencies(deps.read_text(errors="replace") if deps.exists() else "")
         own, forged = own_lines(text, [path for _, path in headers], str(src), opened)
