@@ -72,6 +72,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--trust-goal-endpoint", action="store_true",
                      help="send the API key to the goal file's [llm] base_url even though it is "
                           "not your configured endpoint")
+    run.add_argument("--trust-goal-llm", action="store_true",
+                     help="let the goal file's [llm] table raise your spending: a larger token "
+                          "or cost budget, another model, more agents or retries")
     run.add_argument("--trace", metavar="FILE.jsonl", help="write every event as a JSON line")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.add_argument("--resume", type=int, metavar="RUN_ID",

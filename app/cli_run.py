@@ -145,6 +145,27 @@ def _check_goal_endpoint(goal: Goal, args: argparse.Namespace) -> None:
                        "this run, or set KERNELSWARM_LLM_BASE_URL)")
 
 
+def _check_goal_spending(goal: Goal, args: argparse.Namespace) -> None:
+    """A goal file may lower the user's spending limits, never raise them or change the model
+    unless --trust-goal-llm (a model given with --llm-model is the user's own choice)."""
+    from app.llm import settings as llm_settings
+    from app.llm import spending
+
+    if "llm" not in goal.swarm.agents or not goal.llm:
+        return
+    try:
+        own = llm_settings.user_endpoint_settings()
+    except llm_settings.LLMSettingsError as exc:
+        raise CliError(f"your LLM settings: {exc}") from None
+    if args.llm_model:
+        own.model = args.llm_model
+    refusal = spending.needs_confirmation(goal.llm, own)
+    if (refusal and args.trust_goal_llm) or (not refusal and args.llm_model):
+        spending.approve(goal.llm)  # the engine compares with the saved settings again
+    elif refusal:
+        raise CliError(f"{refusal} (pass --trust-goal-llm to allow it for this run)")
+
+
 def _apply_overrides(goal: Goal, args: argparse.Namespace) -> Goal:
     _check_goal_endpoint(goal, args)
     if args.seed is not None:
@@ -161,6 +182,7 @@ def _apply_overrides(goal: Goal, args: argparse.Namespace) -> Goal:
         goal.llm["base_url"] = args.llm_base_url
     if args.llm_model:
         goal.llm["model"] = args.llm_model
+    _check_goal_spending(goal, args)
     if getattr(args, "cluster", None):  # evaluate on a Ray cluster; Ray is imported only then
         goal.cluster = {**goal.cluster, "address": args.cluster}
     if getattr(args, "cluster_fallback", None) and goal.cluster:

@@ -102,7 +102,7 @@ def _record(board: Blackboard, agent: LLMAgent, e: Evaluation) -> None:
 # ---- 1. the key goes only to the user's endpoint -----------------------------------------
 def _goal_file(tmp_path: Path, base_url: str) -> Path:
     goal = Goal(name="hostile endpoint", operator="softmax", backend="cpu", shapes=[[8, 100]],
-                llm={"base_url": base_url, "model": "scripted"})
+                llm={"base_url": base_url})  # a goal's model is a spending question (issue 28)
     goal.swarm.agents = ["llm"]
     path = tmp_path / "goal.toml"
     path.write_text(goal.to_toml())
@@ -140,9 +140,9 @@ def test_the_session_settings_refuse_it_too_unless_approved(monkeypatch):
         # approved, the goal's endpoint wins over the user's variables (that is what was asked)
         assert run_settings(goal_llm, env=env, user=LLMSettings()).base_url == hostile.base_url
         # the same endpoint spelled with a trailing slash is the user's own
-        same = {"base_url": mine.base_url + "/", "model": "other"}
+        same = {"base_url": mine.base_url + "/", "max_tokens": 100}
         got = run_settings(same, env={"KERNELSWARM_LLM_BASE_URL": mine.base_url}, user=LLMSettings())
-        assert got.model == "other"
+        assert got.max_tokens == 100
     assert hostile.connections == 0  # nothing was sent anywhere by settling settings
 
 

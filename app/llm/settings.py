@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from app.llm import spending
+
 KEY_ENV_VARS = ("KERNELSWARM_LLM_API_KEY", "OPENAI_API_KEY")
 KEYRING_SERVICE = "kernelswarm"
 KEYRING_USER = "llm-api-key"
@@ -51,7 +53,7 @@ class LLMSettings:
     stream: bool = True  # streaming lets an endless reply be cut by length and wall time
 
     # ---- validation ----------------------------------------------------------------------
-    def validate(self) -> "LLMSettings":
+    def validate(self) -> LLMSettings:
         url = urlparse(self.base_url or "")
         if url.scheme not in ("http", "https") or not url.netloc:
             raise LLMSettingsError("base_url", f"{self.base_url!r} is not an http(s) URL, "
@@ -89,7 +91,7 @@ class LLMSettings:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> "LLMSettings":
+    def from_dict(cls, data: dict[str, Any]) -> LLMSettings:
         known = {f.name for f in fields(cls)}
         for k in data:
             if k in ("api_key", "key"):
@@ -100,8 +102,8 @@ class LLMSettings:
         return cls(**data).validate()
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None, base: "LLMSettings | None" = None
-                 ) -> "LLMSettings":
+    def from_env(cls, env: dict[str, str] | None = None, base: LLMSettings | None = None
+                 ) -> LLMSettings:
         """Settings overridden by KERNELSWARM_LLM_BASE_URL, _MODEL, _TIMEOUT_S, ... variables."""
         env = os.environ if env is None else env
         data = (base or cls()).to_dict()
@@ -143,7 +145,7 @@ class LLMSettings:
         return cls.load(path) if path.exists() else cls()
 
     @classmethod
-    def load(cls, path: str | Path) -> "LLMSettings":
+    def load(cls, path: str | Path) -> LLMSettings:
         """Settings from a TOML file (a bare table or an [llm] table)."""
         import tomllib
 
@@ -244,12 +246,27 @@ def run_settings(goal_llm: dict[str, Any] | None, *, env: dict[str, str] | None 
     goal_llm = dict(goal_llm or {})
     if endpoint_needs_confirmation(goal_llm, own, env) is not None:
         raise EndpointNotTrusted(str(goal_llm["base_url"]), own.base_url)
+    raised = spending.needs_confirmation(goal_llm, own, env)
+    if raised is not None:
+        raise SpendingNotApproved(raised)
     merged = LLMSettings.from_dict({**user.to_dict(), **goal_llm})
     settings = LLMSettings.from_env(env, base=merged)
     goal_url = str(goal_llm.get("base_url") or "").strip()
     if goal_url and not _same_endpoint(goal_url, own.base_url):
         settings.base_url = goal_url  # approved explicitly: it wins over the variables
+    for name in spending.GUARDED:  # lowered (or approved): the goal's value wins over variables
+        if name in goal_llm:
+            setattr(settings, name, goal_llm[name])
     return settings.validate()
+
+
+class SpendingNotApproved(LLMSettingsError):
+    """A goal's [llm] table raises the user's spending (budget, model, ...) unapproved."""
+
+    def __init__(self, lines: str) -> None:
+        name, _, problem = lines.partition(": ")
+        super().__init__(name.removeprefix("llm."), problem)
+        self.args = (lines,)
 
 
 def user_settings_path() -> Path:
@@ -270,7 +287,7 @@ def api_key_source(env: dict[str, str] | None = None) -> str:
 
         if keyring.get_password(KEYRING_SERVICE, KEYRING_USER):
             return "OS keyring"
-    except Exception:  # no keyring package or no usable backend
+    except Exception:  # noqa: BLE001, S110 - no keyring package or no usable backend
         pass
     return ""
 
@@ -288,7 +305,7 @@ def resolve_api_key(settings: LLMSettings | None = None, env: dict[str, str] | N
         value = keyring.get_password(KEYRING_SERVICE, KEYRING_USER) or ""
         if value:
             return value
-    except Exception:  # no keyring package, no backend, locked keyring: environment only
+    except Exception:  # noqa: BLE001, S110 - no keyring, no backend, locked: environment only
         pass
     if settings is not None and settings.is_local:
         return LOCAL_PLACEHOLDER_KEY
