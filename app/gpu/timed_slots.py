@@ -10,6 +10,12 @@ canaries), so a kernel that returns early, or writes only part of its output, le
 stale values behind. After timing, every slot a call wrote must hold the reference result of
 its inputs as they are now: the last call that used a slot saw exactly those inputs.
 
+A compute-bound operator (its figure in FLOP/s) gets whole fresh inputs before every timed call
+instead: with a few elements changed, a kernel could keep each slot's inputs and result
+(in its heap, say) and patch the result in O(inputs) for a fraction of the work; with every
+element new there is nothing to patch. (A memory-bound kernel that diffs its inputs reads
+at least as much as one that does its work.)
+
 Baselines are timed on the same terms: a random slot's inputs and poisoned outputs (their
 inputs are not perturbed: the candidate's slot would no longer match its last call).
 
@@ -69,6 +75,8 @@ class TimedSlots:
         steps = rng.integers(1, max(2, slots), size=4096)
         self._picks = np.cumsum(steps) % slots
         self._pools = [self._index_pool(s, rng) for s in self.slots]
+        self._fresh = getattr(op, "inputs_vary", True) and \
+            getattr(op, "throughput_unit", "") == "GFLOP/s"
 
     def _index_pool(self, slot: Slot, rng: np.random.Generator) -> dict[str, tuple[Any, Any]]:
         """Per input: POOL sets of (positions to change, positions to copy from)."""
@@ -119,6 +127,12 @@ class TimedSlots:
                 poison()
 
     def _perturb(self, k: int) -> None:
+        if self._fresh:  # every element new (see the module's note)
+            case = CheckCase(list(self.shape), "normal", int(self._rng.integers(2**31)), "timing")
+            fresh = make_inputs(self.xp, self.op, case, self.dtype)
+            for name in self._pools[k]:  # the perturbable ones: fixed inputs stay
+                self.slots[k].inputs[name][...] = fresh[name]
+            return
         row = self._draws % POOL
         for name, (dst, src) in self._pools[k].items():
             flat = self.slots[k].inputs[name].reshape(-1)

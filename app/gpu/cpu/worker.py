@@ -53,8 +53,8 @@ from app.gpu.timing import (
     summarize,
     time_interleaved,
 )
-from app.gpu.trusted_cache import trusted_dir
 from app.gpu.verify import CheckCase, GuardedOutput, make_inputs, tolerance_for
+from app.paths import cache_dir
 
 # Re-timing two candidates (CpuEvaluator.retime_pair): blocks per candidate, in ABBA order.
 RETIME_BLOCKS = 4
@@ -149,6 +149,7 @@ class CpuKernelBackend:
             # every timed call's figure is already held to the zygote's clock (kernel_host);
             # reports short of it on every call are refused as forged (ForgedTiming)
             self.host.check_reports()
+            metrics["cores_busy"] = self.host.cores_busy()  # CPU time / window, all calls
             n = len(stats["candidate"].samples_ms) if "candidate" in stats else 0
             if n and self.host.clamped:
                 metrics["timed_by_cell_clock"] = self.host.clamped / n
@@ -427,8 +428,7 @@ def _start_host(program: str, flush_bytes: int) -> KernelHost | InProcessHost:
 def host_program_for(tc: Toolchain) -> str:
     """The kernel host for this compiler, built once into the cache (app/gpu/host)."""
     try:
-        # outside every cell's write set (app.gpu.trusted_cache): a cell could replace it
-        return str(host_binary(tc.compiler, tc.identity, trusted_dir() / "cpu-host"))
+        return str(host_binary(tc.compiler, tc.identity, cache_dir() / "cpu-host"))
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         raise BackendUnavailable(f"the CPU backend's kernel host does not build: {exc}") from None
 
