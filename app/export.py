@@ -8,6 +8,7 @@ import csv
 import io
 import json
 import os
+import re
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -87,12 +88,29 @@ def export_csv(store: Store, run_id: int) -> str:
     param_cols = {p: (f"param_{p}" if p in _CSV_FIELDS else p) for p in params}
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
-    writer.writerow(_CSV_FIELDS + list(param_cols.values()) + [f"metric_{m}" for m in metrics])
+    header = _CSV_FIELDS + list(param_cols.values()) + [f"metric_{m}" for m in metrics]
+    writer.writerow([csv_cell(h) for h in header])
     for r in rows:
-        writer.writerow([r[f] for f in _CSV_FIELDS]
-                        + [r["config"].get(p, "") for p in params]
-                        + [r["metrics"].get(m, "") for m in metrics])
+        writer.writerow([csv_cell(v) for v in [r[f] for f in _CSV_FIELDS]
+                         + [r["config"].get(p, "") for p in params]
+                         + [r["metrics"].get(m, "") for m in metrics]])
     return out.getvalue()
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n", "\uff1d", "\uff0b", "\uff0d", "\uff20")
+_PLAIN_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
+
+def csv_cell(value: Any) -> Any:
+    """A cell a spreadsheet will not run (OWASP CSV injection): text from a history, which may
+    be a colleague's database, that begins with = + - @ (or a tab or line break) gets a leading
+    apostrophe; numbers, and text that is just a number, stay as they are."""
+    if isinstance(value, (bool, int, float)) or value is None:
+        return value
+    text = str(value)
+    if text.startswith(_FORMULA_START) and not _PLAIN_NUMBER.fullmatch(text):
+        return "'" + text
+    return text
 
 
 def export_t4(store: Store, run_id: int) -> dict[str, Any]:
