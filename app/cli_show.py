@@ -121,5 +121,5 @@ def cmd_devices(args: argparse.Namespace) -> int:
         extra = f"; sandbox: {cell}" if backend != "replay" else ""
         print(f"{backend:<7} {'yes' if ok else 'no ':<4} {details}{extra}")
     for name, line in status().items():
-        print(f"sandbox {name:<11} {line}", file=sys.stderr)
+        print(f"sandbox {name:<20} {line}", file=sys.stderr)
     return 0

@@ -46,9 +46,9 @@ class Outcome:
 
 def check_storage(workdir: Path) -> str:
     """A real SQLite file: write a run and an evaluation, reopen, read them back."""
+    from app.core.types import Evaluation
     from app.goal import Goal
     from app.store import Store
-    from app.core.types import Evaluation
 
     path = workdir / "selftest-history.sqlite"
     goal = Goal(name="selftest storage", space=REPLAY_SPACE, backend="replay")
@@ -108,8 +108,8 @@ def check_cpu(workdir: Path) -> str:
 
 def _cpu_backend() -> str:
     from app.catalog import known_operators
-    from app.goal import Goal
     from app.core.evaluator import BackendUnavailable
+    from app.goal import Goal
     from app.paths import resources_dir
     from app.session import RunSession
 
@@ -221,7 +221,10 @@ def check_sandbox(workdir: Path) -> str:
     lines = status()
     if any(v.startswith("unknown") for v in lines.values()):
         raise AssertionError("; ".join(f"{k} {v}" for k, v in lines.items()))
-    return "; ".join(f"{k} {v}" for k, v in lines.items())
+    missing = [k for k, v in lines.items() if not v.startswith(("on", "by design"))]
+    head = (f"missing or partial on this platform: {', '.join(missing)}" if missing
+            else f"all {len(lines)} walls on")
+    return f"{head}; " + "; ".join(f"{k} {v}" for k, v in lines.items())
 
 
 CHECKS: dict[str, Callable[[Path], str]] = {

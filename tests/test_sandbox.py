@@ -198,6 +198,14 @@ def test_every_protection_is_on_here(cell):
     if seccomp.available() == "":
         assert protections["processes"].startswith("on")
         assert protections["compiler"].startswith("on"), protections["compiler"]
+    assert protections["pid namespace"][:2] == sandbox.status()["pid namespace"][:2]
+    if protections["pid namespace"].startswith("on"):  # user namespaces allowed here
+        assert protections["ipc namespace"].startswith("on")
+        assert protections["tree kill"].startswith("on")
+    if seccomp.available() == "":
+        assert protections["process-acting calls"].startswith("on")
+    if landlock.abi_version() >= 6:
+        assert protections["signal scope"].startswith("on"), protections["signal scope"]
 
 
 def test_status_names_every_protection():

@@ -232,3 +232,26 @@ def test_the_tree_kill_alone_finds_an_orphan_that_left_the_session():
         assert _wait_gone([orphan]) == []
     finally:
         proc.kill()
+
+
+def test_a_platform_without_pid_namespaces_says_so_and_keeps_the_network_wall():
+    """unshare(CLONE_NEWPID) refused (as where user namespaces are off for that): the status
+    names the missing walls, the cell still gets its network namespace, and no shim forks."""
+    _, out = run_python("""
+        import errno, json, os
+        from app.gpu.sandbox import namespaces
+        real = namespaces._unshare
+        def refuse_pid(flags):
+            if flags & namespaces.CLONE_NEWPID:
+                raise OSError(errno.EPERM, "Operation not permitted")
+            real(flags)
+        namespaces._unshare = refuse_pid
+        me = os.getpid()
+        lines = namespaces.isolate()
+        print(json.dumps({**lines, "same process": os.getpid() == me}))
+    """)
+    lines = json.loads(out.strip().splitlines()[-1])
+    assert lines["network"].startswith("on"), lines
+    assert lines["pid namespace"].startswith("off") and lines["ipc namespace"].startswith("off")
+    assert "refused" in lines["pid namespace"] and lines["same process"]
+    assert sandbox._tree_line(lines["pid namespace"]).startswith("partial")
