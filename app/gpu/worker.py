@@ -230,13 +230,14 @@ class _CellProcess:
 
 def _rss_bytes(pid: int, depth: int = 0) -> int:
     """Resident memory of a process and its descendants (a CPU cell's kernel host and the
-    candidate's process are its children)."""
+    candidate's process are its children; the cell itself is below a shim and its PID
+    namespace's init: app.gpu.sandbox.namespaces)."""
     try:
         with open(f"/proc/{pid}/statm", "rb") as f:
             total = int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
     except (OSError, ValueError, IndexError):
         return 0
-    if depth < 3:
+    if depth < 5:
         try:
             with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
                 total += sum(_rss_bytes(int(c), depth + 1) for c in f.read().split())
@@ -489,9 +490,9 @@ class Worker:
 
     def _read_log(self, start: int) -> str:
         try:
-            with open(self.log_path, "rb") as f:
-                f.seek(start)
-                data = f.read()
+            with open(self.log_path, "rb") as f:  # only the tail: a candidate may print GBs
+                f.seek(max(start, os.fstat(f.fileno()).st_size - 4 * LOG_TAIL_CHARS))
+                data = f.read(4 * LOG_TAIL_CHARS)
         except OSError:
             return ""
         text = data.decode("utf-8", errors="replace")
