@@ -6,8 +6,8 @@ Mechanisms, one module each, in the order a cell enters them:
 
 1. env.py        - a fresh environment from an allow-list (set when the process is started)
 2. namespaces.py - own user, network, PID and IPC namespaces: no network (loopback included),
-                   no other process to name, no SysV IPC shared; the cell forks once to be
-                   the PID namespace's init (a shim outside mirrors its end to the engine)
+                   no other process to name, no SysV IPC shared; the cell forks into the PID
+                   namespace (a small init there, a shim outside mirrors its end)
 3. helper.py     - the compile helper is started here, before the walls below close
 4. limits.py     - setrlimit: address space, CPU seconds, file size, open files, no core
 5. landlock.py   - files: read the system/toolchain/Python, write scratch + cache, exec
@@ -223,7 +223,7 @@ def sandbox_summary() -> str:
 
 def probe_here() -> dict[str, str]:
     """Run in a fresh single-threaded process: which mechanisms this kernel grants."""
-    spaces = namespaces.isolate()  # forks: this is the namespace's init from here on
+    spaces = namespaces.isolate()  # forks: this is the cell inside the namespaces from here on
     net = spaces["network"]
     abi = landlock.abi_version()
     sc = seccomp.available()
@@ -299,7 +299,7 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     applied = {"environment": "on: allow-list; HOME and TMPDIR in scratch"}
     if _threads() > 1:
         log.warning("the cell has %d threads before entering its sandbox", _threads())
-    applied.update(namespaces.isolate())  # forks: from here this is the cell's pid 1
+    applied.update(namespaces.isolate())  # forks: from here this is the cell, pid 2 inside
     namespaces.child_subreaper()
     applied["tree kill"] = _tree_line(applied["pid namespace"])
     seccomp.available()  # loads libseccomp now: finding it runs ldconfig, refused once walled

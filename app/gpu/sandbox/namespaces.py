@@ -4,23 +4,22 @@ network namespace, PID namespace and IPC namespace.
 - network: no interface but a loopback that is down; connect() to any address, the machine's
   own loopback included, fails; abstract unix sockets are per namespace too.
 - PID: the cell names only its own processes (kill, prlimit, setpriority, sched_*, ioprio_set
-  and F_SETOWN take pids of this namespace). Its first process (the worker: pid 1) is the init
-  of the namespace, so when it dies the kernel kills everything left in it: the compile
-  helper, cc1, the kernel host and whatever a candidate started.
+  and F_SETOWN take pids of this namespace). Its pid 1 (our own small init) ends with the
+  cell, and the kernel then kills everything left in the namespace: the compile helper, cc1,
+  the kernel host and whatever a candidate started.
 - IPC: SysV shared memory, message queues and semaphores (and POSIX message queues) are
   private to the cell and destroyed with it.
 
-A new PID namespace takes effect for children only, so the process forks once: the child is
-the cell (pid 1 inside) and the parent stays outside as a shim that waits and then ends the
-way the cell ended (same exit code or signal), so the engine watching the shim sees what it
-saw before. Must run while the process has one thread (the kernel refuses CLONE_NEWUSER
-otherwise). Python 3.11 has no os.unshare, so the libc call goes through ctypes.
+A new PID namespace takes effect for children only, so the process forks twice: a small init
+(pid 1 inside, it reaps orphans) and the cell (pid 2); the first process stays outside as a
+shim that waits and then ends the way the cell ended (same exit code or signal), so the engine
+watching the shim sees what it saw before. Must run while the process has one thread (the
+kernel refuses CLONE_NEWUSER otherwise). Python 3.11 has no os.unshare: ctypes calls libc.
 """
 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import resource
 import select
@@ -35,7 +34,8 @@ PR_SET_CHILD_SUBREAPER = 36
 
 
 def _libc() -> ctypes.CDLL:
-    return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    # the process's own symbols (libc among them): find_library would start ldconfig
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _unshare(flags: int) -> None:
@@ -64,8 +64,8 @@ def isolate_network() -> str:
 
 def isolate(pid_and_ipc: bool = True) -> dict[str, str]:
     """Enter new user, network, IPC and PID namespaces; the lines "network", "pid namespace",
-    "ipc namespace". With a PID namespace this process forks: only the child returns (pid 1 of
-    the namespace); the parent becomes the shim and never returns."""
+    "ipc namespace". With a PID namespace this process forks: only the cell returns (pid 2 of
+    the namespace); the parent becomes the shim and the namespace's init, neither returns."""
     uid, gid = os.getuid(), os.getgid()
     extra = CLONE_NEWPID | CLONE_NEWIPC if pid_and_ipc else 0
     lines = {"pid namespace": "off: not requested", "ipc namespace": "off: not requested"}
@@ -115,34 +115,67 @@ def isolate(pid_and_ipc: bool = True) -> dict[str, str]:
 
 
 def _become_init() -> None:
-    """Fork into the new PID namespace: the child returns as its pid 1; the parent waits for it
-    and ends the same way (it never returns)."""
-    alive_r, alive_w = os.pipe()  # the child sees EOF here once the shim is gone
-    pid = os.fork()
-    if pid == 0:
-        os.close(alive_w)
-        _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the shim killed: the whole cell with it
-        if select.select([alive_r], [], [], 0)[0]:  # the shim died before the line above
-            os._exit(1)
+    """Fork into the new PID namespace: a small init (pid 1) that forks the cell (pid 2, the
+    only caller that returns) and reaps; the parent outside waits and ends as the cell ended.
+    The cell is not pid 1 itself: a namespace's init ignores signals it sends itself (a
+    handler's os.kill(os.getpid(), SIGSEGV) must still end it)."""
+    alive_r, alive_w = os.pipe()  # the init sees EOF here once the shim is gone
+    status_r, status_w = os.pipe()  # the init passes on how the cell ended
+    init = os.fork()
+    if init:
         os.close(alive_r)
-        return
+        os.close(status_w)
+        _shim(init, keep=(alive_w, status_r))
+    os.close(alive_w)
+    os.close(status_r)
+    _prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # the shim killed: the whole namespace with it
+    if select.select([alive_r], [], [], 0)[0]:  # the shim died before the line above
+        os._exit(1)
     os.close(alive_r)
-    _shim(pid, keep=alive_w)
+    cell = os.fork()
+    if cell == 0:
+        os.close(status_w)
+        return
+    _init(cell, status_w)
 
 
-def _shim(child: int, keep: int) -> None:
-    """The parent outside the namespace: holds nothing of the cell's (its pipes are closed so
-    the engine sees the cell's own end of them), waits, and mirrors the cell's end."""
-    os.closerange(3, keep)
-    os.closerange(keep + 1, 1 << 16)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(sig, signal.SIG_DFL)  # terminated: so is the cell (its death signal)
+def _close_all_but(keep: tuple[int, ...]) -> None:
+    """Close every descriptor from 3 up but `keep`: the cell's pipes to the engine stay the
+    cell's alone, so the engine sees them close when the cell ends."""
+    start = 3
+    for fd in sorted(keep):
+        os.closerange(start, fd)
+        start = fd + 1
+    os.closerange(start, 1 << 16)
+
+
+def _init(cell: int, status_w: int) -> None:
+    """pid 1: reap every orphan; when the cell ends, report its status and exit (the kernel
+    then kills whatever is left in the namespace)."""
+    _close_all_but((status_w,))
     while True:
         try:
-            _, status = os.waitpid(child, 0)
-            break
+            pid, status = os.waitpid(-1, 0)
         except ChildProcessError:
             os._exit(1)
+        if pid == cell:
+            os.write(status_w, status.to_bytes(4, "little"))
+            os._exit(0)
+
+
+def _shim(init: int, keep: tuple[int, int]) -> None:
+    """The parent outside the namespace: holds nothing of the cell's, waits for the init and
+    ends the way the cell ended (its exit code, or the same signal), as the engine expects."""
+    _close_all_but(keep)
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)  # terminated: so is the cell (its death signal)
+    try:
+        _, status = os.waitpid(init, 0)
+    except ChildProcessError:
+        os._exit(1)
+    reported = os.read(keep[1], 4)
+    if len(reported) == 4:
+        status = int.from_bytes(reported, "little")
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
