@@ -12,12 +12,12 @@ from typing import Any
 from app.core.types import Evaluation
 from app.core.units import occupancy_text
 from app.goal import Goal
+from app.llm.outcome import failure_summary
 from app.llm.scrub import scrub
 from app.llm.spec import KernelSpec
 from app.llm.tunables import INSTRUCTIONS as TUNABLES
 
 MAX_SOURCE = 12_000
-MAX_LOG = 1_500
 MAX_ELITES = 2
 MAX_FAILURES = 4
 MAX_LESSONS = 12
@@ -230,11 +230,9 @@ def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
 
 
 def _failure_text(e: Evaluation) -> str:
-    text = f"{e.reason}: {e.detail}".strip()
-    if e.log:
-        log = e.log.strip()
-        text += "\n  log: " + (log[:MAX_LOG] + " ..." if len(log) > MAX_LOG else log)
-    return scrub(text, keep_names=("kernel.c", "kernel.cu"))  # no paths, user, tracebacks
+    """The product's own summary, never the candidate's output or the compiler's words
+    (app.llm.outcome); scrubbed as well, for the names it keeps."""
+    return scrub(failure_summary(e), keep_names=("kernel.c", "kernel.cu"))
 
 
 def _code(source: str, ctx: PromptContext, limit: int = MAX_SOURCE) -> str:
