@@ -39,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 
+from app.gpu import trusted_cache
+
 SOURCE = Path(__file__).with_name("host") / "kernel_host.c"
 ALIGN = 4096  # every array starts on its own page, as a fresh allocation would
 MAX_INT_ARGS, MAX_FP_ARGS = 16, 8
@@ -91,7 +93,7 @@ def host_binary(compiler: str, identity: str, directory: Path) -> Path:
     text = SOURCE.read_bytes()
     digest = hashlib.sha256(text + identity.encode() + b"-lm -ldl").hexdigest()[:16]
     out = directory / f"kernel_host-{digest}"
-    if out.exists():
+    if trusted_cache.load_trusted(out) is not None:  # MAC-checked: a replaced binary is rebuilt
         return out
     directory.mkdir(parents=True, exist_ok=True)
     tmp = out.with_suffix(f".tmp{os.getpid()}")
@@ -101,7 +103,8 @@ def host_binary(compiler: str, identity: str, directory: Path) -> Path:
                           capture_output=True, text=True, timeout=120, check=False)
     if proc.returncode != 0:
         raise RuntimeError(f"the kernel host does not build: {proc.stderr.strip()[:400]}")
-    os.replace(tmp, out)
+    trusted_cache.store_trusted(out, tmp.read_bytes(), executable=True)
+    tmp.unlink()
     return out
 
 

@@ -53,8 +53,8 @@ from app.gpu.timing import (
     summarize,
     time_interleaved,
 )
+from app.gpu.trusted_cache import trusted_dir
 from app.gpu.verify import CheckCase, GuardedOutput, make_inputs, tolerance_for
-from app.paths import cache_dir
 
 # Re-timing two candidates (CpuEvaluator.retime_pair): blocks per candidate, in ABBA order.
 RETIME_BLOCKS = 4
@@ -428,7 +428,8 @@ def _start_host(program: str, flush_bytes: int) -> KernelHost | InProcessHost:
 def host_program_for(tc: Toolchain) -> str:
     """The kernel host for this compiler, built once into the cache (app/gpu/host)."""
     try:
-        return str(host_binary(tc.compiler, tc.identity, cache_dir() / "cpu-host"))
+        # outside every cell's write set (app.gpu.trusted_cache): a cell could replace it
+        return str(host_binary(tc.compiler, tc.identity, trusted_dir() / "cpu-host"))
     except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
         raise BackendUnavailable(f"the CPU backend's kernel host does not build: {exc}") from None
 
