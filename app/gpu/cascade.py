@@ -152,7 +152,8 @@ class CascadeRequest:
     # how it was found ("L2 roof 210 GB/s at 4 threads"): a faster figure is re-timed, then refused
     roof_ms: float | None = None
     roof_detail: str = ""
-    # memory-bound cpu goals: the roof per shape and level, measured again before a refusal
+    # cpu goals: the roof per shape and level (memory levels, or the FP32 peak for a compute-
+    # bound operator), measured again before a refusal
     roof_check: RoofCheck | None = None
 
 
@@ -401,11 +402,12 @@ def _hold_to_roof(op: Operator, backend: CascadeBackend, runner: Runner, request
         return timed, (roof_ms, label)
 
     def measure_again() -> tuple[tuple[float, str], str]:
-        got = backend.measure_roof(check) if check else None
+        got = _measure_roof(backend, check) if check else None
         if got:
             check.raise_to(got)
             return (check.roof_ms(), check.label()), ", ".join(
-                f"{lv} {gbs:.1f} GB/s" for lv, gbs in got.items()) + f" at {check.threads} thread(s)"
+                f"{lv} {rate:.1f} {check.unit}" for lv, rate in got.items()
+            ) + f" at {check.threads} thread(s)"
         return (roof_ms, label), "no fresh measurement on this backend"
 
     if check is not None:
@@ -424,13 +426,23 @@ def _hold_to_roof(op: Operator, backend: CascadeBackend, runner: Runner, request
                               f"hardware allows ({roof[1]}: at least {roof[0]:.4g} ms), twice: "
                               "the kernel skips work or the timing is wrong",
                               metrics={"measured_ms": ms, "roof_ms": roof[0],
-                                       **({"roof_gbs": check.rate(check.shapes[0][1])}
+                                       **({check.metric: check.rate(check.shapes[0][1])}
                                           if check is not None else {})},
                               resources={"roof": roof[1]})
         return roof, detail or "the re-timed figure is within the roof"
 
     # judged beside a fresh measurement of the roof where the backend has one
     return timed, stage("roof", judge)
+
+
+def _measure_roof(backend: CascadeBackend, check: RoofCheck) -> dict[str, float] | None:
+    """The roof measured again now, beside the candidate: the FP32 peak for a compute-bound
+    figure (app.gpu.cpu.compute_roof, with the backend's compiler), else the backend's levels."""
+    if check.compute:
+        from app.gpu.cpu.compute_roof import measure_beside
+
+        return measure_beside(backend, check.threads)
+    return backend.measure_roof(check)
 
 
 def _reverify(op: Operator, backend: CascadeBackend, runner: Runner, timed: list[_Timed],
@@ -483,8 +495,9 @@ def _fill_result(ev: Evaluation, timed: list[_Timed], request: CascadeRequest,
     if roof and ev.time_ms > 0:  # the one fraction of the hardware, named by its roof
         ev.metrics["fraction_of_roof"] = roof[0] / ev.time_ms
         ev.resources["roof"] = roof[1]
-        if request.roof_check is not None:  # the level's GB/s, raised by a fresh measurement
-            ev.metrics["roof_gbs"] = request.roof_check.rate(request.roof_check.shapes[0][1])
+        check = request.roof_check
+        if check is not None:  # the level's GB/s (GFLOP/s), raised by a fresh measurement
+            ev.metrics[check.metric] = check.rate(check.shapes[0][1])
     rate = None
     if throughput is not None and ev.time_ms > 0:
         rate = sum(throughput(t.shape, 1.0) for t in timed) / (ev.time_ms / 1000.0)

@@ -14,6 +14,9 @@ for the threads the kernel really runs. So, in the cascade (in the worker):
    roof's label.
 
 A backend without a fresh measurement (cuda) goes from 1 to 3 with its own roof.
+
+A compute-bound cpu figure (GFLOP/s) is held the same way to the FP32 peak (unit "GFLOP/s",
+one level named "FP32", amounts in FLOPs: app.gpu.cpu.compute_roof measures it again).
 """
 
 from __future__ import annotations
@@ -25,13 +28,24 @@ ROOF_MARGIN = 1.10  # a figure more than 10% beyond the roof cannot be right
 
 @dataclass
 class RoofCheck:
-    """What a memory-bound figure is held to. Per goal shape: the bytes it moves, the level its
-    working set fits in and that level's cached roof (GB/s) at the kernel's thread count."""
+    """What a figure is held to. Per goal shape: the bytes it moves, the level its working set
+    fits in and that level's cached roof (GB/s) at the kernel's thread count; for a compute-
+    bound one (unit GFLOP/s) the FLOPs it does and the FP32 peak."""
 
     threads: int
     levels: list[tuple[str, int, int]]  # the machine's levels: (name, bytes, CPUs sharing one)
-    shapes: list[tuple[float, str, float]]  # (bytes moved, level, cached GB/s)
-    fresh: dict[str, float] = field(default_factory=dict)  # GB/s measured beside the candidate
+    shapes: list[tuple[float, str, float]]  # (bytes moved or FLOPs, level, cached GB/s or GFLOP/s)
+    fresh: dict[str, float] = field(default_factory=dict)  # measured beside the candidate
+    unit: str = "GB/s"  # or "GFLOP/s": the FP32 compute roof
+
+    @property
+    def compute(self) -> bool:
+        return self.unit == "GFLOP/s"
+
+    @property
+    def metric(self) -> str:
+        """The metric that carries the roof's rate."""
+        return "roof_gflops" if self.compute else "roof_gbs"
 
     def rate(self, level: str) -> float:
         cached = max((g for _, lv, g in self.shapes if lv == level), default=0.0)
@@ -39,18 +53,21 @@ class RoofCheck:
 
     def roof_ms(self) -> float:
         """The fastest time the hardware allows for the goal's shapes, in ms."""
-        return sum(nbytes / (self.rate(level) * 1e9) * 1e3 for nbytes, level, _ in self.shapes)
+        return sum(amount / (self.rate(level) * 1e9) * 1e3 for amount, level, _ in self.shapes)
 
     def label(self) -> str:
         level = self.shapes[0][1]
         where = ", measured again beside the candidate" if self.fresh else ""
         plural = "s" if self.threads != 1 else ""
+        if self.compute:
+            return (f"{level} peak {self.rate(level):.0f} GFLOP/s at {self.threads} "
+                    f"thread{plural}{where}")
         return f"{level} roof {self.rate(level):.1f} GB/s at {self.threads} thread{plural}{where}"
 
     def raise_to(self, measured: dict[str, float]) -> None:
         """Fresh figures only ever raise the roof."""
-        for level, gbs in measured.items():
-            self.fresh[level] = max(self.fresh.get(level, 0.0), float(gbs))
+        for level, rate in measured.items():
+            self.fresh[level] = max(self.fresh.get(level, 0.0), float(rate))
 
 
 def beyond(measured_ms: float, roof_ms: float | None) -> float | None:

@@ -24,6 +24,7 @@ from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal, GoalError
 from app.gpu import cpu_roof
 from app.gpu.cascade import CascadeRequest, account_stages, evaluation_from_reply
+from app.gpu.cpu import compute_roof
 from app.gpu.cpu.toolchain import build_key, key_extra, toolchain
 from app.gpu.cpu.worker import host_program_for
 from app.gpu.kernel_host import host_supported
@@ -50,8 +51,10 @@ class CpuSettings:
     recycle_after: int = 50
     memory_limit_bytes: int | None = None  # None: half the machine's memory
     flush_bytes: int = 64 * 2**20  # written between timing samples to evict caches
-    measure_roofs: bool = True  # memory-bound operators: hold figures to the cache-level roofs
+    # hold figures to the roofs: cache levels (memory-bound), FP32 peak (compute-bound)
+    measure_roofs: bool = True
     roof_file: Path | None = None  # None: cpu_roof.default_file() (trusted, MAC-checked)
+    compute_roof_file: Path | None = None  # None: compute_roof.default_file() (the same)
 
 
 def _half_memory() -> int | None:
@@ -117,6 +120,7 @@ class CpuEvaluator(Evaluator):
         self._baselines: dict[str, Any] | None = None
         self._baseline_start_s = 0.0  # seconds the baselines' request spent starting the worker
         self._roofs: cpu_roof.Roofs | bool | None = None
+        self._peak: compute_roof.ComputeRoof | bool | None = None
         self._roof_lock = threading.Lock()
         # GB/s the worker measured beside a candidate this run, by (level, threads): they only
         # ever raise the cached roofs (a cached roof may have been measured on a loaded machine)
@@ -150,6 +154,20 @@ class CpuEvaluator(Evaluator):
                     self._roofs, self.roof_error = False, str(exc)[:300]
             return self._roofs or None
 
+    def peak(self) -> compute_roof.ComputeRoof | None:
+        """The machine's FP32 peak FLOP/s at one and at every thread (compute-bound operators
+        only), measured by our own probe once per machine and compiler (compute_roof)."""
+        if self.op.throughput_unit != "GFLOP/s" or not self.settings.measure_roofs:
+            return None
+        with self._roof_lock:
+            if self._peak is None:
+                path = self.settings.compute_roof_file or compute_roof.default_file()
+                try:
+                    self._peak, _ = compute_roof.cached(self.tc.compiler, self.tc.identity, path)
+                except (OSError, RuntimeError, ValueError) as exc:
+                    self._peak, self.roof_error = False, str(exc)[:300]
+            return self._peak or None
+
     def kernel_threads(self, config: dict[str, Any], source: str | None = None) -> int:
         """The threads the kernel really runs, for its roof. A catalog template runs THREADS;
         any other code (your own kernel, an LLM's rewrite) may start its own: every core,
@@ -168,6 +186,8 @@ class CpuEvaluator(Evaluator):
         """What a memory-bound candidate is held to: each goal shape's working set at the
         cached roof of the cache level it fits in, at the kernel's threads (kernel_threads).
         The worker measures it again beside the candidate before refusing anything."""
+        if self.op.throughput_unit == "GFLOP/s":
+            return self._compute_roof(config, source)
         roofs = self.roofs()
         if roofs is None or self.op.throughput_unit != "GB/s":
             return None
@@ -184,6 +204,22 @@ class CpuEvaluator(Evaluator):
             shapes.append((nbytes, level, gbs))
         return RoofCheck(threads, [(lv.name, lv.size_bytes, lv.shared_by) for lv in roofs.levels],
                          shapes)
+
+    def _compute_roof(self, config: dict[str, Any], source: str | None) -> RoofCheck | None:
+        """A compute-bound candidate is held to the FP32 peak at the threads it really runs
+        (kernel_threads), for the FLOPs of every goal shape; measured again beside it before
+        anything is refused."""
+        peak = self.peak()
+        if peak is None:
+            return None
+        threads = self.kernel_threads(config, source)
+        gflops = max(peak.gflops(threads),
+                     self._measured_beside.get((compute_roof.LEVEL, threads), 0.0))
+        flops = [float(self.op.flops(tuple(s))) for s in self.goal.shapes]
+        if not gflops or not all(f > 0 for f in flops):
+            return None
+        return RoofCheck(threads, [], [(f, compute_roof.LEVEL, gflops) for f in flops],
+                         unit="GFLOP/s")
 
     def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
         check = self.roof(candidate.config, candidate.source)
@@ -232,7 +268,7 @@ class CpuEvaluator(Evaluator):
         request = self._request(candidate)  # the cached roofs are measured on the first
         if time.perf_counter() - t >= 0.001:
             before.append(Stage("roofs", True, time.perf_counter() - t, "the machine's memory "
-                                "roofs, or the cached ones read"))
+                                "roofs or FP32 peak, or the cached ones read"))
         reply = self.pool.call(("evaluate", request), self.settings.deadlines)
         ev = evaluation_from_reply(reply, **base)
         self._hardware_fraction(ev, request.roof_check)
@@ -249,21 +285,21 @@ class CpuEvaluator(Evaluator):
     def _hardware_fraction(self, ev: Evaluation, check: RoofCheck | None) -> None:
         """One fraction of the hardware per candidate, named by its roof: the cascade wrote
         fraction_of_roof and the roof's label (raised by a fresh measurement where there was
-        one); a compute-bound operator has no measured roof on the CPU and says so."""
+        one); without a roof (the peak could not be measured, roofs off) it says so."""
         if check is None:
             if ev.ok and self.op.throughput_unit != "GB/s":
-                ev.resources["roof"] = "no roof (no measured FLOP/s roof on the CPU)"
+                ev.resources["roof"] = "no roof (the FP32 peak was not measured)"
             return
         level = check.shapes[0][1]
         ev.resources["roof_level"] = level
-        ev.metrics.setdefault("roof_gbs", check.rate(level))
+        ev.metrics.setdefault(check.metric, check.rate(level))
         ev.metrics["roof_threads"] = float(check.threads)
         if "measured again beside" in str(ev.resources.get("roof", "")):
             # the rest of the run starts from the higher roof: no probe for every candidate
             key = (level, check.threads)
             with self._roof_lock:
                 self._measured_beside[key] = max(self._measured_beside.get(key, 0.0),
-                                                 float(ev.metrics["roof_gbs"]))
+                                                 float(ev.metrics[check.metric]))
 
     def _relative_metrics(self, ev: Evaluation, b: dict[str, Any]) -> None:
         unit = "gflops" if self.op.throughput_unit == "GFLOP/s" else "gbs"
@@ -349,7 +385,16 @@ class CpuEvaluator(Evaluator):
 
     def limit(self) -> float | None:
         """Memory-bound operators: the time (or GB/s) at the roof of the cache level the goal's
-        working set fits in, at every thread (the measured copy bandwidth without roofs)."""
+        working set fits in, at every thread (the measured copy bandwidth without roofs).
+        Compute-bound ones: the FP32 peak at every thread."""
+        if self.op.throughput_unit == "GFLOP/s":
+            peak, cores = self.peak(), os.cpu_count() or 1
+            if peak is None:
+                return None
+            gflops = max(peak.gflops(cores), self._measured_beside.get((compute_roof.LEVEL, cores), 0.0))
+            if self.goal.objective.metric == "throughput":
+                return gflops
+            return sum(self.op.flops(tuple(s)) for s in self.goal.shapes) / (gflops * 1e9) * 1e3
         b = self._ensure_baselines()
         if not b or not b.get("copy_gbs") or self.op.throughput_unit != "GB/s":
             return None
