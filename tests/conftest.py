@@ -34,8 +34,24 @@ def _machine_roofs(tmp_path_factory) -> Path | None:
         return None
 
 
+@pytest.fixture(scope="session")
+def _machine_peak(tmp_path_factory) -> bytes | None:
+    """The CPU's FP32 peak (app.gpu.cpu.compute_roof), measured once per test session."""
+    import shutil
+
+    if shutil.which("cc") is None:
+        return None
+    from app.gpu.cpu import compute_roof, toolchain
+
+    try:
+        tc = toolchain()
+        return compute_roof.encode(compute_roof.measure(tc.compiler), tc.identity)
+    except Exception:  # noqa: BLE001 - tests then measure for themselves, as users do
+        return None
+
+
 @pytest.fixture(autouse=True)
-def _isolated_user_dirs(tmp_path_factory, monkeypatch, _machine_roofs):
+def _isolated_user_dirs(tmp_path_factory, monkeypatch, _machine_roofs, _machine_peak):
     """Never touch the real user's history database or caches."""
     home = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
@@ -45,6 +61,11 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch, _machine_roofs):
         from app.gpu import cpu_roof, trusted_cache
 
         trusted_cache.store_trusted(cpu_roof.default_file(), _machine_roofs.read_bytes())
+    if _machine_peak is not None:
+        from app.gpu import trusted_cache
+        from app.gpu.cpu import compute_roof
+
+        trusted_cache.store_trusted(compute_roof.default_file(), _machine_peak)
 
 
 @pytest.fixture

@@ -50,14 +50,16 @@ def test_the_stages_account_for_the_wall_time_and_name_one_roof():
 
 
 @pytest.mark.slow
-def test_a_compute_bound_operator_says_it_has_no_roof():
+def test_a_compute_bound_operator_is_held_to_the_fp32_peak():
     goal = Goal(name="gemm", backend="cpu", operator="gemm", shapes=[[32, 64, 48]])
     config = {"ISA": 0, "MR": 6, "NV": 2, "KC": 128, "MC": 96, "NC": 256, "UK": 4, "ORDER": 0,
               "PAR": 0, "PF": 0, "SHARE_B": 1, "THREADS": 1}
     with CpuEvaluator(goal, settings=dataclasses.replace(FAST, measure_roofs=True)) as ev:
         r = ev.evaluate(Candidate(config=config, key="g", agent="t"))
     assert r.ok, (r.reason, r.detail)
-    assert r.resources["roof"].startswith("no roof") and "fraction_of_roof" not in r.metrics
+    # issue 28 item 3b: the measured FP32 peak at its one thread (app.gpu.cpu.compute_roof)
+    assert r.resources["roof"].startswith("FP32 peak") and "at 1 thread" in r.resources["roof"]
+    assert 0 < r.metrics["fraction_of_roof"] < 1, r.metrics
 
 
 def test_a_long_call_is_warmed_once():
