@@ -61,6 +61,12 @@ class CellProbe:
                 return {"rc": p.returncode, "out": p.stdout + p.stderr}
             except OSError as exc:
                 return {"error": f"{type(exc).__name__}: {exc}"}
+        if action == "inotify":  # a goal's Python reference watching a directory outside
+            import ctypes
+            libc = ctypes.CDLL(None, use_errno=True)
+            fd = libc.inotify_init1(0)
+            wd = libc.inotify_add_watch(fd, arg.encode(), 0xFFF) if fd >= 0 else -1
+            return {"fd": fd, "wd": wd}
         if action == "fork":
             os.fork()
             return "forked"
@@ -229,6 +235,11 @@ def test_cell_files(cell, tmp_path):
     assert not (tmp_path / "theirs.txt").exists()
     assert ask(cell, "open", ("/etc/hostname", "r")) == "PermissionError"
     assert ask(cell, "open", ("/usr/include/stdio.h", "r")) == "ok"
+
+
+def test_a_sealed_cell_cannot_watch_a_directory_landlock_hides(cell, tmp_path):
+    """Issue 28 item 8: inotify is not mediated by Landlock (names created in the home)."""
+    assert ask(cell, "inotify", str(tmp_path)) == {"fd": -1, "wd": -1}
 
 
 def test_threads_run_in_a_sealed_cell(cell):

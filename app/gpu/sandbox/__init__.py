@@ -58,8 +58,9 @@ _GPU_READ = ("/sys", "/proc/driver/nvidia", "/proc/modules", "/proc/devices")
 
 
 CANDIDATE_LINE = ("on: each CPU candidate in its own process (libc only: no numpy or BLAS "
-                  "mapped, nothing kept from earlier candidates); seccomp before loading it, and "
-                  "after: no files, no executable memory")
+                  "mapped, nothing kept from earlier candidates); seccomp before loading it "
+                  "(files read-only, no stat, inotify or renames: what Landlock hides stays "
+                  "unseen) and after: no files, no executable memory")
 # not "on": the baseline cell is left unsealed on purpose; it never runs a candidate
 BASELINE_LINE = ("by design unsealed: trusted library and compiler baselines only (Triton and "
                  "torch.compile start ptxas and the C compiler); no candidate runs in this cell")
@@ -239,7 +240,7 @@ def probe_here() -> dict[str, str]:
         "files": (f"on: Landlock ABI {abi} (read system/toolchain, write scratch and cache)"
                   if abi else "off: Landlock is not available"),
         "limits": "on: address space, CPU time, file size, open files, no core dumps",
-        "processes": ("on: seccomp (no exec, fork, sockets, ptrace; threads allowed)"
+        "processes": ("on: seccomp (no exec, fork, sockets, ptrace, inotify; threads allowed)"
                       if not sc else f"off: libseccomp is not usable ({sc})"),
         "candidates": CANDIDATE_LINE if not sc else (
             "partial: each CPU candidate in its own process (no numpy or BLAS mapped), "

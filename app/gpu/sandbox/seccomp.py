@@ -101,10 +101,13 @@ def seal(kill: bool, allow_unix_sockets: bool) -> str:
     # Signals only to itself: kill(-1), kill(parent) and friends are refused.
     for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         f.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
+    # A goal's Python reference runs here: no watching names appear where Landlock hides them
+    # (Python itself needs stat, so only a mount namespace would hide sizes and times here)
+    _deny_all(f, sc.ERRNO(errno.ENOENT), WATCH_CALLS)
     f.load()
     mode = "killed (SIGSYS)" if kill else "refused (EPERM)"
     return (f"on: seccomp; exec, fork, sockets{' (but unix)' if allow_unix_sockets else ''}, "
-            f"tracing and signals to others are {mode}")
+            f"tracing and signals to others are {mode}; inotify/fanotify refused")
 
 
 def _threads_only(sc, deny: int, allow_unix_sockets: bool):
@@ -124,6 +127,48 @@ def _threads_only(sc, deny: int, allow_unix_sockets: bool):
 PROT_EXEC = 0x4
 SHM_EXEC = 0o100000
 OPEN_CALLS = ("open", "openat", "openat2", "creat", "memfd_create")
+# Landlock mediates opening a file, not looking one up: stat and inotify on a path it hides
+# still answer (size, mtime, names created there). A candidate needs neither: ENOENT ("no such
+# file") tells it nothing. The path of newfstatat/statx is a pointer seccomp cannot read, so
+# they pass only with AT_EMPTY_PATH (glibc's fstat: newfstatat(fd, "", buf, AT_EMPTY_PATH)).
+WATCH_CALLS = ("inotify_init", "inotify_init1", "inotify_add_watch", "fanotify_init",
+               "fanotify_mark")
+LOOKUP_CALLS = WATCH_CALLS + (
+                "stat", "lstat", "access", "faccessat", "faccessat2", "readlink", "readlinkat",
+                "getxattr", "lgetxattr", "listxattr", "llistxattr", "chdir",
+                "statfs", "utime", "utimes", "futimesat", "utimensat", "mknod", "mknodat")
+AT_EMPTY_PATH = 0x1000
+# Changes to the file system by name need no open: a candidate could rename its own library
+# to a reference's name in a cache, or delete one (EPERM; load-time code meets it too).
+FS_CHANGES = ("unlink", "unlinkat", "rename", "renameat", "renameat2", "link", "linkat",
+              "symlink", "symlinkat", "mkdir", "mkdirat", "rmdir", "truncate", "chmod",
+              "fchmodat", "fchmodat2", "chown", "lchown", "fchownat", "setxattr", "lsetxattr",
+              "removexattr", "lremovexattr")
+# open flags that write or create (dlopen opens read-only: load-time code may not write),
+# and O_PATH, which Landlock does not check (fstat on it would tell a hidden file's size)
+OPEN_WRITE_BITS = (0o1, 0o2, 0o100, 0o1000, 0o2000, 0o20000000,  # WRONLY RDWR CREAT TRUNC APPEND TMPFILE
+                   0o10000000)  # O_PATH
+LOOKUP_LINE = ("stat, access, readlink and inotify refused (ENOENT), newfstatat/statx only on "
+               "an open file")
+
+
+def deny_lookups(sc, f) -> None:
+    """Rules on `f`: no look-up of a path and no file-system change by name (see LOOKUP_CALLS)."""
+    _deny_all(f, sc.ERRNO(errno.ENOENT), LOOKUP_CALLS)
+    _deny_all(f, sc.ERRNO(errno.EPERM), FS_CHANGES)
+    for name in ("newfstatat", "statx"):  # flags: argument 3 of newfstatat, 2 of statx
+        _add(f, sc.ERRNO(errno.ENOENT), name,
+             sc.Arg(3 if name == "newfstatat" else 2, sc.MASKED_EQ, AT_EMPTY_PATH, 0))
+
+
+def deny_writing_opens(sc, f) -> None:
+    """Rules on `f`: files open read-only (EPERM otherwise); openat2 hides its flags in a
+    struct, so it answers ENOSYS (glibc's callers fall back to openat)."""
+    for bit in OPEN_WRITE_BITS:
+        _add(f, sc.ERRNO(errno.EPERM), "open", sc.Arg(1, sc.MASKED_EQ, bit, bit))
+        _add(f, sc.ERRNO(errno.EPERM), "openat", sc.Arg(2, sc.MASKED_EQ, bit, bit))
+    _deny_all(f, sc.ERRNO(errno.EPERM), ("creat",))
+    _deny_all(f, sc.ERRNO(errno.ENOSYS), ("openat2",))
 
 
 def export_candidate_filters(load_path: str, run_path: str) -> str:
@@ -143,6 +188,8 @@ def export_candidate_filters(load_path: str, run_path: str) -> str:
                                       "personality"))  # READ_IMPLIES_EXEC: readable = executable
     own_process_only(sc, load, sc.KILL_PROCESS)  # stacked under `run`: holds while it runs
     _deny_all(load, sc.KILL_PROCESS, SYSV_IPC)
+    deny_lookups(sc, load)  # from before dlopen on: load-time code sees and changes nothing
+    deny_writing_opens(sc, load)
     run = sc.SyscallFilter(sc.ALLOW)
     run.set_attr(sc.Attr.CTL_TSYNC, 1)
     _deny_all(run, sc.ERRNO(errno.EPERM), OPEN_CALLS)
@@ -157,7 +204,7 @@ def export_candidate_filters(load_path: str, run_path: str) -> str:
             f.export_bpf(out)
     return ("on: seccomp in the candidate's own process; exec, fork, sockets, signals, "
             "process-acting calls on others, setsid, SysV IPC and executable memory kill it, "
-            "files cannot be opened once it is loaded")
+            f"files open read-only while it loads and not at all once loaded; {LOOKUP_LINE}")
 
 
 def _deny_all(f, action: int, names: tuple[str, ...]) -> None:
