@@ -77,6 +77,17 @@ class BestRevoked(Event):
 
 
 @dataclass
+class BestRechecked(Event):
+    """A stored row (a resumed run's history, untrusted) was about to be the run's best: it was
+    verified and timed again under the same rules and passed; it keeps the figure measured
+    now, never the stored one (a failure is a BestRevoked instead)."""
+
+    key: str
+    evaluation: Evaluation  # the fresh evaluation
+    stored_value: float | None  # what the history said
+
+
+@dataclass
 class LessonLearned(Event):
     lesson: Lesson
 

@@ -330,6 +330,20 @@ class Store:
             if e.failing_case is not None:
                 self._insert_case(c, key, e.failing_case)
 
+    def refresh_evaluation(self, run_id: int, evaluation: Evaluation) -> None:
+        """A stored row re-checked on resume passed: its figures become the ones measured now
+        (a shared history's stored figures are never what a run reports)."""
+        runs = self.chain(run_id)
+        e = evaluation
+        with self._tx() as c:
+            c.execute("UPDATE evaluations SET ok = 1, value = ?, reason = NULL, detail = ?, "
+                      "time_ms = ?, p10_ms = ?, p90_ms = ?, samples = ?, stages = ?, resources = ?,"
+                      " metrics = ?, log = ?, sim_seconds = ? "
+                      f"WHERE key = ? AND run_id IN ({','.join('?' * len(runs))})",
+                      (e.value, e.detail, e.time_ms, e.p10_ms, e.p90_ms, _json(e.samples_ms),
+                       _json([asdict(s) if is_dataclass(s) else s for s in e.stages]),
+                       _json(e.resources), _json(e.metrics), e.log, e.sim_seconds, e.key, *runs))
+
     def _chain_rows(self, run_id: int, own_only: bool) -> list[dict[str, Any]]:
         ids = [run_id] if own_only else self.chain(run_id)
         order = {rid: i for i, rid in enumerate(ids)}

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 
 from app.core.events import (
     AgentCredit,
+    BestRechecked,
     BestRevoked,
     Evaluated,
     Event,
@@ -41,6 +42,8 @@ class Recorder:
                                     event.best_value)
         elif isinstance(event, BestRevoked):
             store.revoke_evaluation(run_id, event.evaluation)
+        elif isinstance(event, BestRechecked):
+            store.refresh_evaluation(run_id, event.evaluation)
         elif isinstance(event, LessonLearned):
             store.add_lesson(run_id, event.lesson)
         elif isinstance(event, Telemetry):

@@ -79,15 +79,22 @@ class Blackboard:
     def revoke(self, failed: Evaluation) -> Evaluation | None:
         """An accepted candidate failed re-verification: it stops counting as correct (its
         record becomes `failed`) and the best falls back. Returns the new best."""
+        return self.replace(failed)
+
+    def replace(self, again: Evaluation) -> Evaluation | None:
+        """A recorded candidate was evaluated again (a stored row re-checked on resume, a best
+        re-verified): its record becomes `again`, ranked by the figure measured now or, when
+        it failed, no longer ranked. Returns the new best."""
         with self._lock:
-            old = self._by_key.get(failed.key)
-            if old is None:
+            if again.key not in self._by_key:
                 return self._best
-            self._by_key[failed.key] = failed
-            self._evaluations = [failed if e.key == failed.key else e for e in self._evaluations]
+            self._by_key[again.key] = again
+            self._evaluations = [again if e.key == again.key else e for e in self._evaluations]
             for agent, evs in self._by_agent.items():
-                self._by_agent[agent] = [failed if e.key == failed.key else e for e in evs]
-            self._ranked = [e for e in self._ranked if e.key != failed.key]
+                self._by_agent[agent] = [again if e.key == again.key else e for e in evs]
+            self._ranked = [e for e in self._ranked if e.key != again.key]
+            if again.ok and again.value is not None:
+                bisect.insort_right(self._ranked, again, key=self.sort_key)
             self._best = self._ranked[0] if self._ranked else None
             return self._best
 

@@ -24,6 +24,7 @@ from typing import Any
 from app.core.evaluator import Evaluator
 from app.core.events import (
     AgentCredit,
+    BestRechecked,
     BestRevoked,
     Evaluated,
     EventBus,
@@ -128,6 +129,9 @@ class Coordinator:
         self._credits = {name: {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0}
                          for name in self.agents}
         self._prior = list(prior)
+        # keys of stored correct rows not yet verified and timed by this process: a history
+        # file may be a colleague's, its figures forged (_check_history_best)
+        self._unchecked: set[str] = set()
         self._elapsed0 = float(prior_elapsed_s)
         self._sim_clock = float(prior_elapsed_s)
         self._t0 = 0.0
@@ -225,6 +229,8 @@ class Coordinator:
         """Resume: the evidence of the interrupted run goes back on the board, unevaluated."""
         for e in self._prior:
             self._failures.add(e)
+            if e.ok and e.value is not None:
+                self._unchecked.add(e.key)
             improved = self.board.record(e)
             self._since_improvement = 0 if improved else self._since_improvement + 1
             for agent in self.agents.values():
@@ -244,6 +250,7 @@ class Coordinator:
         in_flight: dict[cf.Future, tuple[int, Candidate]] = {}
         submitted = 0  # submission order, to accept results in it
         exhausted = False
+        self._check_history_best()  # before a stop rule (a target) can trust a stored figure
         reason = self._check_stop()
         if reason:
             return reason
@@ -419,6 +426,40 @@ class Coordinator:
         self.bus.publish(BestRevoked(key=best.key, evaluation=again,
                                      new_best_value=new_best.value if new_best else None,
                                      run_id=self.run_id))
+        self._check_history_best()  # the best may fall back onto a stored row
+
+    def _check_history_best(self) -> None:
+        """A resumed run's rows come from a history file (perhaps a colleague's, its figures
+        forged). Before a stored row is the run's best it is evaluated again under the same
+        rules as a new candidate (source policy, verification, timing, roofs): it keeps the
+        figure measured now, or it is revoked and the next row falls back into its place and
+        is checked in turn. Only rows that would be the best are re-checked, once each."""
+        while not self._stop.is_set():
+            best = self.board.best
+            if best is None or best.key not in self._unchecked:
+                return
+            self._unchecked.discard(best.key)
+            again = self._evaluate(Candidate(
+                config=dict(best.config), key=best.key, agent=best.agent, source=best.source,
+                parent_key=best.parent_key))
+            again.key, again.agent, again.source = best.key, best.agent, best.source
+            again.parent_key = best.parent_key
+            if self.simulated_clock:
+                self._sim_clock += again.sim_seconds / self.slots
+            if again.ok and again.value is not None:
+                again.detail = (f"re-checked on resume: the history said {best.value:.6g}, "
+                                f"measured {again.value:.6g} now")
+                self.board.replace(again)
+                log.info("stored best %s %s", best.key, again.detail)
+                self.bus.publish(BestRechecked(key=best.key, evaluation=again,
+                                               stored_value=best.value, run_id=self.run_id))
+                continue
+            again.detail = f"revoked: a stored result failed re-verification ({again.detail})"
+            new_best = self.board.revoke(again)
+            log.warning("stored best %s %s", best.key, again.detail)
+            self.bus.publish(BestRevoked(key=best.key, evaluation=again,
+                                         new_best_value=new_best.value if new_best else None,
+                                         run_id=self.run_id))
 
     def _reward(self, evaluation: Evaluation, improved: bool) -> float:
         """Credit for one evaluation: 1 for a new best, graded credit for a result near the
