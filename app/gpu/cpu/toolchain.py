@@ -17,7 +17,6 @@ from app.core.evaluator import BackendUnavailable
 from app.core.space import config_key
 from app.gpu import c_checks
 from app.gpu.cascade import scrub
-from app.paths import cache_dir
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
 MAX_SOURCE_BYTES = 200_000
@@ -116,4 +115,8 @@ def compile_command(defines: dict[str, Any], tc: Toolchain) -> str:
 
 
 def kernels_dir() -> Path:
-    return cache_dir() / "cpu-kernels"
+    """Built libraries: candidates and references, in this cell's own scratch (never the shared
+    cache, which every cell may write: app.gpu.sandbox.private)."""
+    from app.gpu.sandbox.private import private_dir
+
+    return private_dir("cpu-kernels")

@@ -32,10 +32,15 @@ def render_reference(op: CustomCudaOperator, shape: Sequence[int]) -> str:
 
 
 def compile_reference(op: CustomCudaOperator, shape: Sequence[int], arch: str = COMPILE_CHECK_ARCH,
-                      cache: Any = True) -> CompiledKernel:
+                      cache: Any = None) -> CompiledKernel:
     """The reference's cubin for `shape` (ReferenceKernelError names the file when NVRTC
-    refuses it or the entry is missing)."""
+    refuses it or the entry is missing). Cached in this cell's own scratch by default: a cubin
+    in the shared cache could have been planted by another cell (app.gpu.sandbox.private)."""
     from app.gpu.cuda import nvrtc
+    from app.gpu.sandbox.private import private_dir
+
+    if cache is None:
+        cache = private_dir("cuda-references")
 
     spec = op.spec
     config = reference_config(op)
