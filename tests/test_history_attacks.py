@@ -28,9 +28,8 @@ from app.goal import Goal, StopRules
 from app.llm.normal import normalise
 from app.store import Store
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
-                                 reason="needs a C compiler")]
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
+                              reason="needs a C compiler")
 
 ROOT = Path(__file__).resolve().parents[1]
 # stored as an LLM run stores it (normalised source, keyed by what runs): a resumed run's warm
@@ -121,6 +120,8 @@ def _assert_measured_here(value: float, key: str, keys: dict[str, str]) -> None:
     assert value > 100 * FORGED_RIGHT_MS, f"the best is a forged figure: {value} ms ({key})"
 
 
+@pytest.mark.slow
+@needs_cc
 def test_a_new_run_warm_started_from_a_forged_history_measures_again(tmp_path):
     db = tmp_path / "their.sqlite"
     keys = _plant(db, _goal())
@@ -137,6 +138,8 @@ def test_a_new_run_warm_started_from_a_forged_history_measures_again(tmp_path):
     assert shown[1] == stored[1] and shown[0] == pytest.approx(stored[0], rel=0.01)
 
 
+@pytest.mark.slow
+@needs_cc
 def test_resuming_a_forged_history_rechecks_its_best_before_it_wins(tmp_path):
     db = tmp_path / "their.sqlite"
     keys = _plant(db, _goal())
@@ -155,3 +158,51 @@ def test_resuming_a_forged_history_rechecks_its_best_before_it_wins(tmp_path):
     _assert_measured_here(*stored, keys)
     shown = _shown_best(db, 1, tmp_path)
     assert shown[1] == stored[1] and shown[0] == pytest.approx(stored[0], rel=0.01)
+
+
+def test_an_honest_resume_rechecks_only_what_would_be_the_best(tmp_path, small_goal_file,
+                                                                monkeypatch):
+    """Replay backend (recorded figures are the truth): a stored run, two of its rows forged
+    in the file, resumed through the real session. Only rows that would be the best are
+    evaluated again, once each; nothing else stored is; the summary gives measured figures."""
+    from app.core.events import EventBus
+    from app.gpu.replay import ReplayEvaluator
+    from app.run_summary import summarize_store
+    from app.session import RunSession
+
+    goal = Goal.from_toml(small_goal_file.read_text(), source_path=str(small_goal_file))
+    goal.stop.max_evals = 30
+    db = tmp_path / "h.sqlite"
+    with Store(db) as store:
+        RunSession(goal, store=store, bus=EventBus()).run()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT idx, key, ok, value FROM evaluations ORDER BY idx").fetchall()
+        ok = sorted((r for r in rows if r[2]), key=lambda r: r[3])
+        failed = [r for r in rows if not r[2]]
+        assert len(ok) >= 3 and failed, rows
+        honest_best, forged_ok, forged_failed = ok[0], ok[-1], failed[0]
+        conn.execute("UPDATE evaluations SET value = 1e-6 WHERE idx = ?", (forged_ok[0],))
+        conn.execute("UPDATE evaluations SET ok = 1, value = 5e-7, reason = NULL WHERE idx = ?",
+                     (forged_failed[0],))
+    seen: list[str] = []
+    evaluate = ReplayEvaluator.evaluate
+    monkeypatch.setattr(ReplayEvaluator, "evaluate",
+                        lambda self, c: seen.append(c.key) or evaluate(self, c))
+    goal.stop.max_evals = 32
+    with Store(db) as store:
+        session = RunSession(goal, store=store, bus=EventBus(), resume_run_id=1)
+        session.run()
+        summary = summarize_store(store, 1)
+    stored = {r[1] for r in rows}
+    again = [k for k in seen if k in stored]
+    # the forged failure first (revoked), the forged row (its recorded figure back), then the
+    # honest best only if that figure is worse; every other stored row is never evaluated
+    assert again[:2] == [forged_failed[1], forged_ok[1]]
+    assert set(again) <= {forged_failed[1], forged_ok[1], honest_best[1]}
+    assert len(again) == len(set(again)) and len(seen) - len(again) == 2
+    with sqlite3.connect(db) as conn:
+        after = {r[0]: r[1:] for r in conn.execute("SELECT key, ok, value, detail FROM evaluations")}
+    assert after[forged_failed[1]][:2] == (0, None) and "revoked" in after[forged_failed[1]][2]
+    assert after[forged_ok[1]][1] == pytest.approx(forged_ok[3])
+    assert summary.best["value"] >= honest_best[3] or summary.best["key"] not in stored
+    assert summary.best["value"] > 1e-3
