@@ -183,9 +183,10 @@ class CpuEvaluator(Evaluator):
         return cores if _STARTS_THREADS.search(text) else 1
 
     def roof(self, config: dict[str, Any], source: str | None = None) -> RoofCheck | None:
-        """What a memory-bound candidate is held to: each goal shape's working set at the
-        cached roof of the cache level it fits in, at the kernel's threads (kernel_threads).
-        The worker measures it again beside the candidate before refusing anything."""
+        """What a candidate is held to: memory-bound, each goal shape's working set at the
+        cached roof of the cache level it fits in; compute-bound, its FLOPs at the FP32 peak;
+        at the kernel's threads (kernel_threads). The worker measures it again beside the
+        candidate before refusing anything."""
         if self.op.throughput_unit == "GFLOP/s":
             return self._compute_roof(config, source)
         roofs = self.roofs()
