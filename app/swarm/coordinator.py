@@ -430,8 +430,9 @@ class Coordinator:
 
     def _check_history_best(self) -> None:
         """A resumed run's rows come from a history file (perhaps a colleague's, its figures
-        forged). Before a stored row is the run's best it is evaluated again under the same
-        rules as a new candidate (source policy, verification, timing, roofs): it keeps the
+        forged). Before a stored row is the run's best it is evaluated again by the run's own
+        evaluator, as a new candidate is (the LLM source policy where the run has LLM agents,
+        then the cascade: sandbox, verification, timing, roofs): it keeps the
         figure measured now, or it is revoked and the next row falls back into its place and
         is checked in turn. Only rows that would be the best are re-checked, once each."""
         while not self._stop.is_set():
