@@ -83,3 +83,29 @@ def test_the_arena_grows_for_a_larger_call(host):
                Scalar("l", 0), Scalar("d", 0.0), Scalar("l", 0), ArrayArg(np.zeros(n, np.float32)),
                Scalar("f", 0.0)])
     assert host.arena.size > before and out[0] == out[n - 1] == 3.0
+
+
+def _judged(timed: list[tuple[int, int, int]]) -> bool:
+    """check_reports on calls as the zygote saw them (window, report, CPU time; ns), with a
+    channel that costs 10 us. No process is needed for the judgement itself."""
+    from app.gpu.kernel_host import KernelHost
+
+    host = KernelHost.__new__(KernelHost)
+    host.null_ns, host.timed = [10_000] * 25, list(timed)
+    return host.check_reports()
+
+
+def test_waiting_for_a_core_is_clamped_never_refused_as_forged():
+    """An honest 0.1 ms call on a loaded machine: the zygote continued it, but it waited 1 ms
+    for a core. Its CPU time is its report, so it is no forgery (its figure was already the
+    clamped window): the check says 'disagrees', it does not refuse."""
+    assert _judged([(1_100_000, 100_000, 100_000)] * 20) is False
+
+
+def test_working_far_longer_than_reported_is_refused_as_forged():
+    """The forger's signature: it computed for 3 ms (the kernel counts its CPU time) and
+    reported 0.5 us."""
+    from app.gpu.kernel_host import ForgedTiming
+
+    with pytest.raises(ForgedTiming):
+        _judged([(3_100_000, 500, 3_000_000)] * 20)

@@ -15,7 +15,9 @@ in which the child may run at all (it is continued for the call and stopped righ
 thread of it). Every timed call's figure is the larger of its report and that window less the
 channel's measured cost (`NULL_CALLS` empty calls, their 90th percentile), so no forged call
 can lower the median by more than the channel's jitter. Reports far shorter than every
-window (under FORGED_FRACTION of it on every timed call) are refused (`ForgedTiming`).
+window (under FORGED_FRACTION of it on every timed call) AND than the CPU time the candidate
+spent in it (the kernel's count, over every core) are refused (`ForgedTiming`): a candidate
+that only waited for a core on a loaded machine is clamped, never refused.
 
 Between calls the child is stopped: no thread it leaves behind computes while caches are
 flushed (by the zygote), inputs copied or a baseline timed. Its CPU time over each window (all
@@ -211,7 +213,8 @@ class KernelHost:
         self.child_alive = False
         self._seq = 0
         self.null_ns: list[int] = []  # the zygote's window around empty calls
-        self.timed: list[tuple[int, int]] = []  # (zygote's window, child's report) per timed call
+        # (zygote's window, child's report, child's CPU time) per timed call
+        self.timed: list[tuple[int, int, int]] = []
         self.clamped = 0  # timed calls whose figure is the window's, not the report
         self.thread_limit = 0  # >0: the threads the candidate declares (THREADS)
         self._cpu_ns = self._window_ns = 0  # over every call since the candidate was loaded
@@ -351,7 +354,7 @@ class KernelHost:
                 raw[:] = arena[off:off + raw.size]
         self._check_threads(cpu, window)
         if timed:
-            self.timed.append((window, reported))
+            self.timed.append((window, reported, cpu))
             floor = window - self._cut  # what the zygote's clock allows at the least
             if reported < floor:
                 self.clamped += 1
@@ -384,15 +387,22 @@ class KernelHost:
         timed, self.timed = self.timed, []
         if not timed or not self.null_ns:
             return True
-        gaps = np.array([w - r for w, r in timed], dtype=np.float64)
-        reports = np.array([r for _, r in timed], dtype=np.float64)
+        gaps = np.array([w - r for w, r, _ in timed], dtype=np.float64)
+        reports = np.array([r for _, r, _ in timed], dtype=np.float64)
+        cpus = np.array([c for _, _, c in timed], dtype=np.float64)
         null = np.array(self.null_ns, dtype=np.float64)
         allowed = np.percentile(null, 90) + SLACK_NS + SLACK_FRACTION * np.median(reports)
         closest = int(np.argmin(gaps))
         if gaps[closest] <= allowed:
             return True
         clock = gaps[closest] + reports[closest] - np.median(null)
-        if reports[closest] >= FORGED_FRACTION * clock:
+        # A window far longer than the report is a forgery only when the candidate also WORKED
+        # far longer than it reports (its CPU time, counted by the kernel, spread over every
+        # core): a candidate that waited for a core on a loaded machine has CPU time of about
+        # its report, and its figure is the clamped window anyway (never refused for load).
+        worked = cpus[closest] / max(1, os.cpu_count() or 1)
+        if reports[closest] >= FORGED_FRACTION * clock or \
+                reports[closest] >= FORGED_FRACTION * worked - SLACK_NS:
             return False
         raise ForgedTiming(
                 f"the candidate's process reported {reports[closest] / 1e3:.1f} us for a call the "
