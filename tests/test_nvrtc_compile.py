@@ -230,3 +230,19 @@ def test_a_short_cubin_is_restored_from_its_elf_headers(monkeypatch):
     assert restored == whole and len(whole) == nvrtc.elf_size(whole)
     with pytest.raises(ValueError):
         nvrtc.elf_size(b"not an elf")
+
+
+def test_a_sandboxed_worker_never_reads_cubins_from_the_shared_cache(monkeypatch, tmp_path):
+    """A cubin planted in the shared cache under a candidate's key would run in place of the
+    candidate's source. Inside a cell the cache is the cell's own scratch. (A stand-in plan:
+    a GPU cell cannot start here, so current_plan() is patched; the directory logic is real.)"""
+    import types
+
+    from app.gpu import sandbox
+    from app.gpu.cuda import nvrtc
+    from app.paths import cache_dir
+
+    assert nvrtc.default_cache_dir() == cache_dir() / "cuda"
+    monkeypatch.setattr(sandbox, "current_plan", lambda: types.SimpleNamespace(scratch=str(tmp_path)))
+    inside = nvrtc.default_cache_dir()
+    assert inside.is_relative_to(tmp_path) and not inside.is_relative_to(cache_dir())

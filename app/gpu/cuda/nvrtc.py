@@ -3,7 +3,8 @@
 Works without a GPU or driver: NVRTC only needs its own library. `-Xptxas=-v` makes ptxas
 report registers, spills, shared/local/constant memory per kernel, which we parse so that
 candidates over the goal's limits are rejected before any launch. Compiled cubins are cached on
-disk under app.paths.cache_dir()/cuda, keyed by a hash of everything that decides the binary.
+disk, keyed by a hash of everything that decides the binary: under app.paths.cache_dir()/cuda for
+the engine, in the cell's own scratch for a sandboxed worker (nothing another cell planted).
 """
 
 from __future__ import annotations
@@ -193,6 +194,15 @@ def artifact_key(source: str, arch: str, options: list[str] | tuple[str, ...]) -
 
 
 def default_cache_dir() -> Path:
+    """Outside a cell, the shared cache; inside one, the cell's own scratch: a cubin in the
+    shared cache may have been planted by an earlier cell under another source's key, and what
+    runs must be what the key names (app.gpu.sandbox.private)."""
+    from app.gpu.sandbox import current_plan
+
+    if current_plan() is not None:
+        from app.gpu.sandbox.private import private_dir
+
+        return private_dir("cuda")
     return cache_dir() / "cuda"
 
 
