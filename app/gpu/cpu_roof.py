@@ -346,7 +346,16 @@ class Probe:
     def rate(self, level: CacheLevel, levels: list[CacheLevel], threads: int,
              samples: int = 5) -> float:
         """GB/s at `level` for `threads` threads, measured now."""
+        return _copy_rate(self._built(), probe_size(level, levels, threads), threads, samples)
+
+    def rate_at(self, working_set: int, threads: int, samples: int = 5) -> float:
+        """GB/s streaming a working set of the candidate's own size, measured now: where its
+        data really lives, whatever the cache sizes the machine reports (a VM's may be off)."""
+        size = int(min(max(4096, working_set), DRAM_MAX_BYTES))
+        return _copy_rate(self._built(), size, threads, samples)
+
+    def _built(self) -> ctypes.CDLL:
         if self._probe is None:
             self._dir = tempfile.TemporaryDirectory(prefix="kernelswarm-roof-")
             self._probe = _build_probe(self.compiler, Path(self._dir.name))
-        return _copy_rate(self._probe, probe_size(level, levels, threads), threads, samples)
+        return self._probe

@@ -174,13 +174,20 @@ class CpuKernelBackend:
 
     def measure_roof(self, check: RoofCheck) -> dict[str, float]:
         """Each level of `check` measured now, in this cell, at the kernel's thread count
-        (app.gpu.cpu_roof.Probe); the candidate's process is idle meanwhile."""
+        (app.gpu.cpu_roof.Probe) and at its own working set; the candidate's process is idle meanwhile."""
         if self._probe is None:
             self._probe = cpu_roof.Probe(self.tc.compiler)
         levels = [cpu_roof.CacheLevel(*lv) for lv in check.levels]
         by_name = {lv.name: lv for lv in levels}
-        return {name: self._probe.rate(by_name[name], levels, check.threads)
-                for name in dict.fromkeys(level for _, level, _ in check.shapes) if name in by_name}
+        rates: dict[str, float] = {}
+        for amount, name, _ in check.shapes:
+            if name not in by_name:
+                continue
+            if name not in rates:
+                rates[name] = self._probe.rate(by_name[name], levels, check.threads)
+            # and at the candidate's own working set: the level table may misplace it
+            rates[name] = max(rates[name], self._probe.rate_at(int(amount), check.threads))
+        return rates
 
     def release(self) -> None:
         pass
