@@ -4,6 +4,9 @@ small recorded space to replay."""
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -87,3 +90,13 @@ def small_goal_file(tmp_path, small_space) -> Path:
         f'name = "pnpoly test"\nspace = "{small_space}"\nbackend = "replay"\n'
         "[stop]\nmax_evals = 40\n[swarm]\nworkers = 1\nseed = 3\n", encoding="utf-8")
     return path
+
+
+@pytest.fixture
+def cpu_hog():
+    """A real process spinning on a core while the candidate and the probe run: the load."""
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    time.sleep(0.2)
+    yield hog
+    hog.kill()
+    hog.wait(5)

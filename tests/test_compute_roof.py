@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -90,16 +88,6 @@ def ones_goal(tmp_path):
     (tmp_path / "reference.py").write_text(REFERENCE_PY)
     (tmp_path / "goal.toml").write_text(GOAL_TOML)
     return Goal.load(tmp_path / "goal.toml")
-
-
-@pytest.fixture
-def cpu_hog():
-    """A real process spinning on a core while the candidate and the probe run: the load."""
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.2)
-    yield hog
-    hog.kill()
-    hog.wait(5)
 
 
 def test_the_probe_measures_the_peak_quickly_and_caches_it_trusted(tmp_path):

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -99,16 +97,6 @@ def add12(tmp_path_factory):
     ev = CpuEvaluator(Goal.load(d / "goal.toml"), settings=settings)
     yield ev
     ev.close()
-
-
-@pytest.fixture
-def cpu_hog():
-    """A real process spinning on a core while the candidate and the probe run: the load."""
-    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"])
-    time.sleep(0.2)
-    yield hog
-    hog.kill()
-    hog.wait(5)
 
 
 @pytest.mark.slow

@@ -160,14 +160,20 @@ def cache_levels(sysfs: Path = Path("/sys/devices/system/cpu/cpu0/cache")) -> li
     return [levels[k] for k in sorted(levels)] + [CacheLevel("DRAM", 0, os.cpu_count() or 1)]
 
 
-def _build_probe(compiler: str, directory: Path) -> ctypes.CDLL:
-    src, lib = directory / "roof_probe.c", directory / "roof_probe.so"
-    src.write_text(PROBE_SOURCE)
-    proc = subprocess.run([compiler, *FLAGS, str(src), "-o", str(lib)], capture_output=True,
+def build_c_probe(compiler: str, directory: Path, name: str, source: str,
+                  flags: tuple[str, ...], what: str) -> ctypes.CDLL:
+    """Build a harness probe (fixed source, never a candidate) and load it."""
+    src, lib = directory / f"{name}.c", directory / f"{name}.so"
+    src.write_text(source)
+    proc = subprocess.run([compiler, *flags, str(src), "-o", str(lib)], capture_output=True,
                           text=True, timeout=120, check=False)
     if proc.returncode != 0:
-        raise RuntimeError(f"the bandwidth probe does not compile: {proc.stderr.strip()[:300]}")
-    probe = ctypes.CDLL(str(lib))
+        raise RuntimeError(f"the {what} probe does not compile: {proc.stderr.strip()[:300]}")
+    return ctypes.CDLL(str(lib))
+
+
+def _build_probe(compiler: str, directory: Path) -> ctypes.CDLL:
+    probe = build_c_probe(compiler, directory, "roof_probe", PROBE_SOURCE, FLAGS, "bandwidth")
     probe.ks_copy.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long, ctypes.c_long,
                               ctypes.c_int]
     probe.ks_copy.restype = None

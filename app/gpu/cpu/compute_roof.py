@@ -22,12 +22,13 @@ import ctypes
 import json
 import os
 import platform
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from app.gpu.cpu_roof import build_c_probe
 
 PROBE_SOURCE = r"""
 #include <omp.h>
@@ -105,13 +106,7 @@ def cpu_model() -> str:
 
 
 def build_probe(compiler: str, directory: Path) -> ctypes.CDLL:
-    src, lib = directory / "flops_probe.c", directory / "flops_probe.so"
-    src.write_text(PROBE_SOURCE)
-    proc = subprocess.run([compiler, *FLAGS, str(src), "-o", str(lib)], capture_output=True,
-                          text=True, timeout=120, check=False)
-    if proc.returncode != 0:
-        raise RuntimeError(f"the FLOP/s probe does not compile: {proc.stderr.strip()[:300]}")
-    probe = ctypes.CDLL(str(lib))
+    probe = build_c_probe(compiler, directory, "flops_probe", PROBE_SOURCE, FLAGS, "FLOP/s")
     probe.ks_fma.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_float]
     probe.ks_fma.restype = ctypes.c_float
     probe.ks_flops_per_rep.restype = ctypes.c_long
