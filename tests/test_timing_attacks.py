@@ -107,10 +107,14 @@ def test_a_kernel_ignoring_its_threads_restriction_is_refused(gemm):
     assert "more threads than declared" in cheat.detail and "THREADS=1" in cheat.detail
 
 
-def test_a_cache_in_the_arena_tail_cannot_patch_results(gemm):
-    """(c) Each slot's inputs and product kept past the last argument, patched in O(M N)."""
-    cheat = run(gemm, (KERNELS / "arena_cache_gemm.c").read_text(), "arena-cache")
-    assert_no_win(cheat, twin_ms(gemm, "c"))
+def test_a_cache_in_the_arena_tail_cannot_patch_results():
+    """(c) Each slot's inputs and product kept past the last argument, patched in O(M N).
+    Its own evaluator: the cache lives in a fresh worker's arena (the module's worker has
+    run other kernels through it)."""
+    with CpuEvaluator(Goal(name="arena cache", backend="cpu", operator="gemm", shapes=[SHAPE]),
+                      settings=SETTINGS) as ev:
+        cheat = run(ev, (KERNELS / "arena_cache_gemm.c").read_text(), "arena-cache")
+        assert_no_win(cheat, twin_ms(ev, "c"))
 
 
 def test_an_honest_openmp_kernel_within_its_threads_is_not_refused(gemm):
