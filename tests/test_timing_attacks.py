@@ -64,6 +64,21 @@ def twin_ms(ev, key: str) -> float:
     return min(times)
 
 
+def refused_within(tries: int, attempt):
+    """The thread check counts the cores a kernel keeps busy (CPU time over its calls): on a
+    machine whose cores are all taken by other work, extra threads get no core and can go
+    unseen on one evaluation. Evaluated again (fresh keys), the kernel must be refused at least
+    once; the tree before the check accepts every time."""
+    busy = []
+    for i in range(tries):
+        r = attempt(i)
+        if not r.ok:
+            assert r.reason == RESOURCE_LIMIT, (r.reason, r.detail)
+            return r
+        busy.append(r.metrics.get("cores_busy"))
+    raise AssertionError(f"accepted {tries} times, cores kept busy: {busy}")
+
+
 def assert_no_win(cheat, honest_ms: float) -> None:
     """Refused, or timed like its honest twin (no faster than 0.6x of it)."""
     if cheat.ok:
@@ -90,8 +105,8 @@ def test_a_thread_left_running_computes_nothing_between_calls(gemm):
 def test_a_thread_beyond_the_declared_ones_is_refused(gemm):
     """(b) and the THREADS restriction: the same kernel declaring THREADS=1 keeps two cores
     busy; the CPU time of its process (counted by the kernel) refuses it."""
-    cheat = run(gemm, (KERNELS / "background_thread_gemm.c").read_text(), "background-1")
-    assert not cheat.ok and cheat.reason == RESOURCE_LIMIT, (cheat.reason, cheat.detail)
+    cheat = refused_within(3, lambda i: run(gemm, (KERNELS / "background_thread_gemm.c")
+                                            .read_text(), f"background-1-{i}"))
     assert "THREADS=1" in cheat.detail, cheat.detail
 
 
@@ -100,10 +115,10 @@ def test_a_kernel_ignoring_its_threads_restriction_is_refused(gemm):
     goal = Goal(name="one thread", backend="cpu", operator="gemm", shapes=[SHAPE])
     goal.constraints.restrictions = ["THREADS == 1"]
     with CpuEvaluator(goal.validate(), settings=SETTINGS) as ev:
-        cheat = run(ev, (KERNELS / "threads_ignored_gemm.c").read_text(), "threads")
+        cheat = refused_within(3, lambda i: run(ev, (KERNELS / "threads_ignored_gemm.c")
+                                                .read_text(), f"threads-{i}"))
         honest = run(ev, NAIVE, "one-thread")
     assert honest.ok, (honest.reason, honest.detail)
-    assert not cheat.ok and cheat.reason == RESOURCE_LIMIT, (cheat.reason, cheat.detail)
     assert "more threads than declared" in cheat.detail and "THREADS=1" in cheat.detail
 
 
