@@ -100,3 +100,13 @@ def cpu_hog():
     yield hog
     hog.kill()
     hog.wait(5)
+
+
+@pytest.fixture
+def victim():
+    """A process of the same user outside every cell (standing in for the engine or the GUI)."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    time.sleep(0.2)
+    yield proc
+    proc.kill()
+    proc.wait()

@@ -11,8 +11,6 @@ import os
 import platform
 import random
 import resource
-import subprocess
-import sys
 import threading
 import time
 
@@ -70,19 +68,6 @@ def attack(ev: CpuEvaluator, name: str, source: str):
                                  agent="llm", source=source))
 
 
-@pytest.fixture
-def victim():
-    """A process of the same user outside every cell (standing in for the engine or the GUI)."""
-    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
-    time.sleep(0.2)
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
-def _nice(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[16])
 
 
 def _ioprio(pid: int) -> int | None:
@@ -93,8 +78,14 @@ def _ioprio(pid: int) -> int | None:
     return libc.syscall(number, 1, pid)  # IOPRIO_WHO_PROCESS
 
 
+def nice_of(pid: int) -> int:
+    """A process's nice value, read from outside it."""
+    with open(f"/proc/{pid}/stat") as f:
+        return int(f.read().rsplit(")", 1)[1].split()[16])
+
+
 def _state(pid: int) -> tuple:
-    return (_nice(pid), sorted(os.sched_getaffinity(pid)), os.sched_getscheduler(pid),
+    return (nice_of(pid), sorted(os.sched_getaffinity(pid)), os.sched_getscheduler(pid),
             resource.prlimit(pid, resource.RLIMIT_NOFILE), _ioprio(pid))
 
 

@@ -15,6 +15,7 @@ import textwrap
 import time
 
 import pytest
+from test_sandbox_walls import nice_of
 
 from app.gpu import sandbox
 from app.gpu.sandbox import landlock, seccomp, tree
@@ -33,17 +34,6 @@ def run_python(code: str, *args: str) -> tuple[int, str]:
     return proc.returncode, out + err
 
 
-@pytest.fixture
-def victim():
-    proc = subprocess.Popen(["sleep", "120"])
-    yield proc
-    proc.kill()
-    proc.wait()
-
-
-def _nice(pid: int) -> int:
-    with open(f"/proc/{pid}/stat") as f:
-        return int(f.read().rsplit(")", 1)[1].split()[16])
 
 
 def _alive(pid: int) -> bool:
@@ -112,7 +102,7 @@ def test_the_pid_and_ipc_namespaces_alone(victim):
         proc.wait()
         assert _wait_gone(tree_below) == []
         assert key + 1 not in _sysv("shm")
-        assert victim.poll() is None and _nice(victim.pid) == 0
+        assert victim.poll() is None and nice_of(victim.pid) == 0
     finally:
         proc.kill()
         libc.shmctl(shmid, IPC_RMID, None)
@@ -182,7 +172,7 @@ def test_seccomp_alone_lets_process_acting_calls_name_only_the_caller(victim):
         assert f"{name} refused 1" in out, (name, out)
     for name in ("own-nice", "own-limits", "own-affinity"):
         assert f"{name} DONE" in out, (name, out)
-    assert victim.poll() is None and _nice(victim.pid) == 0
+    assert victim.poll() is None and nice_of(victim.pid) == 0
     assert os.sched_getaffinity(victim.pid) == os.sched_getaffinity(0)
 
 
