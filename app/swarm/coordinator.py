@@ -420,13 +420,17 @@ class Coordinator:
         if again is None or again.ok:
             return
         again.agent, again.key = best.agent, best.key
-        again.detail = f"revoked: failed re-verification ({again.detail})"
+        self._revoke(again, f"revoked: failed re-verification ({again.detail})")
+        self._check_history_best()  # the best may fall back onto a stored row
+
+    def _revoke(self, again: Evaluation, detail: str) -> None:
+        """The best failed when evaluated again: off the board, and said so."""
+        again.detail = detail
         new_best = self.board.revoke(again)
-        log.warning("best candidate %s revoked: %s", best.key, again.detail)
-        self.bus.publish(BestRevoked(key=best.key, evaluation=again,
+        log.warning("best candidate %s %s", again.key, detail)
+        self.bus.publish(BestRevoked(key=again.key, evaluation=again,
                                      new_best_value=new_best.value if new_best else None,
                                      run_id=self.run_id))
-        self._check_history_best()  # the best may fall back onto a stored row
 
     def _check_history_best(self) -> None:
         """A resumed run's rows come from a history file (perhaps a colleague's, its figures
@@ -455,12 +459,8 @@ class Coordinator:
                 self.bus.publish(BestRechecked(key=best.key, evaluation=again,
                                                stored_value=best.value, run_id=self.run_id))
                 continue
-            again.detail = f"revoked: a stored result failed re-verification ({again.detail})"
-            new_best = self.board.revoke(again)
-            log.warning("stored best %s %s", best.key, again.detail)
-            self.bus.publish(BestRevoked(key=best.key, evaluation=again,
-                                         new_best_value=new_best.value if new_best else None,
-                                         run_id=self.run_id))
+            self._revoke(again, f"revoked: a stored result failed re-verification "
+                                f"({again.detail})")
 
     def _reward(self, evaluation: Evaluation, improved: bool) -> float:
         """Credit for one evaluation: 1 for a new best, graded credit for a result near the
