@@ -35,6 +35,7 @@ from app.core.types import (
     Evaluation,
     Stage,
 )
+from app.gpu.probe import case_label, check_crafted, is_crafted, probe_cases
 from app.gpu.roof_check import RoofCheck, beyond
 from app.gpu.timed_slots import TimedSlots
 from app.gpu.timing import TimingStats
@@ -155,6 +156,9 @@ class CascadeRequest:
     # cpu goals: the roof per shape and level (memory levels, or the FP32 peak for a compute-
     # bound operator), measured again before a refusal
     roof_check: RoofCheck | None = None
+    # the adversary's probe (app.gpu.probe): run the candidate on these cases only, untimed,
+    # and score each; None: the whole cascade
+    probe_cases: list[dict[str, Any]] | None = None
 
 
 def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
@@ -181,9 +185,16 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
 
     restart = False
     try:
+        # crafted cases (the adversary's, app.gpu.probe) are checked by their own steps
+        crafted = [c for c in request.validation_cases if is_crafted(c)]
+        plain = [c for c in request.validation_cases if not is_crafted(c)]
         cases = plan_checks(op, request.goal_shapes, request.params, request.dtype,
-                            request.validation_cases, seed=request.seed)
-        shapes = shapes_of(request.goal_shapes, cases)
+                            plain, seed=request.seed)
+        extra = [CheckCase(list(c["shape"]), "normal", 0) for c in
+                 (request.probe_cases if request.probe_cases is not None else crafted)
+                 if isinstance(c.get("shape"), list)]
+        shapes = shapes_of(request.goal_shapes if request.probe_cases is None else [],
+                           extra + ([] if request.probe_cases is not None else cases))
         stage("static_check", lambda: _static(backend, source, request.config, shapes))
         built = stage("compile", lambda: _build(backend, source, request.config, shapes))
         ev.resources["build_key"] = built.key
@@ -191,13 +202,20 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
             ev.resources["compile_command"] = built.command
         ev.log = built.log
         ev.resources.update(stage("resources", lambda: (backend.check_resources(built, request.config), "")))
-        runner = stage("verify", lambda: _verify(op, backend, built, cases, request))
+        if request.probe_cases is not None:
+            ev.resources["probe"] = stage("probe", lambda: _probe(op, backend, built, request))
+            restart = any(r.get("corrupted") for r in ev.resources["probe"])
+            ev.ok = True
+            raise _ProbeDone
+        runner = stage("verify", lambda: _verify(op, backend, built, cases, request, crafted))
         backend.release()
         timed = stage("time", lambda: _time(op, backend, runner, request, request.seed + 7))
         timed, roof = _hold_to_roof(op, backend, runner, request, timed, stage)
         stage("reverify", lambda: _reverify(op, backend, runner, timed, request))
         _fill_result(ev, timed, request, throughput, roof)
         ev.ok = True
+    except _ProbeDone:
+        pass
     except StageFailed as exc:
         _failed(ev, exc)
         restart = exc.restart
@@ -250,6 +268,19 @@ def evaluation_from_reply(reply: WorkerReply, **base: Any) -> Evaluation:
         ev.log = "\n".join(x for x in (ev.log, "--- worker output ---\n" + reply.log) if x)
     ev.log = scrub(ev.log)  # again here: the parent knows the user's name, a sealed worker may not
     return ev
+
+
+def probe_results(reply: WorkerReply, n: int) -> list[dict[str, Any]]:
+    """A probe request's answer: one scored result per case. A kernel that crashed, hung or
+    failed to build on the probe fails every case of it (the adversary probes them one by one
+    to find which), with the reason as its problem."""
+    ev = evaluation_from_reply(reply, key="", config={})
+    results = list(ev.resources.get("probe") or []) if ev.ok else []
+    if not ev.ok:
+        return [{"score": float("inf"), "problem": f"{ev.reason}: {ev.detail}", "fault": True,
+                 "corrupted": False}] * n
+    return results + [{"score": None, "problem": "", "corrupted": False,
+                       "skipped": "after a case that corrupted memory"}] * (n - len(results))
 
 
 def account_stages(ev: Evaluation, before: Sequence[Stage], reply: WorkerReply,
@@ -315,12 +346,34 @@ def _build(backend: CascadeBackend, source: str, config: dict[str, Any],
     return built, "cached" if built.cached else ""
 
 
+class _ProbeDone(Exception):
+    """A probe request ends after its probe stage (nothing is timed)."""
+
+
+def _probe(op: Operator, backend: CascadeBackend, built: Built, request: CascadeRequest
+           ) -> tuple[list[dict[str, Any]], str]:
+    """The adversary's probe: the candidate on the given cases only, each scored."""
+    runner = backend.load(built)
+    results = probe_cases(backend.xp, op, runner, request.probe_cases or [], request.dtype,
+                          request.rtol, request.atol)
+    failed = sum(1 for r in results if r.get("problem"))
+    return results, f"{len(results)} inputs probed, {failed} failed"
+
+
 def _verify(op: Operator, backend: CascadeBackend, built: Built, cases: list[CheckCase],
-            request: CascadeRequest) -> tuple[Runner, str]:
-    """Load the candidate (its process, on the cpu) and check it on every case."""
+            request: CascadeRequest, crafted: Sequence[dict[str, Any]] = ()) -> tuple[Runner, str]:
+    """Load the candidate (its process, on the cpu) and check it on every case: the crafted
+    validation cases first (they once broke a kernel), then the planned ones."""
     t0 = time.perf_counter()
     runner = backend.load(built)
     loaded_s = time.perf_counter() - t0
+    broke = check_crafted(backend.xp, op, runner, crafted, request.dtype, request.rtol,
+                          request.atol)
+    if broke is not None:
+        data, problem, corrupted = broke
+        raise StageFailed(VERIFY_FAILED, f"verify: {problem} (shape {list(data['shape'])}, "
+                          f"crafted case {case_label(data)})",
+                          failing_case=dict(data), restart=corrupted)
     failure = verify(backend.xp, op, runner, cases, request.dtype, request.rtol, request.atol)
     if failure is not None:
         raise StageFailed(VERIFY_FAILED, f"{failure.check}: {failure.problem} "
@@ -328,7 +381,8 @@ def _verify(op: Operator, backend: CascadeBackend, built: Built, cases: list[Che
                           f"seed {failure.case.seed})",
                           failing_case=failure.failing_case(op.name, request.dtype),
                           restart=failure.corrupted_memory)
-    return runner, f"{len(cases)} checks passed (loading took {loaded_s:.2f} s)"
+    return runner, (f"{len(cases) + len(crafted)} checks passed (loading took "
+                    f"{loaded_s:.2f} s)")
 
 
 @dataclass

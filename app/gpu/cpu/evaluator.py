@@ -23,7 +23,12 @@ from app.core.space import SearchSpace
 from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal, GoalError
 from app.gpu import cpu_roof
-from app.gpu.cascade import CascadeRequest, account_stages, evaluation_from_reply
+from app.gpu.cascade import (
+    CascadeRequest,
+    account_stages,
+    evaluation_from_reply,
+    probe_results,
+)
 from app.gpu.cpu import compute_roof
 from app.gpu.cpu.toolchain import build_key, key_extra, toolchain
 from app.gpu.cpu.worker import host_program_for
@@ -282,6 +287,20 @@ class CpuEvaluator(Evaluator):
 
     def recheck(self, candidate: Candidate) -> Evaluation:
         return self.evaluate(candidate)  # the cascade checks the stored cases first
+
+    def probe(self, candidate: Candidate | Evaluation, cases: Sequence[dict]) -> list[dict]:
+        """The adversary's probe: the candidate run on `cases` only, in its sandboxed worker,
+        untimed; one {"score", "problem", ...} per case (app.gpu.probe)."""
+        request = dataclasses.replace(self._request(candidate), validation_cases=[],
+                                      probe_cases=[dict(c) for c in cases], roof_check=None)
+        reply = self.pool.call(("evaluate", request), self.settings.deadlines)
+        return probe_results(reply, len(cases))
+
+    def probe_plan(self) -> dict[str, Any]:
+        """What the adversary may vary: the goal's shapes, the operator's distributions."""
+        return {"shapes": [list(s) for s in self.goal.shapes], "dtype": self.goal.dtype,
+                "distributions": list(self.op.distributions),
+                "inputs_vary": bool(getattr(self.op, "inputs_vary", True))}
 
     def _hardware_fraction(self, ev: Evaluation, check: RoofCheck | None) -> None:
         """One fraction of the hardware per candidate, named by its roof: the cascade wrote

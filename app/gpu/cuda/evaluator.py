@@ -12,6 +12,7 @@ which is replaced, and the run continues.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib.util
 import logging
@@ -28,7 +29,12 @@ from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
 from app.core.space import SearchSpace
 from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal
-from app.gpu.cascade import CascadeRequest, account_stages, evaluation_from_reply
+from app.gpu.cascade import (
+    CascadeRequest,
+    account_stages,
+    evaluation_from_reply,
+    probe_results,
+)
 from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
@@ -293,6 +299,24 @@ class CudaEvaluator(Evaluator):
 
     def recheck(self, candidate: Candidate) -> Evaluation:
         return self.evaluate(candidate)  # verification runs the stored cases first
+
+    def probe(self, candidate: Candidate | Evaluation, cases: list[dict[str, Any]]
+              ) -> list[dict[str, Any]]:
+        """The adversary's probe: the candidate run on `cases` only, in its worker, untimed;
+        one {"score", "problem", ...} per case (app.gpu.probe)."""
+        self.info()
+        with self._lock:
+            seed = self._seed + 1000 * self._evals + 7
+        request = dataclasses.replace(self._request(candidate, seed, with_baseline=False),
+                                      validation_cases=[], probe_cases=[dict(c) for c in cases])
+        reply = self.pool.call(("evaluate", request), self.deadlines)
+        return probe_results(reply, len(cases))
+
+    def probe_plan(self) -> dict[str, Any]:
+        """What the adversary may vary: the goal's shapes, the operator's distributions."""
+        return {"shapes": [list(s) for s in self.shapes], "dtype": self.dtype,
+                "distributions": list(self.op.distributions),
+                "inputs_vary": bool(getattr(self.op, "inputs_vary", True))}
 
     def _request(self, candidate: Candidate | Evaluation, seed: int,
                  with_baseline: bool = True) -> CascadeRequest:
