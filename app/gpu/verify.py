@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from app.catalog import families
 from app.catalog.protocol import (
     DISTRIBUTIONS,
     RTOL,
@@ -54,12 +55,15 @@ Runner = Callable[[dict[str, Any], dict[str, "GuardedOutput"], tuple[int, ...]],
 
 @dataclass
 class CheckCase:
-    """One verification input: reproducible from (shape, distribution, seed)."""
+    """One verification input: reproducible from (shape, distribution, seed). `distribution`
+    is one of the operator's own or an input family (app.catalog.families); `family` names a
+    shape family ("tiny", "prime") for a case planted at such a shape."""
 
     shape: list[int]
     distribution: str
     seed: int
     origin: str = "goal"  # goal | edge | validation | timing | reverify
+    family: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -70,7 +74,8 @@ class CheckCase:
         if dist not in distributions:
             dist = "normal"
         return cls(shape=[int(d) for d in data["shape"]], distribution=dist,
-                   seed=int(data.get("seed", 0)), origin="validation")
+                   seed=int(data.get("seed", 0)), origin="validation",
+                   family=str(data.get("family", "") or ""))
 
     def identity(self) -> tuple:
         return (tuple(self.shape), self.distribution, self.seed)
@@ -122,7 +127,12 @@ class VerifyFailure:
 
 # ---- inputs -------------------------------------------------------------------------------
 def make_inputs(xp: Any, op: Operator, case: CheckCase, dtype: str) -> dict[str, Any]:
+    """The case's inputs: the operator's own distribution, or an input family drawn per
+    argument on top of the operator's own draw (app.catalog.families)."""
     rng = xp.random.default_rng(int(case.seed))
+    if case.distribution not in op.distributions and case.distribution in families.FAMILIES:
+        return families.draw_inputs(xp, op, list(case.shape), dtype, rng, case.distribution,
+                                    to_storage)
     return op.make_inputs(xp, list(case.shape), dtype, rng, case.distribution)
 
 
@@ -187,10 +197,15 @@ def plan_checks(op: Operator, goal_shapes: Sequence[Sequence[int]], params: dict
                 dtype: str = "float32", validation_cases: Sequence[dict[str, Any]] = (),
                 seed: int = 0, goal_distributions: int = 2) -> list[CheckCase]:
     """Validation cases first (they have failed before), then every goal shape with a few
-    distributions, then edge shapes: the two small ones with every distribution the operator
-    accepts, the others (as costly as a goal shape) with the goal's share. Fresh seeds."""
+    distributions (rotating over the operator's own and its input families), then edge shapes:
+    the two small ones with every distribution the operator accepts, the others (as costly as
+    a goal shape) with the goal's share; then the shape families (every dimension 1, primes
+    within the goal's dimensions). Every input family that applies (app.catalog.families) is
+    checked at the first edge shape and at the prime one (both cheap); your own kernel, which
+    has no edge shapes, gets them at its goal shapes. Fresh seeds."""
     rng = np.random.default_rng(seed)
-    dists = tuple(op.distributions)
+    own = tuple(op.distributions)
+    dists = own + tuple(f for f in families.for_operator(op, dtype) if f not in own)
     cases: list[CheckCase] = []
     seen: set[tuple] = set()
     for data in validation_cases:
@@ -208,16 +223,29 @@ def plan_checks(op: Operator, goal_shapes: Sequence[Sequence[int]], params: dict
     if not getattr(op, "inputs_vary", True):
         # every input is stored or fixed: more draws would check the very same inputs again
         goal_distributions = 1
+    edges = [s for s in op.edge_shapes(goal_shapes, dtype, params)
+             if op.check_shape(s, dtype) is None]
+    fams = dists[len(own):]
     for shape in goal_shapes:
         picks = ["normal"] + [others[(rotation + i) % len(others)]
                               for i in range(goal_distributions - 1)]
+        if not edges and goal_distributions > 1:
+            picks += [d for d in dists if d not in picks]  # no small shape to check them on
         for dist in picks:
             cases.append(CheckCase(list(shape), dist, int(rng.integers(2**31)), "goal"))
-    for i, shape in enumerate(op.edge_shapes(goal_shapes, dtype, params)):
-        if op.check_shape(shape, dtype) is not None:
-            continue
-        for dist in (dists if i < 2 else ("normal", others[rotation % len(others)])):
+    planned = [list(g) for g in goal_shapes] + [list(s) for s in edges]
+    shaped = {name: s for name, s in families.family_shapes(op, goal_shapes).items()
+              if s not in planned and op.check_shape(s, dtype) is None}
+    # every family at the first (smallest) edge shape and at the prime shape: both cheap
+    homes = [0] + ([] if "prime" in shaped else [1])
+    for i, shape in enumerate(edges):
+        picks = own if i < 2 else ("normal", others[rotation % len(others)])
+        for dist in (*picks, *(fams if i in homes else ())):
             cases.append(CheckCase(list(shape), dist, int(rng.integers(2**31)), "edge"))
+    for name, shape in shaped.items():
+        for dist in ("normal",) if name == "tiny" else ("normal", *fams):
+            cases.append(CheckCase(list(shape), dist, int(rng.integers(2**31)), "edge",
+                                   name if dist == "normal" else ""))
     return cases
 
 
@@ -254,8 +282,15 @@ def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, An
     own_dtypes = getattr(op, "output_dtypes", None)  # outputs stored in their own dtype
     out_dtypes = own_dtypes(dtype) if own_dtypes is not None else {}
     judge = getattr(op, "judge_output", None)  # an operator's own (norm-based) error measure
+    exact = known is None and families.is_movement(op, xp, x64, ref)
     for name, expected in ref.items():
         out_dtype = out_dtypes.get(name, dtype)
+        if exact and out_dtype in families.FLOAT_DTYPES:
+            problem = _compare_bits(xp, name, outputs[name], expected, out_dtype,
+                                    getattr(op, "custom", False))
+            if problem:
+                return problem
+            continue
         if judge is None and xp is np and outputs[name].size > CHUNK:
             problem = _compare_chunked(name, outputs[name], out_dtype, expected, scale[name], tol,
                                        op)
@@ -289,6 +324,29 @@ def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, An
                                 (idx, float(got[idx]), float(expected[idx])),
                                 (worst, float(got[worst]), float(expected[worst])))
     return None
+
+
+def _compare_bits(xp: Any, name: str, got: Any, expected: Any, dtype: str,
+                  custom: bool = False) -> str | None:
+    """A data-movement output against its reference bit for bit: denormals, the sign of zero,
+    infinities and NaN payloads are copied, never rounded or flushed. (Your own kernel's
+    output whose reference is NaN throughout is one its goal does not check.)"""
+    if custom and expected.size and bool(xp.isnan(expected).all()):
+        return None
+    bits = bits_dtype(dtype)
+    want = to_storage(xp, expected, dtype).view(bits)
+    have = xp.ascontiguousarray(got).view(bits)
+    bad = have != want
+    n_bad = int(bad.sum())
+    if not n_bad:
+        return None
+    idx = _first(xp, bad)
+    width = 2 * bits.itemsize
+    value = float(from_storage(xp, xp.asarray(got[idx]).reshape(1), dtype)[0])
+    return (f"{n_bad} of {got.size} outputs of {name!r} differ bit for bit from the reference "
+            "(a data-movement operator copies exactly: denormals, the sign of zero, inf and "
+            f"NaN); first at {idx}: got {value!r} (0x{int(have[idx]):0{width}x}), expected "
+            f"{float(expected[idx])!r} (0x{int(want[idx]):0{width}x})")
 
 
 def _nan_problem(name: str, n: int, size: int, first: tuple[int, ...]) -> str:
@@ -397,7 +455,9 @@ def verify(xp: Any, op: Operator, runner: Runner, cases: Sequence[CheckCase], dt
     """Check every case on fresh inputs and fresh outputs; then the determinism check on the
     smallest case (its verified run is the first of the two). None when everything passed."""
     deterministic = (op.deterministic if determinism is None else determinism) and bool(cases)
-    smallest = min(cases, key=lambda c: int(np.prod(c.shape))) if deterministic else None
+    # not a shape family's: one element says little about reads of stale memory
+    pool = [c for c in cases if not c.family] or list(cases)
+    smallest = min(pool, key=lambda c: int(np.prod(c.shape))) if deterministic else None
     first: tuple[dict[str, Any], dict[str, GuardedOutput]] | None = None
     for case in cases:
         inputs = make_inputs(xp, op, case, dtype)
@@ -405,6 +465,8 @@ def verify(xp: Any, op: Operator, runner: Runner, cases: Sequence[CheckCase], dt
         tol = tolerance_for(op, case.shape, dtype, rtol, atol)
         problem, corrupted = run_check(xp, op, runner, inputs, outputs, case.shape, dtype, tol)
         if problem:
+            if case.family:  # the message names the family that found it
+                problem = f"{problem} [{case.family} shape]"
             return VerifyFailure(problem, case, "verify", corrupted)
         if case is smallest:
             first = (inputs, outputs)

@@ -71,6 +71,10 @@ class CpuOperator:
     # numpy's baseline runs a threaded BLAS, whose workers spin ~0.1 s after each call: timed
     # back to back they take the cores a candidate's threads need (TimingSettings.settle_s)
     threaded_baseline: bool = False
+    # what the operator means (app.catalog.families: which input families apply) and the
+    # inputs that carry its data (the families redraw those; empty: every input)
+    meaning: str = ""
+    family_args: tuple[str, ...] = ()
 
     # ---- app.catalog.protocol.Operator ----------------------------------------------------
     language = "c"

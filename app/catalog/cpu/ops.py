@@ -20,6 +20,7 @@ def _gemm_numpy(x, out):
 
 
 GEMM = CpuOperator(
+    meaning="matmul",
     name="gemm",
     description="fp32 matrix multiply C = A @ B, row-major",
     shape_help="[M, N, K]",
@@ -70,7 +71,9 @@ def _softmax64(x):
 def _softmax_scale(x, ref):
     # exp(x - max) in fp32 carries an error proportional to |x - max| (rounding of the argument).
     v = x["x"]
-    return ref * (4.0 + np.abs(v - v.max(axis=1, keepdims=True)))
+    with np.errstate(invalid="ignore"):  # a masked (-inf) entry's output is exactly 0
+        return np.where(np.isfinite(v), ref * (4.0 + np.abs(v - v.max(axis=1, keepdims=True))),
+                        0.0)
 
 
 def _softmax_numpy(x, out):
@@ -81,6 +84,7 @@ def _softmax_numpy(x, out):
 
 
 SOFTMAX = CpuOperator(
+    meaning="softmax", family_args=("x",),
     name="softmax",
     description="fp32 softmax over each row of a [rows, cols] matrix",
     shape_help="[rows, cols]",
@@ -120,6 +124,7 @@ def _rmsnorm_numpy(x, out):
 
 
 RMSNORM = CpuOperator(
+    meaning="norm", family_args=("x",),
     name="rmsnorm",
     description="fp32 RMSNorm of each row of [rows, cols] with a per-column weight",
     shape_help="[rows, cols]",
@@ -165,6 +170,7 @@ def _layernorm_numpy(x, out):
 
 
 LAYERNORM = CpuOperator(
+    meaning="norm", family_args=("x",),
     name="layernorm",
     description="fp32 LayerNorm of each row of [rows, cols] with per-column weight and bias, eps 1e-5",
     shape_help="[rows, cols]",
@@ -220,6 +226,7 @@ def _bias_gelu_numpy(x, out):
 
 
 BIAS_GELU = CpuOperator(
+    meaning="activation", family_args=("x",),
     name="bias_gelu",
     description="fp32 fused bias add + exact (erf) GELU over [rows, cols], bias per column",
     shape_help="[rows, cols]",
@@ -252,6 +259,7 @@ def _transpose_numpy(x, out):
 
 
 TRANSPOSE = CpuOperator(
+    meaning="movement",  # compared bit for bit
     name="transpose",
     description="fp32 out-of-place transpose of a [rows, cols] matrix",
     shape_help="[rows, cols]",

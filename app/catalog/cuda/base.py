@@ -106,6 +106,10 @@ class CudaOperator:
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ("y",)
     device_specific = False  # True: for_device picks another template per compute capability
+    # what the operator means (app.catalog.families: which input families apply) and the
+    # inputs that carry its data (the families redraw those; empty: every input)
+    meaning = ""
+    family_args: tuple[str, ...] = ()
 
     # ---- the design space -------------------------------------------------------------
     def space(self, dtype: str) -> SearchSpace:

@@ -21,6 +21,8 @@ from app.core.space import SearchSpace
 
 
 class BiasGelu(CudaOperator):
+    meaning = "activation"
+    family_args = ("x",)
     name = "bias_gelu"
     kernel_name = "bias_gelu"
     template = "bias_gelu.cu"

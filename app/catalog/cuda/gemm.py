@@ -26,6 +26,7 @@ SHARED_LIMIT_SM90 = 232448  # 227 KB opt-in per block on Hopper; smaller devices
 
 
 class Gemm(CudaOperator):
+    meaning = "matmul"
     name = "gemm"
     kernel_name = "gemm_tc"
     template = "gemm_tc.cu"

@@ -27,6 +27,7 @@ MAX_VALUES_PER_THREAD = 128  # beyond this the cached row spills out of register
 
 
 class RowOperator(CudaOperator):
+    family_args = ("x",)
     shape_doc = "[rows, cols]"
     extra_params: dict[str, list[Any]] = {}
 
@@ -84,6 +85,7 @@ class RowOperator(CudaOperator):
 
 
 class Softmax(RowOperator):
+    meaning = "softmax"
     name = "softmax"
     kernel_name = "softmax"
     template = "softmax.cu"
@@ -132,6 +134,7 @@ def softmax_torch(t, x):
 
 
 class RMSNorm(RowOperator):
+    meaning = "norm"
     name = "rmsnorm"
     kernel_name = "rmsnorm"
     template = "rmsnorm.cu"
@@ -187,6 +190,7 @@ class RMSNorm(RowOperator):
 
 
 class LayerNorm(RowOperator):
+    meaning = "norm"
     name = "layernorm"
     kernel_name = "layernorm"
     template = "layernorm.cu"

@@ -11,6 +11,7 @@ from app.core.space import SearchSpace
 
 
 class Transpose(CudaOperator):
+    meaning = "movement"  # compared bit for bit
     name = "transpose"
     kernel_name = "transpose"
     template = "transpose.cu"

@@ -54,6 +54,7 @@ class CustomOperator:
     """A custom C kernel (and the shared part of a custom CUDA kernel)."""
 
     custom = True
+    meaning = "custom"  # app.catalog.families: your fill, plus the families within its range
     reference_symbol = ""  # no plain C reference loop: the cpu backend measures no baselines
     distributions = ("normal",)  # each argument says how its values are drawn
 
