@@ -74,6 +74,22 @@ class BestRevoked(Event):
     key: str
     evaluation: Evaluation  # the failed re-verification
     new_best_value: float | None
+    # the validation case that broke it (the store's id; None: no store, or a full re-check)
+    case_id: int | None = None
+    was_best: bool = True  # False: a kept kernel below the best, re-verified against a case
+
+
+@dataclass
+class CaseFound(Event):
+    """A validation case joined the goal's set for good: an input the adversary found and
+    shrank, or one a verification failure left. Every kept kernel is re-verified against it.
+    The store's recorder fills in `case_id` (its row) while the event is published, so the
+    coordinator can name the case in what it revokes ("broken by case N")."""
+
+    case: dict[str, Any]
+    origin: str  # "adversary ...", "verification failure of candidate K", "user file PATH"
+    broke: str = ""  # the key of the kernel it was found on ("" for none)
+    case_id: int | None = None
 
 
 @dataclass

@@ -9,7 +9,6 @@ ways to corrupt a database with how each is closed here).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import socket
@@ -25,7 +24,7 @@ from app import __version__
 from app.core.events import Event
 from app.core.types import Evaluation, Lesson, Stage
 from app.goal import Goal, GoalError
-from app.store import connection, llm_usage
+from app.store import cases, connection, llm_usage
 from app.store.connection import StoreError, check_file, pid_alive
 from app.store.identity import goal_family, goal_key
 from app.store.recorder import subscriber as _subscriber
@@ -314,7 +313,7 @@ class Store:
                  e.sim_seconds, elapsed_s, best_so_far, now))
             c.execute("UPDATE runs SET elapsed_s = ? WHERE id = ?", (elapsed_s, run_id))
             if e.failing_case is not None:
-                self._insert_case(c, key, e.failing_case)
+                cases.insert(c, key, e.failing_case, f"verification failure of candidate {e.key[:12]}")
 
     def revoke_evaluation(self, run_id: int, evaluation: Evaluation) -> None:
         """An accepted candidate failed re-verification later in the run: its stored
@@ -328,7 +327,7 @@ class Store:
                       (e.reason, e.detail, None if e.failing_case is None else _json(e.failing_case),
                        e.log, e.key, *runs))
             if e.failing_case is not None:
-                self._insert_case(c, key, e.failing_case)
+                cases.insert(c, key, e.failing_case, f"re-verification of candidate {e.key[:12]}")
 
     def refresh_evaluation(self, run_id: int, evaluation: Evaluation) -> None:
         """A stored row re-checked on resume passed: its figures become the ones measured now
@@ -423,24 +422,26 @@ class Store:
             r["readings"] = json.loads(r["readings"])
         return rows
 
-    @staticmethod
-    def _insert_case(c: sqlite3.Connection, key: str, case: dict) -> None:
-        blob = _json(case)
-        c.execute('INSERT OR IGNORE INTO validation_cases (goal_key, case_hash, "case", created_at)'
-                  " VALUES (?, ?, ?, ?)",
-                  (key, hashlib.sha256(blob.encode()).hexdigest()[:20], blob, time.time()))
-
-    def add_validation_case(self, goal: Goal, case: dict) -> None:
-        """Keep an input that broke verification: every later candidate of the same goal is
-        checked against it too. Adding the same case twice keeps one."""
+    def add_validation_case(self, goal: Goal | str, case: dict, origin: str = "") -> int:
+        """Keep an input that broke verification (or a user's): every later candidate of the
+        same goal (a Goal or its key) is checked against it too. Adding the same case twice
+        keeps one. Returns its id."""
+        key = goal if isinstance(goal, str) else goal_key(goal)
         with self._tx() as c:
-            self._insert_case(c, goal_key(goal), case)
+            return cases.insert(c, key, case, origin)
+
+    def add_run_case(self, run_id: int, case: dict, origin: str) -> int:
+        """A case a run found, kept with the run's goal; its id."""
+        _, key = self.run_goal(run_id)
+        return self.add_validation_case(key, case, origin)
 
     def validation_cases(self, goal: Goal) -> list[dict]:
+        return [r["case"] for r in self.validation_case_rows(goal_key(goal))]
+
+    def validation_case_rows(self, key: str) -> list[dict[str, Any]]:
+        """A goal's cases by its key, oldest first: id, case, origin, created_at."""
         with self._lock:
-            rows = self.conn.execute('SELECT "case" FROM validation_cases WHERE goal_key = ? '
-                                     "ORDER BY id", (goal_key(goal),)).fetchall()
-        return [json.loads(r[0]) for r in rows]
+            return cases.rows(self.conn, key)
 
     # ---- LLM requests -------------------------------------------------------------------
     def record_llm_request(self, run_id: int | None, *, agent: str, model: str, status: str,

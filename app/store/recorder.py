@@ -13,6 +13,7 @@ from app.core.events import (
     AgentCredit,
     BestRechecked,
     BestRevoked,
+    CaseFound,
     Evaluated,
     Event,
     LessonLearned,
@@ -42,6 +43,8 @@ class Recorder:
                                     event.best_value)
         elif isinstance(event, BestRevoked):
             store.revoke_evaluation(run_id, event.evaluation)
+        elif isinstance(event, CaseFound):  # the coordinator names the case by this id
+            event.case_id = store.add_run_case(run_id, event.case, event.origin)
         elif isinstance(event, BestRechecked):
             store.refresh_evaluation(run_id, event.evaluation)
         elif isinstance(event, LessonLearned):

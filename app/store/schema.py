@@ -12,7 +12,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 
-from app.store import rekey
+from app.store import cases, rekey
 
 # Each entry moves the schema from version i to i + 1. Append only; never edit a released one.
 MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
@@ -148,6 +148,9 @@ MIGRATIONS: list[str | Callable[[sqlite3.Connection], None]] = [
     # 3: goals keyed by what a custom kernel computes (app.store.identity), goals.family added;
     # existing runs, candidates, lessons and validation cases regrouped (app.store.rekey).
     rekey.migrate,
+    # 4: where each validation case came from (the adversary, a verification failure of a
+    # candidate, a user's file); rows kept before say so (app.store.cases)
+    cases.MIGRATION,
 ]
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -37,6 +37,7 @@ from app.core.events import (
 from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
 from app.goal import StopRules
+from app.swarm.adversary_driver import DEFAULT_SHARE, AdversaryDriver
 from app.swarm.agents.base import Agent
 from app.swarm.allocation import BudgetAllocator
 from app.swarm.blackboard import Blackboard
@@ -83,6 +84,7 @@ class Coordinator:
                  baseline_value: float | None = None, limit_value: float | None = None,
                  baseline_name: str = "", goal_name: str = "", backend: str = "", unit: str = "",
                  transfer: TransferEvidence | None = None,
+                 adversary_share: float | None = None,
                  on_finish: Callable[[str, Evaluation | None, list[Evaluation]], dict[str, Any]]
                  | None = None) -> None:
         self.space = space
@@ -143,6 +145,11 @@ class Coordinator:
         self._since_improvement = 0
         self._index = 0
         self._lock = threading.Lock()
+        # inputs that break the best, within a share of the run's time (app.swarm.adversary_driver)
+        self.adversary = AdversaryDriver(
+            evaluator, self.board, self.bus, random.Random(_derive_seed(seed, "adversary")),
+            share=DEFAULT_SHARE if adversary_share is None else adversary_share, run_id=run_id,
+            revoke=self._revoke_for_case)
 
     def _make_agent(self, name: str, seed: int) -> Agent:
         from app.swarm.agents import make_agent
@@ -169,9 +176,12 @@ class Coordinator:
         shares = self.allocator.shares()
         with self._lock:
             total_impr = sum(c["improvements"] for c in self._credits.values())
-            return {a: {**c, "share": shares.get(a, 0.0),
-                        "improvement_share": (c["improvements"] / total_impr) if total_impr else 0.0}
-                    for a, c in self._credits.items()}
+            out = {a: {**c, "share": shares.get(a, 0.0),
+                       "improvement_share": (c["improvements"] / total_impr) if total_impr else 0.0}
+                   for a, c in self._credits.items()}
+        if self.adversary.enabled:  # its share is of the run's time, not of the proposals
+            out["adversary"] = self.adversary.credits()
+        return out
 
     def elapsed(self) -> float:
         if self.simulated_clock:
@@ -390,6 +400,8 @@ class Coordinator:
             self._since_improvement += 1
         if evaluation.failing_case is not None:
             self._recheck_best(evaluation)
+        if not self._stop.is_set():
+            self.adversary.maybe_round()
         for agent in self.agents.values():
             agent.observe(evaluation)
         # "llm-memory+local": an LLM structure tuned by a classical agent credits both
@@ -411,6 +423,12 @@ class Coordinator:
     def _recheck_best(self, failure: Evaluation) -> None:
         """A new failing input joins the validation set: the current best must pass it too,
         or it is revoked (a faster kernel that is subtly wrong is worth nothing)."""
+        if self.adversary.can_probe:  # every kept kernel re-verified against the case
+            self.adversary.new_case(failure.failing_case or {},
+                                    f"verification failure of candidate {failure.key[:12]}",
+                                    broke=failure.key)
+            self._check_history_best()
+            return
         best = self.board.best
         if best is None or best.key == failure.key:
             return
@@ -423,14 +441,23 @@ class Coordinator:
         self._revoke(again, f"revoked: failed re-verification ({again.detail})")
         self._check_history_best()  # the best may fall back onto a stored row
 
-    def _revoke(self, again: Evaluation, detail: str) -> None:
-        """The best failed when evaluated again: off the board, and said so."""
+    def _revoke(self, again: Evaluation, detail: str, case_id: int | None = None) -> None:
+        """A kept kernel (the best, mostly) failed when checked again: off the board, and said
+        so; the best falls back to the next correct kernel."""
         again.detail = detail
+        was_best = self.board.best is not None and self.board.best.key == again.key
         new_best = self.board.revoke(again)
-        log.warning("best candidate %s %s", again.key, detail)
+        log.warning("candidate %s %s", again.key, detail)
         self.bus.publish(BestRevoked(key=again.key, evaluation=again,
                                      new_best_value=new_best.value if new_best else None,
-                                     run_id=self.run_id))
+                                     case_id=case_id, was_best=was_best, run_id=self.run_id))
+
+    def _revoke_for_case(self, again: Evaluation, detail: str, case_id: int | None) -> None:
+        """A validation case broke a kept kernel; a stored row that falls into the best's
+        place is re-checked as on resume."""
+        self._revoke(again, detail, case_id)
+        if self.board.best is not None and self.board.best.key in self._unchecked:
+            self._check_history_best()
 
     def _check_history_best(self) -> None:
         """A resumed run's rows come from a history file (perhaps a colleague's, its figures
