@@ -13,6 +13,7 @@ import os
 import sys
 
 from app import __version__
+from app.cli_cases import add_parser as add_cases_parser
 from app.cli_common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, CliError
 from app.cli_run import Progress, TraceWriter, cmd_run
 from app.cli_show import available_devices, cmd_devices, cmd_export, cmd_history, cmd_show
@@ -111,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="run the script with your own rights (files, API keys, network) where "
                          "this machine cannot run it in a sandbox cell")
     kt.set_defaults(func=cmd_import_kt)
+
+    add_cases_parser(sub, db)
 
     selftest = sub.add_parser("selftest", help="check this installation (storage, replay, CPU, NVRTC)",
                               add_help=False)

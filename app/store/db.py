@@ -430,6 +430,11 @@ class Store:
         with self._tx() as c:
             return cases.insert(c, key, case, origin)
 
+    def add_validation_cases(self, key: str, cases_: list[dict], origin: str) -> list[int]:
+        """Several cases of a goal (by key) in one transaction: all kept, or none."""
+        with self._tx() as c:
+            return [cases.insert(c, key, case, origin) for case in cases_]
+
     def add_run_case(self, run_id: int, case: dict, origin: str) -> int:
         """A case a run found, kept with the run's goal; its id."""
         _, key = self.run_goal(run_id)
