@@ -76,12 +76,12 @@ static void softmax_row(float *restrict y, const float *restrict x, long n) {
         for (int a = 0; a < ACC; ++a) {
             const float v = x[j + a];
             if (v > mx[a]) { sm[a] = sm[a] * ks_exp(mx[a] - v) + 1.0f; mx[a] = v; }
-            else sm[a] += ks_exp(v - mx[a]);
+            else sm[a] += v == -INFINITY ? 0.0f : ks_exp(v - mx[a]); /* masked: never -inf - -inf */
         }
     for (; j < n; ++j) {
         const float v = x[j];
         if (v > mx[0]) { sm[0] = sm[0] * ks_exp(mx[0] - v) + 1.0f; mx[0] = v; }
-        else sm[0] += ks_exp(v - mx[0]);
+        else sm[0] += v == -INFINITY ? 0.0f : ks_exp(v - mx[0]);
     }
     float m = mx[0];
     for (int a = 1; a < ACC; ++a) m = mx[a] > m ? mx[a] : m;
