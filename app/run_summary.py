@@ -91,6 +91,8 @@ class RunSummary:
     profile: list[tuple[str, float]] = field(default_factory=list)  # the best's stage times
     comparison: dict[str, Any] = field(default_factory=dict)  # the final re-timing, if used
     notes: list[str] = field(default_factory=list)  # what else the basis needs said
+    # kept kernels a validation case broke later: index, key, agent, label ("broken by case N")
+    dethroned: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def failed(self) -> int:
@@ -228,6 +230,23 @@ def failure_kinds(rows: Sequence[Mapping[str, Any]]) -> list[FailureKind]:
 
 
 # ---- the run ------------------------------------------------------------------------------------
+_BROKEN = re.compile(r"^broken by (case \d+|case #\d+ of this run)")
+
+
+def broken_by(detail: str | None) -> str:
+    """'broken by case N' when a validation case broke a kept kernel (the coordinator's
+    revocation says so first), else ''."""
+    m = _BROKEN.match(detail or "")
+    return m.group(0) if m else ""
+
+
+def dethroned(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The rows a validation case broke after they were kept, in run order."""
+    return [{"index": r.get("index"), "key": r.get("key"), "agent": r.get("agent"),
+             "label": broken_by(r.get("detail")), "detail": _clip(str(r.get("detail") or ""))}
+            for r in rows if not r.get("ok") and broken_by(r.get("detail"))]
+
+
 def _best(rows: Sequence[Mapping[str, Any]], minimize: bool) -> Mapping[str, Any] | None:
     ok = [r for r in rows if r.get("ok") and r.get("value") is not None]
     if not ok:
@@ -257,7 +276,7 @@ def summarize(run: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                              "first success" if first else ""),
         best=None if best is None else {k: best.get(k) for k in
                                         ("index", "key", "value", "agent", "config")},
-        failures=failure_kinds(rows),
+        failures=failure_kinds(rows), dethroned=dethroned(rows),
         refused=sum(1 for r in rows if not r.get("ok") and r.get("reason") == SUSPECT))
     if best is not None:
         summary.hardware = hardware_fraction(best.get("metrics"), best.get("resources"),

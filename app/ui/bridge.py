@@ -15,7 +15,9 @@ from PySide6.QtCore import QObject, Qt, Signal
 
 from app.core.events import (
     AgentCredit,
+    BestRechecked,
     BestRevoked,
+    CaseFound,
     Evaluated,
     Event,
     EventBus,
@@ -36,7 +38,9 @@ class EventBridge(QObject):
     newBest = Signal(object)  # NewBest
     credit = Signal(object)  # AgentCredit
     lesson = Signal(object)  # LessonLearned
-    revoked = Signal(object)  # BestRevoked
+    revoked = Signal(object)  # BestRevoked: a kept kernel failed re-verification
+    rechecked = Signal(object)  # BestRechecked: a stored best passed, with its figure of now
+    caseFound = Signal(object)  # CaseFound: a validation case joined the goal's set
     telemetry = Signal(list)  # list[Telemetry]
     runFinished = Signal(object)  # RunFinished
     notice = Signal(object)  # Notice: something the user must know now (the cluster went away)
@@ -96,6 +100,10 @@ class EventBridge(QObject):
                 self.lesson.emit(event)
             elif isinstance(event, BestRevoked):
                 self.revoked.emit(event)
+            elif isinstance(event, BestRechecked):
+                self.rechecked.emit(event)
+            elif isinstance(event, CaseFound):
+                self.caseFound.emit(event)
             elif isinstance(event, RunFinished):
                 if telemetry:
                     self.telemetry.emit(telemetry)

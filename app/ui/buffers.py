@@ -91,6 +91,11 @@ class RunData:
     max_evals: int | None = None
     time_budget_s: float | None = None
     finished_reason: str | None = None
+    # kept kernels a validation case broke: (row, the value they had, "broken by case N")
+    broken: list[tuple[int, float, str]] = field(default_factory=list)
+    # agents whose share is of the run's time, not of its evaluations (the adversary):
+    # name -> (% of the run's time, validation cases found)
+    time_shares: dict[str, tuple[float, int]] = field(default_factory=dict)
     version: int = 0
 
     def __len__(self) -> int:
@@ -142,9 +147,10 @@ class RunData:
         self.reason_code.append(rc)
         self.version += 1
 
-    def revoke(self, key: str, reason: str) -> bool:
+    def revoke(self, key: str, reason: str, label: str = "") -> bool:
         """A candidate failed re-verification after it was accepted: it becomes a failure and
-        best-so-far is recomputed without it (a rare event, so from scratch)."""
+        best-so-far is recomputed without it (a rare event, so from scratch). `label` ("broken
+        by case N") marks where it stood."""
         try:
             row = self.keys.index(key)
         except ValueError:
@@ -152,9 +158,29 @@ class RunData:
         values = self.value.view()
         if math.isnan(values[row]):
             return False
+        if label:
+            self.broken.append((row, float(values[row]), label))
         values[row] = math.nan
         self.reason_code.view()[row] = self._code(self.reasons, reason)
         self.failed_by_reason[reason] += 1
+        self._rebest()
+        return True
+
+    def recheck(self, key: str, value: float | None) -> bool:
+        """A stored row was verified and timed again (a resumed run): the figure measured now
+        replaces the stored one."""
+        try:
+            row = self.keys.index(key)
+        except ValueError:
+            return False
+        if value is None or math.isnan(self.value.view()[row]):
+            return False
+        self.value.view()[row] = float(value)
+        self._rebest()
+        return True
+
+    def _rebest(self) -> None:
+        values = self.value.view()
         best_col, codes = self.best.view(), self.agent_code.view()
         best: float | None = None
         self.improvements = []
@@ -166,7 +192,6 @@ class RunData:
                 self.improved_by_agent[self.agents[codes[i]]] += 1
             best_col[i] = math.nan if best is None else best
         self.version += 1
-        return True
 
     @property
     def n_failed(self) -> int:

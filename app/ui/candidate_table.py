@@ -34,7 +34,7 @@ from PySide6.QtWidgets import (
 
 from app.core.types import SUSPECT, Evaluation
 from app.core.units import format_value, gain, occupancy_text
-from app.run_summary import hardware_fraction, refusal_text
+from app.run_summary import broken_by, hardware_fraction, refusal_text
 from app.ui.device_progress import DeviceProgress, device_label
 from app.ui.device_summary import DeviceSummary
 from app.ui.theme import agent_color
@@ -387,7 +387,7 @@ class CandidateModel(QAbstractTableModel):
             return ev.agent
         if col == 2:
             return "ok" if ev.ok else "refused: beyond roof" if ev.reason == SUSPECT \
-                else (ev.reason or "failed")
+                else (broken_by(ev.detail) or ev.reason or "failed")
         if col == 3:
             return ev.value if ev.ok else None
         if col == 4:

@@ -114,6 +114,12 @@ class ConvergencePlot(pg.PlotWidget):
         self.use_time = False
         self.log_y = False
         self.drawn = 0  # rows of the RunData already on screen
+        # kept kernels a validation case broke: a cross where each stood, "broken by case N"
+        self._broken = pg.ScatterPlotItem(size=11, symbol="x", pen=pg.mkPen("#d62728", width=2),
+                                          brush=None)
+        self.addItem(self._broken)
+        self._broken_labels: list[pg.TextItem] = []
+        self.broken_drawn: list[str] = []
 
     # ---- drawing --------------------------------------------------------------------------
     def _brush(self, agent: str, order: int) -> QBrush:
@@ -161,10 +167,30 @@ class ConvergencePlot(pg.PlotWidget):
                 chunk.addPoints(x=x[part], y=values[part], brush=[brushes[c] for c in codes[part]])
                 done += take
             self.drawn = n
+        self._draw_broken(data)
         x, y = data.best_steps(self.use_time)
         # a staircase: hold each best until the next improvement
         xs, ys = (np.repeat(x, 2)[1:], np.repeat(y, 2)[:-1]) if len(x) else (x, y)
         self._best.setData(x=xs, y=ys, pen=pg.mkPen(theme.best_pen, width=2.5))
+
+    def _draw_broken(self, data: RunData) -> None:
+        marks = [(row, v, label) for row, v, label in data.broken
+                 if not self.log_y or v > 0]
+        if [m[2] for m in marks] == self.broken_drawn:
+            return
+        for item in self._broken_labels:
+            self.removeItem(item)
+        self._broken_labels.clear()
+        xs = [float(data.elapsed.view()[r] if self.use_time else data.index.view()[r])
+              for r, _, _ in marks]
+        ys = [math.log10(v) if self.log_y else v for _, v, _ in marks]
+        self._broken.setData(x=xs, y=ys)
+        for x, y, (_, _, label) in zip(xs, ys, marks):
+            text = pg.TextItem(label, color="#d62728", anchor=(0, 1))
+            text.setPos(x, y)
+            self.addItem(text)
+            self._broken_labels.append(text)
+        self.broken_drawn = [m[2] for m in marks]
 
     def set_log_y(self, on: bool) -> None:
         self.log_y = on
@@ -201,6 +227,11 @@ class ConvergencePlot(pg.PlotWidget):
             self.removeItem(chunk)
         self._chunks.clear()
         self.drawn = 0
+        for item in self._broken_labels:
+            self.removeItem(item)
+        self._broken_labels.clear()
+        self._broken.setData(x=[], y=[])
+        self.broken_drawn = []
 
     def clear_run(self) -> None:
         self.clear_points()
@@ -289,9 +320,14 @@ class AgentChart(pg.PlotWidget):
         agents = list(data.agents)
         total_e = max(sum(data.evaluated_by_agent.values()), 1)
         total_w = max(sum(data.improved_by_agent.values()), 1)
-        y = np.arange(len(agents), dtype=float)
         e = [100.0 * data.evaluated_by_agent[a] / total_e for a in agents]
         w = [100.0 * data.improved_by_agent[a] / total_w for a in agents]
+        for name, (percent, found) in data.time_shares.items():
+            # the adversary's bar is its share of the run's time; it proposes no kernels
+            agents.append(f"{name} ({found} case{'s' if found != 1 else ''})")
+            e.append(percent)
+            w.append(0.0)
+        y = np.arange(len(agents), dtype=float)
         self.shares = {a: (e[i], w[i]) for i, a in enumerate(agents)}
         colors = [agent_color(a, i) for i, a in enumerate(agents)]
         zeros = np.zeros(len(agents))

@@ -199,15 +199,28 @@ class LiveView(QWidget):
         self.data.version += 1
         self.redraw()
 
-    def on_revoked(self, key: str, reason: str) -> None:
-        """The best so far failed re-verification: redraw everything without it."""
-        if self.data.revoke(key, reason):
+    def on_revoked(self, key: str, reason: str, label: str = "") -> None:
+        """A kept kernel failed re-verification: redraw everything without it; `label`
+        ("broken by case N") marks where it stood."""
+        if self.data.revoke(key, reason, label):
             self.convergence.clear_points()
             self.failures.clear_run()
             self.redraw()
 
+    def on_rechecked(self, key: str, value: float | None) -> None:
+        """A stored best was verified and timed again: its figure is the one measured now."""
+        if self.data.recheck(key, value):
+            self.convergence.clear_points()
+            self.redraw()
+
     def on_credit(self, ev: AgentCredit) -> None:
-        pass  # the chart derives shares from the evaluations themselves (same for past runs)
+        # the chart derives shares from the evaluations themselves (same for past runs); an
+        # agent whose share is of the run's time (the adversary) reports it here
+        shares = {a: (100.0 * float(c.get("time_share", 0.0)), int(c.get("cases", 0)))
+                  for a, c in ev.credits.items() if c.get("time_budget")}
+        if shares != self.data.time_shares:
+            self.data.time_shares = shares
+            self.data.version += 1
 
     def on_telemetry(self, events: list[Telemetry]) -> None:
         self.telemetry.add(events)

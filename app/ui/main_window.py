@@ -25,6 +25,7 @@ from app.core.evaluator import DeviceInfo
 from app.core.units import objective_unit
 from app.goal import Goal, GoalError
 from app.paths import resources_dir
+from app.run_summary import broken_by
 from app.store import StoreError
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
@@ -285,6 +286,11 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         b.telemetry.connect(self.live.on_telemetry)
         b.lesson.connect(self._on_lesson)
         b.revoked.connect(self._on_revoked)
+        b.rechecked.connect(self._on_rechecked)
+        b.credit.connect(self.live.on_credit)  # the adversary's share of the run's time
+        b.caseFound.connect(lambda ev: self.lessons.addItem(
+            f"[case {ev.case_id if ev.case_id is not None else '?'}] kept with the goal: "
+            f"{ev.origin}"))
         b.newBest.connect(lambda ev: self.statusBar().showMessage(
             f"New best {ev.evaluation.value:.4g} by {ev.evaluation.agent} at evaluation {ev.index}", 4000))
         b.runFinished.connect(self.live.on_run_finished)
@@ -440,14 +446,25 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         self.history.refresh()
 
     def _on_revoked(self, event) -> None:
-        self.live.on_revoked(event.key, event.evaluation.reason or "verification_failed")
+        self.live.on_revoked(event.key, event.evaluation.reason or "verification_failed",
+                             broken_by(event.evaluation.detail))
         self.table.flush()
         self.table.model.replace(event.evaluation)
-        text = (f"best candidate {event.key[:10]} revoked: {event.evaluation.detail}; "
+        who = "best candidate" if event.was_best else "candidate"
+        text = (f"{who} {event.key[:10]} revoked: {event.evaluation.detail}; "
                 f"best is now {event.new_best_value:.4g}" if event.new_best_value is not None
-                else f"best candidate {event.key[:10]} revoked: {event.evaluation.detail}")
+                else f"{who} {event.key[:10]} revoked: {event.evaluation.detail}")
         self.lessons.addItem(f"[revoked] {text}")
         self.statusBar().showMessage(text, 30000)
+
+    def _on_rechecked(self, event) -> None:
+        """A stored best (a resumed run's history) passed its re-check: the window shows the
+        figure measured now, never the stored one."""
+        self.live.on_rechecked(event.key, event.evaluation.value)
+        self.table.flush()
+        self.table.model.replace(event.evaluation)
+        self.statusBar().showMessage(f"stored best {event.key[:10]} {event.evaluation.detail}",
+                                     15000)
 
     def show_llm_settings(self) -> None:
         from app.ui.llm_settings import LLMSettingsDialog
