@@ -64,10 +64,21 @@ def cmd_show(args: argparse.Namespace) -> int:
               f"{sum(s for _, s in summary.profile):.2f} s):")
         for line in profile_lines(summary.profile):
             print(f"  {line}")
+    for d in summary.dethroned:  # kept kernels a validation case broke later
+        print(f"  dethroned #{d['index']} ({d['agent']}): {d['detail']}")
     if run["credits"]:
+        agents = {a: c for a, c in run["credits"].items() if not c.get("time_budget")}
         print("agents: " + ", ".join(f"{a} {int(c.get('evaluated', 0))} evaluated / "
                                      f"{int(c.get('improvements', 0))} improvements"
-                                     for a, c in run["credits"].items()))
+                                     for a, c in agents.items()))
+        adversary = run["credits"].get("adversary")
+        if adversary:  # its share is of the run's time, not of the evaluations
+            print(f"adversary: {int(adversary.get('proposed', 0))} inputs in "
+                  f"{int(adversary.get('evaluated', 0))} probes, "
+                  f"{int(adversary.get('cases', 0))} case(s) kept, "
+                  f"{int(adversary.get('dethroned', 0))} kernel(s) broken; "
+                  f"{100 * adversary.get('time_share', 0.0):.1f} % of the run's time "
+                  f"(share {100 * adversary.get('share', 0.0):.0f} %)")
     if lessons:
         print("lessons:")
         for lesson in lessons[:10]:

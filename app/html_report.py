@@ -355,6 +355,18 @@ def _failures_html(summary: RunSummary) -> str:
     return _table(["kind", "count", "first message"], rows, numeric={1})
 
 
+def _dethroned_html(summary: RunSummary) -> str:
+    """Kept kernels a validation case broke later (the adversary's, or a failure's input)."""
+    if not summary.dethroned:
+        return ""
+    rows = [[f"#{d['index']}", _esc(d["agent"]), f"<b>{_esc(d['label'])}</b>",
+             f"<code>{_esc(d['detail'])}</code>"] for d in summary.dethroned]
+    return ("<h2>Dethroned: broken by a validation case</h2><p class='note'>Correct when "
+            "measured, broken later by an input kept with the goal "
+            "(<code>kernelswarm cases</code> lists them); the best moved to the next correct "
+            "kernel.</p>" + _table(["evaluation", "agent", "case", "what it did"], rows))
+
+
 def _profile_html(summary: RunSummary) -> str:
     if not summary.profile or summary.best is None:
         return "<p class='note'>No stage times recorded.</p>"
@@ -415,6 +427,7 @@ def render_report(store, run_id: int, top: int = 20) -> str:
 {dt.datetime.now():%Y-%m-%d %H:%M}</p>
 <h2>Summary</h2>{_table(None, _summary_rows(run, summary, best, evals, unit))}
 <h2>Failures by kind</h2>{_failures_html(summary)}
+{_dethroned_html(summary)}
 <h2>Convergence</h2>{convergence_svg(evals, minimize, unit, baseline, limit)}
 <h2>Agents</h2>{agents_svg(agents)}
 {_table(["agent", "evaluations", "failed", "improvements"],

@@ -11,6 +11,7 @@ import random
 import pytest
 from test_cheats import FAST, HONEST, KERNELS
 
+from app.cli import main
 from app.core.events import BestRevoked, CaseFound, EventBus
 from app.core.types import Candidate
 from app.goal import Goal, StopRules
@@ -53,7 +54,7 @@ def sources(n_slow: int = 5) -> list[tuple[str, str]]:
 
 
 @needs_cc
-def test_the_adversary_dethrones_a_kernel_wrong_only_on_prime_rows(tmp_path):
+def test_the_adversary_dethrones_a_kernel_wrong_only_on_prime_rows(tmp_path, capsys):
     g = goal()
     store = Store(tmp_path / "history.sqlite")
     run_id = store.create_run(g, {"kind": "cpu"})
@@ -84,6 +85,15 @@ def test_the_adversary_dethrones_a_kernel_wrong_only_on_prime_rows(tmp_path):
     assert not stored["cheat"]["ok"] and "broken by case" in stored["cheat"]["detail"]
     credits = result.credits["adversary"]
     assert credits["cases"] >= 1 and credits["dethroned"] >= 1 and credits["share"] == 1.0
+    # `show` and the HTML report say so too
+    db = str(tmp_path / "history.sqlite")
+    assert main(["show", str(run_id), "--db", db]) == 0
+    out = capsys.readouterr().out
+    assert f"dethroned #1 (planted): broken by case {found[0].case_id}" in out
+    assert "adversary: " in out and "% of the run's time (share 100 %)" in out
+    report = tmp_path / "report.html"
+    assert main(["export", str(run_id), "--format", "html", "-o", str(report), "--db", db]) == 0
+    assert f"broken by case {found[0].case_id}" in report.read_text()
 
 
 @needs_cc
