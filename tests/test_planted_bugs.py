@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from test_cheats import FAST
 
 from app.core.types import VERIFY_FAILED, Candidate
 from app.goal import Goal
 from app.gpu.cpu import CpuEvaluator, find_compiler
-from test_cheats import FAST
 
 PLANTED = Path(__file__).parent / "kernels" / "planted"
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
