@@ -70,6 +70,10 @@ def test_list_export_and_add(setup, tmp_path, capsys):
     assert data["goal_key"] == key and [r["case"]["shape"] for r in data["cases"]] == \
         [[7, 3], [23, 5], [5, 5]]
     assert data["cases"][1]["origin"] == f"user file {new}"
+    # the same input a second kernel failed on is one case, with its first origin
+    with Store(db) as store:
+        store.add_validation_case(goal, {"shape": [7, 3], "distribution": "normal", "seed": 4,
+                                         "dtype": "float32", "problem": "another kernel's"}, "y")
     # an export adds back as it is: the same cases, nothing doubled
     assert cases(str(path), "--add", str(exported), "--db", str(db)) == 0
     with Store(db) as store:

@@ -18,6 +18,9 @@ UPDATE validation_cases SET origin = '{OLD_ORIGIN}' WHERE origin = '';
 """
 
 
+IDENTITY = ("shape", "distribution", "seed", "dtype", "craft")
+
+
 def blob_of(case: dict[str, Any]) -> str:
     return json.dumps(case, sort_keys=True, default=str)
 
@@ -25,7 +28,9 @@ def blob_of(case: dict[str, Any]) -> str:
 def insert(c: sqlite3.Connection, goal_key: str, case: dict[str, Any], origin: str) -> int:
     """Keep a case (the same case twice keeps one, with its first origin); its row id."""
     blob = blob_of(case)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    # one row per input: what reproduces it, not what each kernel it broke did with it
+    ident = {k: case[k] for k in IDENTITY if k in case}
+    digest = hashlib.sha256(blob_of(ident).encode()).hexdigest()[:20]
     c.execute('INSERT OR IGNORE INTO validation_cases (goal_key, case_hash, "case", created_at, '
               "origin) VALUES (?, ?, ?, ?, ?)", (goal_key, digest, blob, time.time(), origin))
     return int(c.execute("SELECT id FROM validation_cases WHERE goal_key = ? AND case_hash = ?",
