@@ -371,7 +371,9 @@ def test_including_a_file_at_compile_time_leaks_nothing(transpose, outside, targ
 {TRANSPOSE}"""
     result = attack(transpose, "include", source)
     assert not result.ok and result.reason == COMPILE_FAILED, (result.reason, result.detail)
-    assert "Permission denied" in result.log or "Permission denied" in result.detail
+    # Landlock refuses it, or the cell's file view does not even hold it
+    assert any(why in result.log + result.detail
+               for why in ("Permission denied", "No such file or directory"))
     if target != "/etc/hostname":
         assert evidence not in result.log + result.detail
     assert_no_leak(result)

@@ -172,4 +172,4 @@ def test_a_script_reading_outside_its_directory_is_told_why(tmp_path, capsys):
     rc = main(["import-kt", str(script), "-o", str(tmp_path / "goal")])
     _, err = capsys.readouterr()
     assert rc == 1 and err.count("\n") == 1, err
-    assert "PermissionError" in err and "own directory" in err and "--trust-script" in err
+    assert "FileNotFoundError" in err and "own directory" in err and "--trust-script" in err

@@ -295,8 +295,9 @@ def main(argv: list[str]) -> int:
         if re.search(r"cuda|cupy|pycuda|driver", text, flags=re.IGNORECASE):
             hint = (" (the script needs a GPU before tune_kernel, e.g. CuPy/PyCUDA allocations or "
                     "run_kernel; allocate with numpy to import on a machine without one)")
-        if isinstance(exc, PermissionError) and _in_cell():
-            hint = (" (in its sandbox cell the script reads only its own directory, the system "
+        if isinstance(exc, (PermissionError, FileNotFoundError)) and _in_cell():
+            # the cell's file view holds only what it may read: a file elsewhere is not there
+            hint = (" (in its sandbox cell the script sees only its own directory, the system "
                     "and Python, and writes nowhere; --trust-script runs it with your rights)")
         result = {"error": f"the script failed before tune_kernel: {text}{hint}"}
     write_result(out_dir, result)

@@ -10,6 +10,8 @@ Mechanisms, one module each, in the order a cell enters them:
                    namespace (a small init there, a shim outside mirrors its end)
 3. helper.py     - the compile helper is started here, before the walls below close
 4. limits.py     - setrlimit: address space, CPU seconds, file size, open files, no core
+   mounts.py     - the cell's file view: a root holding only what its rules name (a hidden
+                   file cannot even be stat'ed), its own /proc and /dev/shm
 5. landlock.py   - files: read the system/toolchain/Python, write scratch + cache, exec
                    toolchain; a second domain scopes signals (none to a process outside)
 6. seccomp.py    - sealed after the handler is built: no exec/fork/sockets/ptrace/signals,
@@ -32,18 +34,19 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from app.gpu.sandbox import env as _env
-from app.gpu.sandbox import landlock, limits, namespaces, seccomp, tree
+from app.gpu.sandbox import landlock, limits, mounts, namespaces, seccomp, tree
 from app.gpu.sandbox.helper import ToolClient
 
 log = logging.getLogger("kernelswarm.sandbox")
-PROTECTIONS = ("environment", "network", "files", "limits", "processes",  # every cell's walls
-               "pid namespace", "ipc namespace", "process-acting calls", "signal scope",
-               "tree kill")
+PROTECTIONS = ("environment", "network", "files", "file view", "limits",  # every cell's walls
+               "processes", "pid namespace", "ipc namespace", "process-acting calls",
+               "signal scope", "tree kill")
 STATUS_NAMES = PROTECTIONS + ("candidates",)  # and where a CPU candidate runs
 SWITCH_ENV = "KERNELSWARM_SANDBOX"
 cell_environment = _env.cell_environment
@@ -205,9 +208,10 @@ def status() -> dict[str, str]:
     probe = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
              "from app.gpu.sandbox import probe_here; print(json.dumps(probe_here()))")
     try:
-        out = subprocess.run([sys.executable, "-I", "-c", probe, json.dumps(sys.path)],
-                             capture_output=True, text=True, timeout=60, check=False,
-                             env=_env.cell_environment("/tmp"))
+        with tempfile.TemporaryDirectory(prefix="kernelswarm-probe-") as scratch:
+            out = subprocess.run([sys.executable, "-I", "-c", probe, json.dumps(sys.path),
+                                  scratch], capture_output=True, text=True, timeout=60,
+                                 check=False, env=_env.cell_environment(scratch), cwd=scratch)
         found = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
         return {p: f"unknown: probe failed ({exc})" for p in STATUS_NAMES}
@@ -225,6 +229,9 @@ def sandbox_summary() -> str:
 def probe_here() -> dict[str, str]:
     """Run in a fresh single-threaded process: which mechanisms this kernel grants."""
     spaces = namespaces.isolate()  # forks: this is the cell inside the namespaces from here on
+    scratch = sys.argv[2] if len(sys.argv) > 2 else ""
+    view = (_file_view(spaces["mount namespace"], plan_cell("cpu", scratch).rules, scratch)
+            if scratch else "unknown: no scratch directory given to the probe")
     net = spaces["network"]
     abi = landlock.abi_version()
     sc = seccomp.available()
@@ -239,6 +246,7 @@ def probe_here() -> dict[str, str]:
         "tree kill": _tree_line(spaces["pid namespace"]),
         "files": (f"on: Landlock ABI {abi} (read system/toolchain, write scratch and cache)"
                   if abi else "off: Landlock is not available"),
+        "file view": view,
         "limits": "on: address space, CPU time, file size, open files, no core dumps",
         "processes": ("on: seccomp (no exec, fork, sockets, ptrace, inotify; threads allowed)"
                       if not sc else f"off: libseccomp is not usable ({sc})"),
@@ -247,6 +255,12 @@ def probe_here() -> dict[str, str]:
             f"without seccomp filters ({sc})"),
     }
     return {name: found[name] for name in STATUS_NAMES}
+
+
+def _file_view(mount_namespace: str, rules: landlock.FileRules, scratch: str) -> str:
+    if not mount_namespace.startswith("on"):
+        return mount_namespace
+    return mounts.build_view(rules, scratch)
 
 
 def _tree_line(pid_namespace: str) -> str:
@@ -301,6 +315,7 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     if _threads() > 1:
         log.warning("the cell has %d threads before entering its sandbox", _threads())
     applied.update(namespaces.isolate())  # forks: from here this is the cell, pid 2 inside
+    applied["file view"] = _file_view(applied.pop("mount namespace"), plan.rules, plan.scratch)
     namespaces.child_subreaper()
     applied["tree kill"] = _tree_line(applied["pid namespace"])
     seccomp.available()  # loads libseccomp now: finding it runs ldconfig, refused once walled

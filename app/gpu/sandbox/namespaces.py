@@ -29,6 +29,7 @@ CLONE_NEWUSER = 0x10000000
 CLONE_NEWNET = 0x40000000
 CLONE_NEWPID = 0x20000000
 CLONE_NEWIPC = 0x08000000
+CLONE_NEWNS = 0x00020000
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -69,13 +70,16 @@ def isolate(pid_and_ipc: bool = True) -> dict[str, str]:
     uid, gid = os.getuid(), os.getgid()
     extra = CLONE_NEWPID | CLONE_NEWIPC if pid_and_ipc else 0
     lines = {"pid namespace": "off: not requested", "ipc namespace": "off: not requested"}
+    mounts = "off: not requested"
     errors: list[str] = []
     # most walls first; a root process without user namespaces can still take the others
-    attempts = [CLONE_NEWUSER | CLONE_NEWNET | extra]
+    # a cell with PID and IPC namespaces also gets a mount namespace (its file view, mounts.py)
+    own_mounts = CLONE_NEWNS if pid_and_ipc else 0
+    attempts = [CLONE_NEWUSER | CLONE_NEWNET | extra | own_mounts]
     if extra:
         attempts.append(CLONE_NEWUSER | CLONE_NEWNET)
     if uid == 0:
-        attempts += [CLONE_NEWNET | extra] if extra else []
+        attempts += [CLONE_NEWNET | extra | own_mounts] if extra else []
         attempts.append(CLONE_NEWNET)
     for flags in attempts:
         try:
@@ -88,7 +92,8 @@ def isolate(pid_and_ipc: bool = True) -> dict[str, str]:
         off = f"off: unshare refused ({why})"
         return {"network": f"{off}; network stays reachable",
                 "pid namespace": f"{off}; the cell can name every process of the user",
-                "ipc namespace": f"{off}; SysV IPC is shared with the host"}
+                "ipc namespace": f"{off}; SysV IPC is shared with the host",
+                "mount namespace": f"{off}; stat can still see hidden files"}
     net = "on: user+network namespace (no interfaces)"
     if flags & CLONE_NEWUSER:
         try:  # keep our own ids inside the namespace: files in scratch stay ours
@@ -111,7 +116,10 @@ def isolate(pid_and_ipc: bool = True) -> dict[str, str]:
                  "ipc namespace": "on: own IPC namespace (SysV shared memory, queues and "
                                   "semaphores private, gone with the cell)"}
         _become_init()
-    return {"network": net, **lines}
+    if own_mounts:
+        mounts = ("on" if flags & CLONE_NEWNS else
+                  "off: unshare(mount) refused; stat can still see hidden files")
+    return {"network": net, **lines, "mount namespace": mounts}
 
 
 def _become_init() -> None:

@@ -102,7 +102,7 @@ def seal(kill: bool, allow_unix_sockets: bool) -> str:
     for name in ("kill", "tgkill", "rt_sigqueueinfo", "rt_tgsigqueueinfo"):
         f.add_rule(deny, name, sc.Arg(0, sc.NE, os.getpid()))
     # A goal's Python reference runs here: no watching names appear where Landlock hides them
-    # (Python itself needs stat, so only a mount namespace would hide sizes and times here)
+    # (Python itself needs stat: the cell's file view, mounts.py, hides sizes and times)
     _deny_all(f, sc.ERRNO(errno.ENOENT), WATCH_CALLS)
     f.load()
     mode = "killed (SIGSYS)" if kill else "refused (EPERM)"
