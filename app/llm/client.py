@@ -30,36 +30,52 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.llm.records import (
+    BUDGET,
+    CHARS_PER_TOKEN,
+    CLOSED,
+    CONNECTION,
+    EMPTY,
+    ERROR_BODY_CAP,
+    MAX_TOTAL_BACKOFF_S,
+    MIN_RETRY_DELAY_S,
+    OK,
+    PROMPT_CHARS_PER_TOKEN,
+    RATE_LIMITED,
+    REJECTED,
+    RETRYABLE,
+    SERVER_ERROR,
+    TIMEOUT,
+    TOO_LARGE,
+    TRUNCATED,
+    LLMError,
+    Reply,
+    RequestRecord,
+)
 from app.llm.settings import LLMSettings, redact, resolve_api_key
+from app.llm.wire import (
+    READ_CHUNK,
+    AttemptFailed,
+    BadRequest,
+    ByteCap,
+    Watchdog,
+    finish_reply,
+    retry_after_s,
+    short,
+    sse_events,
+    usage_tokens,
+)
 
 log = logging.getLogger(__name__)
 
-# Outcomes of one attempt (RequestRecord.status).
-OK = "ok"
-TRUNCATED = "truncated"  # cut at max_tokens / the character or byte cap
-RATE_LIMITED = "rate_limited"
-SERVER_ERROR = "server_error"
-TIMEOUT = "timeout"
-CONNECTION = "connection_error"
-REJECTED = "rejected"  # 4xx other than 429: bad key, unknown model, bad request, redirects
-EMPTY = "empty_reply"
-BUDGET = "budget_exhausted"
-TOO_LARGE = "reply_too_large"  # a body over the byte cap: refused without reading it whole
-CLOSED = "closed"  # the run ended (client closed) while the request waited or ran
-
-CHARS_PER_TOKEN = 4  # estimate for servers that report no usage
-PROMPT_CHARS_PER_TOKEN = 3  # conservative (code tokenises densely): reservations over-, not under-
-RETRYABLE = {RATE_LIMITED, SERVER_ERROR, TIMEOUT, CONNECTION}
-MIN_RETRY_DELAY_S = 0.1  # floor of every retry wait, whatever Retry-After says
-MAX_TOTAL_BACKOFF_S = 300.0  # all retry waits of one request together
-ERROR_BODY_CAP = 16 * 1024  # an error body is read this far at most
-READ_CHUNK = 16 * 1024
-
+__all__ = ["BUDGET", "CLOSED", "CONNECTION", "EMPTY", "MIN_RETRY_DELAY_S", "OK", "RATE_LIMITED",
+           "REJECTED", "SERVER_ERROR", "TIMEOUT", "TOO_LARGE", "TRUNCATED", "LLMClient",
+           "LLMError", "ModelQuirks", "Reply", "RequestRecord", "model_quirks", "reply_byte_cap"]
 
 @dataclass(frozen=True)
 class ModelQuirks:
@@ -92,107 +108,6 @@ def prompt_estimate(messages: list[dict[str, str]]) -> int:
     return chars // PROMPT_CHARS_PER_TOKEN + 8 * len(messages) + 8
 
 
-@dataclass
-class RequestRecord:
-    """One attempt at one request: what it cost and how it ended."""
-
-    agent: str
-    model: str
-    status: str
-    attempt: int
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost: float = 0.0
-    seconds: float = 0.0
-    finish_reason: str = ""
-    usage_estimated: bool = False
-    error: str = ""
-    at: float = field(default_factory=time.time)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class Reply:
-    text: str
-    finish_reason: str
-    records: list[RequestRecord]
-
-    @property
-    def truncated(self) -> bool:
-        return self.records[-1].status == TRUNCATED if self.records else False
-
-
-class LLMError(RuntimeError):
-    """A request failed for good (after retries where retrying made sense)."""
-
-    def __init__(self, status: str, message: str, records: list[RequestRecord] | None = None) -> None:
-        super().__init__(f"{status}: {message}")
-        self.status = status
-        self.message = message
-        self.records = records or []
-
-
-class _Attempt(Exception):
-    def __init__(self, status: str, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.retry_after = retry_after
-
-
-class _Watchdog:
-    """Shuts the request's socket down at the deadline: a blocked read, connect or TLS
-    handshake then fails at once (shutdown wakes a blocked recv; close alone does not).
-    The raw TCP socket is watched through a duplicate from the moment it connects, so the
-    TLS handshake is covered too (wrapping detaches the original socket object)."""
-
-    def __init__(self, deadline: float) -> None:
-        self.fired = threading.Event()
-        self._lock = threading.Lock()
-        self._socks: list[socket.socket] = []
-        self._dups: list[socket.socket] = []
-        self._timer = threading.Timer(max(0.0, deadline - time.monotonic()), self.fire)
-        self._timer.daemon = True
-        self._timer.start()
-
-    def watch(self, sock: socket.socket | None, *, dup: bool = False) -> None:
-        if sock is None:
-            return
-        if dup:
-            sock = sock.dup()
-        with self._lock:
-            self._socks.append(sock)
-            if dup:
-                self._dups.append(sock)
-            if self.fired.is_set():
-                _shutdown(sock)
-
-    def fire(self) -> None:
-        with self._lock:
-            self.fired.set()
-            for sock in self._socks:
-                _shutdown(sock)
-
-    def cancel(self) -> None:
-        self._timer.cancel()
-        with self._lock:
-            for sock in self._dups:
-                sock.close()
-            self._dups.clear()
-            self._socks.clear()
-
-
-def _shutdown(sock: socket.socket | None) -> None:
-    if sock is None:
-        return
-    try:
-        sock.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-
-
 class LLMClient:
     def __init__(self, settings: LLMSettings, *, api_key: str | None = None,
                  on_record: Callable[[RequestRecord], None] | None = None,
@@ -221,7 +136,7 @@ class LLMClient:
         self._send_temperature = quirks.temperature
         self._stream_usage = True
         self._closed = threading.Event()
-        self._in_flight: set[_Watchdog] = set()
+        self._in_flight: set[Watchdog] = set()
 
     def close(self) -> None:
         """End of run: requests in flight are cut now and no new one or retry starts, so no
@@ -320,7 +235,7 @@ class LLMClient:
                     try:
                         text, finish, usage, estimated, status = self._attempt(messages)
                         error = ""
-                    except _Attempt as exc:
+                    except AttemptFailed as exc:
                         text, finish, usage, estimated = "", "", (0, 0), True
                         status, error = exc.status, exc.message
                         retry_after = exc.retry_after
@@ -379,7 +294,7 @@ class LLMClient:
         for _ in range(4):  # adapt once to servers that reject max_tokens/temperature/stream_options
             try:
                 return self._call(messages)
-            except _BadRequest as exc:
+            except BadRequest as exc:
                 msg = exc.message
                 if "max_completion_tokens" in msg and not self._use_max_completion_tokens:
                     self._use_max_completion_tokens = True
@@ -390,13 +305,13 @@ class LLMClient:
                 if "stream_options" in msg and self._stream_usage:
                     self._stream_usage = False
                     continue
-                raise _Attempt(REJECTED, _short(f"HTTP 400: {msg}")) from None
-        raise _Attempt(REJECTED, "the server rejected every request form")
+                raise AttemptFailed(REJECTED, short(f"HTTP 400: {msg}")) from None
+        raise AttemptFailed(REJECTED, "the server rejected every request form")
 
     def _call(self, messages: list[dict[str, str]]) -> tuple[str, str, tuple[int, int], bool, str]:
         s = self.settings
         deadline = time.monotonic() + s.timeout_s
-        watchdog = _Watchdog(deadline)
+        watchdog = Watchdog(deadline)
         with self._lock:
             self._in_flight.add(watchdog)
         if self._closed.is_set():
@@ -424,21 +339,21 @@ class LLMClient:
             if s.stream and "text/event-stream" in (resp.getheader("Content-Type") or ""):
                 return self._read_stream(resp, cap, watchdog)
             return self._read_whole(resp, cap)
-        except _Attempt:
+        except AttemptFailed:
             if watchdog.fired.is_set():
-                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
+                raise AttemptFailed(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
             raise
-        except _BadRequest:
+        except BadRequest:
             raise
         except TimeoutError:
-            raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
+            raise AttemptFailed(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
         except (http.client.HTTPException, OSError, ValueError) as exc:
             if watchdog.fired.is_set():
-                raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
+                raise AttemptFailed(TIMEOUT, f"no complete reply within {s.timeout_s:g}s") from None
             if isinstance(exc, (ConnectionError, socket.gaierror)) or (
                     isinstance(exc, OSError) and not isinstance(exc, ssl.SSLError)):
-                raise _Attempt(CONNECTION, _short(f"{type(exc).__name__}: {exc}")) from None
-            raise _Attempt(SERVER_ERROR, _short(f"malformed reply: {type(exc).__name__}: {exc}")
+                raise AttemptFailed(CONNECTION, short(f"{type(exc).__name__}: {exc}")) from None
+            raise AttemptFailed(SERVER_ERROR, short(f"malformed reply: {type(exc).__name__}: {exc}")
                            ) from None
         finally:
             watchdog.cancel()
@@ -457,7 +372,7 @@ class LLMClient:
         if resp.status < 300:
             return
         if resp.status < 400:  # a redirect could send the key to another host: never followed
-            raise _Attempt(REJECTED, f"HTTP {resp.status}: redirects are not followed "
+            raise AttemptFailed(REJECTED, f"HTTP {resp.status}: redirects are not followed "
                            f"(to {resp.getheader('Location', '?')!r}); configure the final URL")
         raw = resp.read(ERROR_BODY_CAP)
         message = raw.decode("utf-8", "replace")
@@ -471,20 +386,20 @@ class LLMClient:
         except ValueError:
             pass
         if resp.status == 400:
-            raise _BadRequest(message)
-        retry_after = _retry_after(resp.getheader("Retry-After"))
+            raise BadRequest(message)
+        retry_after = retry_after_s(resp.getheader("Retry-After"))
         if resp.status == 429:
-            raise _Attempt(RATE_LIMITED, _short(f"HTTP 429: {message}"), retry_after)
+            raise AttemptFailed(RATE_LIMITED, short(f"HTTP 429: {message}"), retry_after)
         if resp.status >= 500:
-            raise _Attempt(SERVER_ERROR, _short(f"HTTP {resp.status}: {message}"), retry_after)
-        raise _Attempt(REJECTED, _short(f"HTTP {resp.status}: {message}"))
+            raise AttemptFailed(SERVER_ERROR, short(f"HTTP {resp.status}: {message}"), retry_after)
+        raise AttemptFailed(REJECTED, short(f"HTTP {resp.status}: {message}"))
 
     def _read_whole(self, resp: http.client.HTTPResponse, cap: int
                     ) -> tuple[str, str, tuple[int, int], bool, str]:
         s = self.settings
         announced = resp.getheader("Content-Length")
         if announced and announced.strip().isdigit() and int(announced) > cap:
-            raise _Attempt(TOO_LARGE, f"the reply announces {int(announced)} bytes; the cap is "
+            raise AttemptFailed(TOO_LARGE, f"the reply announces {int(announced)} bytes; the cap is "
                            f"{cap} (max_tokens {s.max_tokens})")
         data = bytearray()
         while True:
@@ -493,21 +408,21 @@ class LLMClient:
                 break
             data += piece
             if len(data) > cap:
-                raise _Attempt(TOO_LARGE, f"the reply passed the {cap}-byte cap "
+                raise AttemptFailed(TOO_LARGE, f"the reply passed the {cap}-byte cap "
                                f"(max_tokens {s.max_tokens}); not read further")
         payload = json.loads(bytes(data))
         choices = payload.get("choices") if isinstance(payload, dict) else None
         if not choices or not isinstance(choices, list) or not isinstance(choices[0], dict):
-            raise _Attempt(EMPTY, "the reply had no choices")
+            raise AttemptFailed(EMPTY, "the reply had no choices")
         choice = choices[0]
         message = choice.get("message") or {}
         text = (message.get("content") or "") if isinstance(message, dict) else ""
         usage = payload.get("usage")
-        tokens = _tokens(usage)
-        return _finish(str(text), str(choice.get("finish_reason") or ""), tokens,
+        tokens = usage_tokens(usage)
+        return finish_reply(str(text), str(choice.get("finish_reason") or ""), tokens,
                        not isinstance(usage, dict), self._max_chars())
 
-    def _read_stream(self, resp: http.client.HTTPResponse, cap: int, watchdog: _Watchdog
+    def _read_stream(self, resp: http.client.HTTPResponse, cap: int, watchdog: Watchdog
                      ) -> tuple[str, str, tuple[int, int], bool, str]:
         s = self.settings
         max_chars = self._max_chars()
@@ -517,14 +432,14 @@ class LLMClient:
         tokens: tuple[int, int] = (0, 0)
         got_usage = False
         try:
-            for data in _sse_events(resp, cap):
+            for data in sse_events(resp, cap):
                 if data == "[DONE]":
                     break
                 chunk = json.loads(data)
                 if not isinstance(chunk, dict):
                     continue
                 if isinstance(chunk.get("usage"), dict):
-                    tokens, got_usage = _tokens(chunk["usage"]), True
+                    tokens, got_usage = usage_tokens(chunk["usage"]), True
                 for choice in chunk.get("choices") or ():
                     if not isinstance(choice, dict):
                         continue
@@ -538,10 +453,10 @@ class LLMClient:
                 if n_chars > max_chars:
                     finish = "length"
                     break
-        except _ByteCap:
+        except ByteCap:
             finish = "length"
             if not "".join(parts).strip():
-                raise _Attempt(TOO_LARGE, f"the streamed reply passed the {cap}-byte cap with "
+                raise AttemptFailed(TOO_LARGE, f"the streamed reply passed the {cap}-byte cap with "
                                "no content; not read further") from None
         except (OSError, http.client.HTTPException, ValueError):
             # the watchdog cut the stream (or the server broke it) after some text arrived:
@@ -553,80 +468,10 @@ class LLMClient:
             finish = "length"
         text = "".join(parts)
         if not text.strip() and watchdog.fired.is_set():
-            raise _Attempt(TIMEOUT, f"no complete reply within {s.timeout_s:g}s")
-        return _finish(text, finish, tokens, not got_usage, max_chars)
+            raise AttemptFailed(TIMEOUT, f"no complete reply within {s.timeout_s:g}s")
+        return finish_reply(text, finish, tokens, not got_usage, max_chars)
 
     def _max_chars(self) -> int:
         return self.settings.max_tokens * CHARS_PER_TOKEN * 2  # servers that ignore max_tokens
 
 
-class _BadRequest(Exception):
-    """HTTP 400: may name a parameter this server wants spelled differently."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
-
-
-class _ByteCap(Exception):
-    """The streamed body reached the byte cap."""
-
-
-def _sse_events(resp: http.client.HTTPResponse, cap: int) -> Iterator[str]:
-    """The data of each server-sent event, reading at most `cap` bytes in all."""
-    buf = b""
-    total = 0
-    data_lines: list[bytes] = []
-    while True:
-        piece = resp.read1(READ_CHUNK)
-        if not piece:
-            break
-        total += len(piece)
-        if total > cap:
-            raise _ByteCap()
-        buf += piece
-        while True:
-            nl = buf.find(b"\n")
-            if nl < 0:
-                break
-            line, buf = buf[:nl].rstrip(b"\r"), buf[nl + 1:]
-            if not line:
-                if data_lines:
-                    yield b"\n".join(data_lines).decode("utf-8", "replace")
-                    data_lines = []
-            elif line.startswith(b"data:"):
-                data_lines.append(line[5:].lstrip())
-    if data_lines:
-        yield b"\n".join(data_lines).decode("utf-8", "replace")
-
-
-def _tokens(usage: Any) -> tuple[int, int]:
-    if not isinstance(usage, dict):
-        return (0, 0)
-
-    def count(name: str) -> int:
-        v = usage.get(name)
-        return v if isinstance(v, int) and v >= 0 else 0
-    return (count("prompt_tokens"), count("completion_tokens"))
-
-
-def _finish(text: str, finish: str, tokens: tuple[int, int], estimated: bool,
-            max_chars: int) -> tuple[str, str, tuple[int, int], bool, str]:
-    if not text.strip():
-        raise _Attempt(EMPTY, "the reply was empty")
-    if len(text) > max_chars:
-        text, finish = text[:max_chars], "length"
-    status = TRUNCATED if finish == "length" else OK
-    return text, finish, tokens, estimated, status
-
-
-def _retry_after(value: str | None) -> float | None:
-    try:
-        return max(0.0, float(value)) if value is not None else None
-    except ValueError:  # an HTTP date: the computed backoff applies
-        return None
-
-
-def _short(text: str, limit: int = 500) -> str:
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit] + "..."
