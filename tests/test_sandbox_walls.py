@@ -320,3 +320,45 @@ def test_a_compile_bomb_does_not_outlive_the_watchdog():
 
 def test_an_honest_kernel_still_passes(transpose):
     assert_correct(attack(transpose, "honest", f"#include <stddef.h>\n{TRANSPOSE}"))
+
+
+PEEK_AT_THE_WORKER = r"""
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <fcntl.h>
+#include <unistd.h>
+#include <string.h>
+__attribute__((constructor)) static void peek(void) {
+    char path[64], line[512];
+    int maps = 0, reads = 0;
+    for (int pid = 1; pid < 4096; pid++) {  /* the cell's processes: the worker, the zygote */
+        if (pid == getpid()) continue;
+        snprintf(path, sizeof path, "/proc/%d/maps", pid);
+        FILE *m = fopen(path, "r");
+        if (!m) continue;
+        unsigned long lo = 0, hi = 0;
+        while (fgets(line, sizeof line, m))
+            if (strstr(line, " r") && sscanf(line, "%lx-%lx", &lo, &hi) == 2) break;
+        fclose(m);
+        maps++;
+        snprintf(path, sizeof path, "/proc/%d/mem", pid);
+        int fd = open(path, O_RDONLY);
+        unsigned char buf[8];
+        if (fd >= 0 && lo && pread(fd, buf, sizeof buf, lo) == sizeof buf) reads++;
+        if (fd >= 0) close(fd);
+    }
+    printf("PEEK maps=%d reads=%d\n", maps, reads);
+    fflush(stdout);
+}
+"""
+
+
+def test_a_candidate_cannot_read_the_workers_memory(transpose):
+    """Own attack: load-time code reads /proc/PID/maps and /proc/PID/mem of the cell's other
+    processes (the worker holds the expected outputs of the inputs it hands the kernel). The
+    worker's /proc entry lies beneath the cell's Landlock rule for /proc/self, and the two ran
+    in one Landlock domain with the same uid: 8 bytes of the worker's memory were read. The
+    candidate's own nested Landlock domain (kernel_host.c) refuses it."""
+    result = attack(transpose, "peek", PEEK_AT_THE_WORKER + TRANSPOSE)
+    assert "PEEK maps=0 reads=0" in result.log, result.log[-2000:]
+    assert_correct(result)

@@ -61,7 +61,8 @@ _GPU_READ = ("/sys", "/proc/driver/nvidia", "/proc/modules", "/proc/devices")
 
 
 CANDIDATE_LINE = ("on: each CPU candidate in its own process (libc only: no numpy or BLAS "
-                  "mapped, nothing kept from earlier candidates); seccomp before loading it "
+                  "mapped, nothing kept from earlier candidates) and its own Landlock domain "
+                  "(no reading the worker's memory); seccomp before loading it "
                   "(files read-only, no stat, inotify or renames: what Landlock hides stays "
                   "unseen) and after: no files, no executable memory")
 # not "on": the baseline cell is left unsealed on purpose; it never runs a candidate
