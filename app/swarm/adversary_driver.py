@@ -166,7 +166,9 @@ class AdversaryDriver:
     # ---- what the agent panel shows -------------------------------------------------------
     def credits(self) -> dict[str, float]:
         s = self.adversary.stats if self.adversary is not None else None
-        return {"proposed": float(s.inputs if s else 0), "evaluated": float(s.probes if s else 0),
+        # "evaluated" stays 0: a probe is not an evaluation (the run's evaluations add up)
+        return {"proposed": float(s.inputs if s else 0), "evaluated": 0.0,
+                "probes": float(s.probes if s else 0),
                 "failed": 0.0, "improvements": float(s.found if s else 0),
                 "share": self.share, "time_share": self.time_share(),
                 "seconds": self.seconds, "cases": float(s.found if s else 0),
