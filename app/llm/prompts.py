@@ -12,12 +12,13 @@ from typing import Any
 from app.core.types import Evaluation
 from app.core.units import occupancy_text
 from app.goal import Goal
+from app.llm.headers import shorten_prefix
 from app.llm.outcome import failure_summary
 from app.llm.scrub import scrub
 from app.llm.spec import KernelSpec
 from app.llm.tunables import INSTRUCTIONS as TUNABLES
 
-MAX_SOURCE = 12_000
+MAX_SOURCE = 12_000  # an inspiration's share; CURRENT (the kernel rewritten) is never cut
 MAX_ELITES = 2
 MAX_FAILURES = 4
 MAX_LESSONS = 12
@@ -95,7 +96,7 @@ def build_repair_messages(ctx: PromptContext, attempt_source: str,
     return [{"role": "system", "content": _system("fixer", ctx)},
             {"role": "user", "content": _user_prompt(
                 ctx, "Write a faster correct version of CURRENT.")},
-            {"role": "assistant", "content": _code(attempt_source, ctx)},
+            {"role": "assistant", "content": _code(attempt_source, ctx, limit=None)},
             {"role": "user", "content": "\n".join(lines)}]
 
 
@@ -112,14 +113,15 @@ def _user_prompt(ctx: PromptContext, task: str) -> str:
                      + "\n".join(f"- {t}" for t in ctx.lessons[-MAX_LESSONS:]))
     if ctx.repair_target is not None:
         parts.append("CURRENT (the near miss to repair):\n" + _eval_line(ctx.repair_target, ctx)
-                     + "\n" + _failure_text(ctx.repair_target) + "\n" + _code(ctx.current_source, ctx))
+                     + "\n" + _failure_text(ctx.repair_target) + "\n"
+                     + _code(ctx.current_source, ctx, limit=None))
         if ctx.current is not None:
             parts.append("The best correct kernel so far: " + _eval_line(ctx.current, ctx))
     else:
         parts.append("CURRENT (the best correct kernel so far"
                      + (f"; {_eval_line(ctx.current, ctx)}" if ctx.current else "")
                      + _structure_note(ctx.current, ctx) + "):\n"
-                     + _code(ctx.current_source, ctx))
+                     + _code(ctx.current_source, ctx, limit=None))
         if ctx.tunables:
             parts.append("CURRENT's declared tunables (the swarm searches them; keep the "
                          "#ifndef defaults and redeclare the ones you keep): " + "; ".join(
@@ -204,9 +206,13 @@ def _harness_section(ctx: PromptContext) -> str:
     lines += spec.harness_facts(ctx.config)
     prefix = spec.prefix(ctx.config)
     if prefix:
+        # fixed headers are cut to what CURRENT uses; CURRENT itself never is
+        shown = shorten_prefix(prefix, ctx.current_source or spec.template)
+        note = shown.note()
         lines.append("HARNESS PREFIX: the harness compiles this text followed by your file "
-                     "(the #defines follow the configuration and the shape; do not repeat it):\n"
-                     f"```{spec.language}\n{prefix.rstrip()}\n```")
+                     "(the #defines follow the configuration and the shape; do not repeat it)"
+                     + (f"; {note}" if note else "") + ":\n"
+                     f"```{spec.language}\n{shown.text.rstrip()}\n```")
     return "\n".join(lines)
 
 
@@ -235,6 +241,12 @@ def _failure_text(e: Evaluation) -> str:
     return scrub(failure_summary(e), keep_names=("kernel.c", "kernel.cu"))
 
 
-def _code(source: str, ctx: PromptContext, limit: int = MAX_SOURCE) -> str:
-    src = source if len(source) <= limit else source[:limit] + "\n/* ... (cut) */\n"
+def _code(source: str, ctx: PromptContext, limit: int | None = MAX_SOURCE) -> str:
+    """A fenced kernel; `limit` None: whole (the kernel being rewritten: an answer must not
+    invent what it cannot see). Otherwise cut at a line end, saying how much was left out."""
+    src = source
+    if limit is not None and len(source) > limit:
+        at = source.rfind("\n", 0, limit)
+        at = at if at > 0 else limit
+        src = source[:at] + f"\n/* ... ({len(source) - at} more characters not shown) */\n"
     return f"```{ctx.spec.language}\n{src.rstrip()}\n```"  # the operator's language: c or cuda
