@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+from app.llm.billing import billed_usage
 from app.llm.records import (
     BUDGET,
     CHARS_PER_TOKEN,
@@ -135,6 +136,7 @@ class LLMClient:
         self._use_max_completion_tokens = quirks.max_completion_tokens
         self._send_temperature = quirks.temperature
         self._stream_usage = True
+        self._send_effort = True
         self._closed = threading.Event()
         self._in_flight: set[Watchdog] = set()
 
@@ -232,17 +234,19 @@ class LLMClient:
                     raise LLMError(BUDGET, rec.error, records)
                 t0 = time.monotonic()
                 try:
+                    sent = True
                     try:
                         text, finish, usage, estimated, status = self._attempt(messages)
                         error = ""
                     except AttemptFailed as exc:
-                        text, finish, usage, estimated = "", "", (0, 0), True
-                        status, error = exc.status, exc.message
+                        text, finish, usage, estimated = "", exc.finish, exc.usage, \
+                            not exc.server_said
+                        status, error, sent = exc.status, exc.message, exc.sent
                         retry_after = exc.retry_after
-                    if status in (OK, TRUNCATED, EMPTY) and not usage[0]:
-                        prompt_chars = sum(len(m.get("content", "")) for m in messages)
-                        usage = (prompt_chars // CHARS_PER_TOKEN,
-                                 usage[1] or len(text) // CHARS_PER_TOKEN)
+                    usage, estimated = billed_usage(
+                        status, finish=finish, usage=usage, server_said=not estimated, sent=sent,
+                        prompt_chars=sum(len(m.get("content", "")) for m in messages),
+                        text_chars=len(text), max_tokens=s.max_tokens)
                     rec = RequestRecord(agent, s.model, status, attempt, usage[0], usage[1],
                                         self._cost(*usage), time.monotonic() - t0, finish,
                                         estimated, error)
@@ -287,11 +291,13 @@ class LLMClient:
             s.max_tokens
         if s.stream and self._stream_usage:
             params["stream_options"] = {"include_usage": True}
+        if s.reasoning_effort and self._send_effort:
+            params["reasoning_effort"] = s.reasoning_effort
         return params
 
     def _attempt(self, messages: list[dict[str, str]]) -> tuple[str, str, tuple[int, int], bool, str]:
         """(text, finish_reason, (prompt, completion) tokens, usage estimated?, status)."""
-        for _ in range(4):  # adapt once to servers that reject max_tokens/temperature/stream_options
+        for _ in range(5):  # adapt once to servers that reject a parameter by name
             try:
                 return self._call(messages)
             except BadRequest as exc:
@@ -302,6 +308,12 @@ class LLMClient:
                 if "temperature" in msg and self._send_temperature:
                     self._send_temperature = False
                     continue
+                if "reasoning_effort" in msg and self._send_effort:
+                    # a model without the setting: say so once, then send without it
+                    log.warning("the endpoint refuses reasoning_effort for %s; sending without it",
+                                self.settings.model)
+                    self._send_effort = False
+                    continue
                 if "stream_options" in msg and self._stream_usage:
                     self._stream_usage = False
                     continue
@@ -309,6 +321,15 @@ class LLMClient:
         raise AttemptFailed(REJECTED, "the server rejected every request form")
 
     def _call(self, messages: list[dict[str, str]]) -> tuple[str, str, tuple[int, int], bool, str]:
+        state = {"sent": False}
+        try:
+            return self._exchange(messages, state)
+        except AttemptFailed as exc:
+            exc.sent = state["sent"]  # only a request that reached the server can be billed
+            raise
+
+    def _exchange(self, messages: list[dict[str, str]], state: dict[str, bool]
+                  ) -> tuple[str, str, tuple[int, int], bool, str]:
         s = self.settings
         deadline = time.monotonic() + s.timeout_s
         watchdog = Watchdog(deadline)
@@ -333,6 +354,7 @@ class LLMClient:
                 "Authorization": f"Bearer {self._key}", "Content-Type": "application/json",
                 "Accept": "text/event-stream" if s.stream else "application/json",
                 "User-Agent": "kernelswarm"})
+            state["sent"] = True
             resp = conn.getresponse()
             self._check_status(resp)
             cap = reply_byte_cap(s.max_tokens)

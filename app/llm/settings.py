@@ -19,6 +19,9 @@ KEY_ENV_VARS = ("KERNELSWARM_LLM_API_KEY", "OPENAI_API_KEY")
 KEYRING_SERVICE = "kernelswarm"
 KEYRING_USER = "llm-api-key"
 ROLES = ("memory", "tiling", "fixer")
+# How long a reasoning model may think, sent as `reasoning_effort` ("" sends nothing: the
+# endpoint's default). Ordered from cheapest to dearest (a goal may only lower it).
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 # Settings readable from the environment (KERNELSWARM_LLM_<FIELD>), e.g. for the CLI.
 ENV_PREFIX = "KERNELSWARM_LLM_"
 # Local servers (vLLM, Ollama, LM Studio) usually take any key; the openai client needs one.
@@ -51,6 +54,7 @@ class LLMSettings:
     price_completion_per_mtok: float = 0.0
     roles: list[str] = field(default_factory=lambda: list(ROLES))
     stream: bool = True  # streaming lets an endless reply be cut by length and wall time
+    reasoning_effort: str = ""  # one of REASONING_EFFORTS, or "" for the endpoint's default
 
     # ---- validation ----------------------------------------------------------------------
     def validate(self) -> LLMSettings:
@@ -75,6 +79,9 @@ class LLMSettings:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise LLMSettingsError(name, f"must be an integer >= {lo}")
+        if self.reasoning_effort not in ("", *REASONING_EFFORTS):
+            raise LLMSettingsError("reasoning_effort", f"{self.reasoning_effort!r}: choose one of "
+                                   f"{', '.join(REASONING_EFFORTS)} (or leave it empty)")
         if not self.roles:
             raise LLMSettingsError("roles", f"choose at least one of {', '.join(ROLES)}")
         for r in self.roles:

@@ -21,7 +21,9 @@ SPENDING = {
     "max_tokens": "lower", "max_concurrent": "lower", "max_retries": "lower",
     "price_prompt_per_mtok": "higher", "price_completion_per_mtok": "higher",
 }
-GUARDED = ("model", "roles", *SPENDING)  # every field a goal may not raise unasked
+# reasoning effort: a dearer level makes every reply think (and bill) longer
+EFFORT_ORDER = ("minimal", "low", "medium", "high")  # "": the endpoint's default, taken as medium
+GUARDED = ("model", "roles", "reasoning_effort", *SPENDING)  # every field a goal may not raise unasked
 APPROVED_ENV = "KERNELSWARM_LLM_APPROVED_SPENDING"  # fingerprints; inherited by engine processes
 
 
@@ -29,6 +31,12 @@ def _number(value: Any) -> float | None:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         return None
     return float(value)
+
+
+def _effort_rank(value: Any) -> int:
+    # unknown values rank dearest; the settings check refuses them with its own message
+    v = str(value or "").strip() or "medium"
+    return EFFORT_ORDER.index(v) if v in EFFORT_ORDER else len(EFFORT_ORDER)
 
 
 def raises(goal_llm: dict[str, Any] | None, own: Any) -> list[str]:
@@ -43,6 +51,9 @@ def raises(goal_llm: dict[str, Any] | None, own: Any) -> list[str]:
         if name == "model":
             worse = str(theirs).strip() != str(mine).strip()
             why = "a goal may not change the model"
+        elif name == "reasoning_effort":
+            worse = _effort_rank(theirs) > _effort_rank(mine)
+            why = "a goal may only lower the reasoning effort"
         elif name == "roles":
             worse = isinstance(theirs, list) and not set(map(str, theirs)) <= set(mine)
             why = "a goal may not add LLM agents"

@@ -16,11 +16,21 @@ READ_CHUNK = 16 * 1024
 
 
 class AttemptFailed(Exception):
-    def __init__(self, status: str, message: str, retry_after: float | None = None) -> None:
+    """One attempt failed; `usage`/`server_said`/`finish` keep what the server reported before
+    it failed (an empty reply at the length cap still says what it billed), `sent` whether the
+    request reached the server (only then can it bill)."""
+
+    def __init__(self, status: str, message: str, retry_after: float | None = None, *,
+                 usage: tuple[int, int] = (0, 0), server_said: bool = False,
+                 finish: str = "") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.retry_after = retry_after
+        self.usage = usage
+        self.server_said = server_said
+        self.finish = finish
+        self.sent = False
 
 
 class Watchdog:
@@ -127,7 +137,10 @@ def usage_tokens(usage: Any) -> tuple[int, int]:
 def finish_reply(text: str, finish: str, tokens: tuple[int, int], estimated: bool,
             max_chars: int) -> tuple[str, str, tuple[int, int], bool, str]:
     if not text.strip():
-        raise AttemptFailed(EMPTY, "the reply was empty")
+        at_cap = " at the length cap (max_tokens): the model may have spent it all thinking" \
+            if finish == "length" else ""
+        raise AttemptFailed(EMPTY, f"the reply was empty{at_cap}", usage=tokens,
+                            server_said=not estimated, finish=finish)
     if len(text) > max_chars:
         text, finish = text[:max_chars], "length"
     status = TRUNCATED if finish == "length" else OK

@@ -23,6 +23,10 @@ def run_totals(c: sqlite3.Connection, run_id: int) -> dict[str, Any]:
     n, prompt, completion, cost = c.execute(
         "SELECT COUNT(*), COALESCE(SUM(prompt_tokens), 0), COALESCE(SUM(completion_tokens), 0), "
         "COALESCE(SUM(cost), 0) FROM llm_requests WHERE run_id = ?", (run_id,)).fetchone()
+    # tokens the server did not state (timeouts, replies without usage): estimated, marked so
+    estimated = c.execute("SELECT COALESCE(SUM(prompt_tokens + completion_tokens), 0) FROM "
+                          "llm_requests WHERE run_id = ? AND usage_estimated = 1",
+                          (run_id,)).fetchone()[0]
     by_status = dict(c.execute("SELECT status, COUNT(*) FROM llm_requests WHERE run_id = ? "
                                "GROUP BY status", (run_id,)).fetchall())
     by_agent = {agent: {"requests": k, "tokens": tokens, "cost": agent_cost}
@@ -30,4 +34,5 @@ def run_totals(c: sqlite3.Connection, run_id: int) -> dict[str, Any]:
                     "SELECT agent, COUNT(*), SUM(prompt_tokens + completion_tokens), SUM(cost) "
                     "FROM llm_requests WHERE run_id = ? GROUP BY agent", (run_id,)).fetchall()}
     return {"requests": n, "prompt_tokens": prompt, "completion_tokens": completion,
-            "cost": cost, "by_status": by_status, "by_agent": by_agent}
+            "cost": cost, "estimated_tokens": estimated, "by_status": by_status,
+            "by_agent": by_agent}
