@@ -218,6 +218,8 @@ class KernelHost:
         self.clamped = 0  # timed calls whose figure is the window's, not the report
         self.thread_limit = 0  # >0: the threads the candidate declares (THREADS)
         self._cpu_ns = self._window_ns = 0  # over every call since the candidate was loaded
+        self._threads = 0  # the child's threads after the last call (0: unknown)
+        self.threads_seen = 0  # the most threads the child had after any call
         self._cut = 0.0  # ns: the channel's cost (p90 of null windows)
 
     # ---- the protocol ----------------------------------------------------------------
@@ -257,7 +259,8 @@ class KernelHost:
         self._send(f"{verb} {seq} {rest}".rstrip())
         line = self._read()
         words = line.split()
-        if len(words) == 4 and words[0] == seq and all(w.isdigit() for w in words[1:]):
+        if len(words) == 5 and words[0] == seq and all(w.isdigit() for w in words[1:]):
+            self._threads = int(words[4])
             return int(words[1]), int(words[2]), int(words[3])
         if len(words) == 2 and words[0] in ("signal", "exit"):
             self.child_alive = False
@@ -275,7 +278,7 @@ class KernelHost:
         """A fresh child for this library (the previous candidate's child ends first)."""
         self.end()
         self._start_child(library, entry)
-        self._cpu_ns = self._window_ns = 0
+        self._cpu_ns = self._window_ns = self.threads_seen = 0
         self.null_ns = self._null_overheads()
         self._cut = float(np.percentile(self.null_ns, 90))
 
@@ -368,8 +371,14 @@ class KernelHost:
     def _check_threads(self, cpu: int, window: int) -> None:
         self._cpu_ns += cpu
         self._window_ns += window
+        self.threads_seen = max(self.threads_seen, self._threads)
         if self.thread_limit <= 0:
             return
+        if self._threads > self.thread_limit:  # counted while stopped: busy or not, load or not
+            plural = "s" if self.thread_limit != 1 else ""
+            raise ThreadLimit(f"the kernel left {self._threads} threads running after a call; "
+                              f"its configuration declares THREADS={self.thread_limit} "
+                              f"({self.thread_limit} thread{plural})")
         allowed = self.thread_limit * self._window_ns * THREAD_MARGIN + THREAD_SLACK_NS
         if self._cpu_ns > allowed:
             busy = self._cpu_ns / max(1, self._window_ns)

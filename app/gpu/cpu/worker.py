@@ -150,6 +150,8 @@ class CpuKernelBackend:
             # reports short of it on every call are refused as forged (ForgedTiming)
             self.host.check_reports()
             metrics["cores_busy"] = self.host.cores_busy()  # CPU time / window, all calls
+            if self.host.threads_seen:
+                metrics["threads"] = float(self.host.threads_seen)  # counted between calls
             n = len(stats["candidate"].samples_ms) if "candidate" in stats else 0
             if n and self.host.clamped:
                 metrics["timed_by_cell_clock"] = self.host.clamped / n

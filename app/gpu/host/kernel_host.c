@@ -23,14 +23,14 @@
  * candidate's own printing goes to stdout and stderr: the worker's log).
  *   load LIB_HEX ENTRY ARENA_FD ARENA_BYTES FLUSH_BYTES (the path in hex: any byte)
  *                                   -> "ready" | "error ..." (then "exit CODE")
- *   run SEQ N KIND VALUE ...        -> "SEQ NANOSECONDS CPU_NANOSECONDS WINDOW_NANOSECONDS"
+ *   run SEQ N KIND VALUE ...        -> "SEQ NANOSECONDS CPU_NANOSECONDS WINDOW_NANOSECONDS THREADS"
  *   null SEQ                        -> the same for an empty timed window
- *   flush SEQ                       -> "SEQ 0 0 0" once FLUSH_BYTES were written (by the zygote)
+ *   flush SEQ                       -> "SEQ 0 0 0 0" once FLUSH_BYTES were written (by the zygote)
  *   end                             -> the child is killed: "exit 0"
  * A child that dies answers its command with "signal NUMBER" | "exit CODE".
  * NANOSECONDS: the child's report around the kernel; CPU_NANOSECONDS: the child's CPU time
  * (all threads) from its SIGCONT to its SIGSTOP; WINDOW_NANOSECONDS: the zygote's clock over
- * the same span.
+ * the same span; THREADS: the child's threads once stopped again (0: unknown).
  * KIND: p = arena offset (a pointer), l = integer (any C integer type), f = float, d = double.
  */
 #define _GNU_SOURCE
@@ -351,6 +351,24 @@ static void start_kid(char *lib, char *entry, char *arena, size_t arena_bytes) {
     if (stop_kid() == 0) tell("ready");
 }
 
+/* The child's threads, counted while it is stopped (from /proc/PID/status, the cell's own
+ * procfs: only when its PPid is this process, so a host /proc with other pids reads as 0).
+ * 0: unknown. A thread a kernel leaves behind is counted even if it computes nothing. */
+static int kid_threads(void) {
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", (int)kid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 0;
+    int threads = 0, ours = 0;
+    while (fgets(line, sizeof line, f)) {
+        int v;
+        if (sscanf(line, "PPid: %d", &v) == 1) ours = v == (int)getpid();
+        if (sscanf(line, "Threads: %d", &v) == 1) threads = v;
+    }
+    fclose(f);
+    return ours ? threads : 0;
+}
+
 /* One command through the child: continued, the command, its answer, stopped again. */
 static void relay(const char *command) {
     long long w0 = now_ns(), c0 = kid_cpu();
@@ -368,7 +386,7 @@ static void relay(const char *command) {
         tell("garbled %.60s", seq ? seq : "");  /* the cell refuses it */
         return;
     }
-    tell("%s %s %lld %lld", seq, ns, cpu, window);
+    tell("%s %s %lld %lld %d", seq, ns, cpu, window, kid_threads());
 }
 
 int main(int argc, char **argv) {
@@ -419,7 +437,7 @@ int main(int argc, char **argv) {
         }
         if (strcmp(word, "flush") == 0) {  /* the child is stopped meanwhile */
             if (flush_buf) flush_caches(flush_buf, flush_len);
-            tell("%s 0 0 0", seq);
+            tell("%s 0 0 0 0", seq);
         } else if (strcmp(word, "run") == 0 || strcmp(word, "null") == 0) {
             relay(copy);
         } else {

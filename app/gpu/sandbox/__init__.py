@@ -330,6 +330,10 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
             _tools = ToolClient(proc)  # it gets ready while the worker imports its handler
         except OSError as exc:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
+    if plan.kind == "cpu" and "own /proc" in applied["file view"]:
+        # the kernel host counts its candidate's threads there; this procfs holds the cell's
+        # processes only (and the candidate's own Landlock domain keeps it from their memory)
+        plan.rules.read.append("/proc")
     applied["limits"] = limits.apply(limits.worker_limits(plan.kind in ("gpu", "baseline"),
                                                           plan.memory_limit_bytes))
     applied["files"] = landlock.restrict(plan.rules)
