@@ -120,6 +120,7 @@ class LLMAgent(Agent):
         self._near_misses: deque[Evaluation] = deque(maxlen=16)
         self._repaired: set[str] = set()
         self._niches: dict[str, Structure] = {}  # source -> its structural niche
+        self._normal: dict[str, str] = {}  # source -> its normal form
         self._hard_failures = 0
         self._idle_replies = 0  # consecutive replies that brought nothing new
         self._quiet_until = 0.0  # no new request before this (time.monotonic())
@@ -301,9 +302,21 @@ class LLMAgent(Agent):
         archive = niche_elites(board.successes(), self._niche, board.sort_key)
         picked = pick_inspirations(
             archive, self._niche(current) if current else None, current and current.key,
-            MAX_ELITES, self.rng, board.sort_key, fallback=board.elites(MAX_ELITES + 1))
+            MAX_ELITES, self.rng, board.sort_key, fallback=board.elites(4 * MAX_ELITES),
+            identity=self._identity,
+            current_identity=self._identity(current) if current else None)
         shown = picked + ([current] if current is not None else [])
         return picked, {e.key: self._niche(e).label for e in shown}
+
+    def _identity(self, e: Evaluation) -> str:
+        """A kernel's code identity: its normal form (the template's when it has no source)."""
+        source = e.source or self.spec.template
+        got = self._normal.get(source)
+        if got is None:
+            got = normalise(source)
+            if len(self._normal) < 4096:
+                self._normal[source] = got
+        return got
 
     def _niche(self, e: Evaluation) -> Structure:
         """The structural niche of an evaluation's source (the template's when it has none)."""
