@@ -44,6 +44,12 @@ ORPHAN_CLOSE = re.compile(r"^.*</(think|thinking|reasoning)>\s*", re.DOTALL | re
 # a block introduced as the old code, in before/after answers
 BEFORE_LABEL = re.compile(r"\b(before|original|old|previous|current|existing)\b[^\n]*:?\s*$",
                           re.IGNORECASE)
+# a block offered instead of the answer: a fallback, another option, a simpler variant
+ALTERNATIVE = re.compile(
+    r"\b(alternative(ly)?|fall-?back|fall back|otherwise|as an? (option|variant)|another "
+    r"(option|approach|variant|version)|option (b|2)|if (your|the) (cpu|gpu|machine|target|"
+    r"compiler|hardware)[^\n.]*(not|n't|lacks?)|(simpler|portable|scalar|safer) (version|variant))\b",
+    re.IGNORECASE)
 DIFF_TAGS = {"diff", "patch", "udiff"}
 HUNK = re.compile(r"^@@[^\n]*@@[^\n]*$", re.MULTILINE)
 
@@ -81,14 +87,20 @@ def extract(reply: str, current: str | None, entry: str, *, truncated: bool = Fa
                               ">>>>>>> REPLACE)" + (" - the reply was cut off" if truncated else ""))
     matches = list(FENCE.finditer(text))
     blocks = [(m["tag"].lower(), m["body"], text[:m.start()]) for m in matches]
+    # the prose just before each block, back to the previous block: what introduces it
+    intro = {m["body"]: text[(matches[i - 1].end() if i else 0):m.start()]
+             for i, m in enumerate(matches)}
     diffs = [body for tag, body, _ in blocks if tag in DIFF_TAGS or _is_diff(body)]
     code = [(body, before) for tag, body, before in blocks
             if tag in CODE_TAGS and body.strip() and not _is_diff(body)]
     with_entry = [(body, before) for body, before in code if _defines(body, entry)]
     if with_entry:
-        after = [b for b, before in with_entry if not _labelled_before(before)]
-        # the last complete block defining the entry: the answer, not a draft or a "before"
-        return Extracted(_clean((after or [b for b, _ in with_entry])[-1]), "full", idea)
+        after = [b for b, before in with_entry if not _labelled_before(before)] \
+            or [b for b, _ in with_entry]
+        main = [b for b in after if not ALTERNATIVE.search(intro.get(b, ""))]
+        # the last complete block defining the entry: the answer, not a draft, a "before" or
+        # a fallback offered after it ("Alternatively, if AVX-512 is missing, ...")
+        return Extracted(_clean((main or after)[-1]), "full", idea)
     if diffs and current is not None:
         return Extracted(apply_edits(current, _diff_edits(diffs[-1])), "edit", idea)
     if code:

@@ -78,16 +78,29 @@ def _problem(name: str, raw: str, source: str, reserved: set[str],
         return f"give 2 to {MAX_VALUES} distinct values"
     if not re.search(rf"^[ \t]*#[ \t]*ifndef[ \t]+{name}\b", source, re.MULTILINE):
         return f"the kernel must give its default under #ifndef {name}"
-    uses = len(re.findall(rf"\b{name}\b", re.sub(r"^[ \t]*#.*$", "", source, flags=re.MULTILINE)))
-    if uses == 0:
+    if not reads(source, name):
         return "the kernel never uses it"
     return ""
 
 
+COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
+
+
+def reads(source: str, name: str) -> bool:
+    """Whether the kernel reads `name` anywhere but in its own default guard (`#ifndef NAME`,
+    `#define NAME ...`) and comments (a `// tunable:` line is no use): in code, and also in
+    `#pragma unroll NAME`, `#if NAME > 1`, `#elif`, or another macro's definition, as the
+    catalog's own templates do."""
+    body = COMMENT.sub(" ", source)
+    n = re.escape(name)
+    body = re.sub(rf"^[ \t]*#[ \t]*(?:ifndef|ifdef|undef)[ \t]+{n}\b.*$|^[ \t]*#[ \t]*define[ \t]+"
+                  rf"{n}\b.*$", "", body, flags=re.MULTILINE)
+    return re.search(rf"\b{n}\b", body) is not None
+
+
 def used_params(source: str, names: list[str] | set[str]) -> set[str]:
-    """The parameters a kernel reads outside its own default guards (#ifndef/#define/#endif)."""
-    body = re.sub(r"^[ \t]*#[ \t]*(ifndef|define|endif)\b.*$", "", source, flags=re.MULTILINE)
-    return {n for n in names if re.search(rf"\b{re.escape(n)}\b", body)}
+    """The parameters a kernel reads (see `reads`): only these may be credited with its time."""
+    return {n for n in names if reads(source, n)}
 
 
 def _default(source: str, name: str) -> int | None:
