@@ -45,6 +45,7 @@ from app.llm.extract import ExtractionError, extract, final_answer
 from app.llm.facts import is_measured_lesson
 from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
+from app.llm.memory import AttemptMemory
 from app.llm.niches import Structure, niche_elites, pick_inspirations, structure
 from app.llm.normal import normalise
 from app.llm.prompts import MAX_ELITES, PromptContext, build_messages, build_repair_messages
@@ -85,6 +86,7 @@ class _Job:
     parent_p10_ms: float | None = None  # the parent's timing spread: lessons claim a
     parent_p90_ms: float | None = None  # difference only outside it
     parent: Evaluation | None = None  # the kernel of those figures: re-timed when close
+    from_failure: bool = False  # a repair: the edits apply to a failed attempt
 
 
 class LLMAgent(Agent):
@@ -121,6 +123,8 @@ class LLMAgent(Agent):
         self._repaired: set[str] = set()
         self._niches: dict[str, Structure] = {}  # source -> its structural niche
         self._normal: dict[str, str] = {}  # source -> its normal form
+        # what this agent tried and what it measured, in the product's words (app.llm.memory)
+        self.memory = AttemptMemory(spec.language, minimize, spec.unit)
         self._hard_failures = 0
         self._idle_replies = 0  # consecutive replies that brought nothing new
         self._quiet_until = 0.0  # no new request before this (time.monotonic())
@@ -188,6 +192,7 @@ class LLMAgent(Agent):
 
     def observe(self, evaluation: Evaluation) -> None:
         self.book.observe(evaluation)
+        self.memory.observe(evaluation)
         for tuning in self.tunings:
             tuning.observe(evaluation)
         declared = self._declared.pop(evaluation.key, None)
@@ -282,13 +287,15 @@ class LLMAgent(Agent):
                       if repair is None or e.key != repair.key],
             lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
             extraction_errors=[scrub(m) for m in self._extraction_errors],
-            config=dict(config), tunables=self._tunables_of(start), structures=structures)
+            config=dict(config), tunables=self._tunables_of(start), structures=structures,
+            history=self.memory.lines())
         if repair is not None:
             # a conversation: the task, the failed attempt's code as the model's turn, what
             # measuring it showed; the reply's edits apply to the attempt
             attempt = _code_only(repair.source)
             job = _Job(attempt, config, repair.key, best.value if best else None,
-                       best.p10_ms if best else None, best.p90_ms if best else None, best)
+                       best.p10_ms if best else None, best.p90_ms if best else None, best,
+                       from_failure=True)
             return _without_home(build_repair_messages(ctx, attempt, _scrubbed(repair))), job
         job = _Job(current_source, config, best.key if best else None,
                    best.value if best else None, best.p10_ms if best else None,
@@ -391,6 +398,7 @@ class LLMAgent(Agent):
         if tun.params:
             self.stats["tunables_declared"] += len(tun.params)
             self._declared[key] = (got.source, tun)
+        self.memory.started(key, job.base_source, job.parent_value, job.from_failure)
         self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value,
                                        job.parent_p10_ms, job.parent_p90_ms, job.parent))
         self._log_usage(reply.records, f"candidate {key}")

@@ -22,6 +22,7 @@ MAX_SOURCE = 12_000  # an inspiration's share; CURRENT (the kernel rewritten) is
 MAX_ELITES = 2
 MAX_FAILURES = 4
 MAX_LESSONS = 12
+MAX_HISTORY = 6
 
 ROLE_BRIEFS = {
     "memory": ("memory-access specialist",
@@ -71,6 +72,7 @@ class PromptContext:
     config: dict[str, Any] = field(default_factory=dict)  # the configuration CURRENT runs with
     tunables: dict[str, list[int]] = field(default_factory=dict)  # CURRENT's declared tunables
     structures: dict[str, str] = field(default_factory=dict)  # evaluation key -> niche label
+    history: list[str] = field(default_factory=list)  # app.llm.memory lines, oldest first
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
@@ -134,6 +136,10 @@ def _user_prompt(ctx: PromptContext, task: str) -> str:
         else:
             parts.append("ANOTHER GOOD CONFIGURATION of the template: " + _eval_line(e, ctx)
                          + _structure_note(e, ctx))
+    if ctx.history:
+        parts.append("EARLIER ATTEMPTS (the harness's own summary of each code change and what "
+                      "measuring it showed; oldest first):\n"
+                      + "\n".join(f"- {h}" for h in ctx.history[-MAX_HISTORY:]))
     if ctx.failures:
         parts.append("RECENT FAILED ATTEMPTS (do not repeat):\n" + "\n".join(
             f"- {idea + ' -> ' if idea else ''}{_failure_text(e)}"
