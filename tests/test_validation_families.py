@@ -73,7 +73,8 @@ def test_each_operator_gets_the_families_its_meaning_asks_for():
     assert "exp_range" in fams["softmax"] and "exp_range" in fams["bias_gelu"]
     assert "exp_range" not in fams["gemm"] and "constant_rows" not in fams["transpose"]
     for names in fams.values():
-        assert {"special", "unit", "uniform", "sorted", "reverse_sorted", "increasing"} <= names
+        assert {"special", "unit", "uniform", "sorted", "reverse_sorted"} <= names
+    assert "increasing" in fams["gemm"] and "increasing" not in fams["layernorm"]
     assert families.for_operator(get_operator("cuda", "kda"), "bfloat16") == ()
     for family in families.FAMILIES.values():  # every family says where and why
         assert family.applies and family.why

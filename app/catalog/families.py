@@ -21,7 +21,9 @@ arguments it replaces (the others keep the operator's own "normal" draw: weights
 | uniform         | every operator (yours: if [-1, 1) in range)| bounded, both signs                         |
 | sorted          | every operator                             | rows ascending: sorted keys, positions      |
 | reverse_sorted  | every operator                             | rows descending                             |
-| increasing      | every operator                             | arange / timestamps in memory order         |
+| increasing      | every operator but the norms               | arange / timestamps in memory order (a norm |
+|                 |                                            | of it is ill-conditioned: nearly constant   |
+|                 |                                            | rows on an offset, no kernel's fault)       |
 | constant_rows   | softmax, norm, matmul, activation, yours   | all-equal rows (zero variance), zero rows  |
 | exp_range       | softmax, activation                        | magnitudes around ln(max) of the dtype,     |
 |                 |                                            | where exp overflows                         |
@@ -161,7 +163,10 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("uniform", _ALL, "uniform in [-1, 1): bounded, both signs", _uniform),
     Family("sorted", _ALL, "rows ascending: sorted keys, positions", _sorted),
     Family("reverse_sorted", _ALL, "rows descending", _reverse_sorted),
-    Family("increasing", _ALL, "arange- or timestamp-like values in memory order", _increasing),
+    # not the norms: over a large array each row is nearly constant on an offset, which no
+    # float32 normalisation resolves (ill-conditioned input, not a kernel's fault)
+    Family("increasing", _ALL - {"norm"}, "arange- or timestamp-like values in memory order",
+           _increasing),
     Family("constant_rows", _ROWS, "all-equal rows (zero variance) and all-zero rows",
            _constant_rows),
     Family("exp_range", frozenset({"softmax", "activation"}), "magnitudes around ln(max), "
