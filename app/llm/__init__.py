@@ -16,43 +16,43 @@ from app.llm.settings import LLMSettings, LLMSettingsError, check_goal_settings,
 from app.swarm.agents import AgentSpec, register_agent
 
 if TYPE_CHECKING:
-    from app.goal import Goal
     from app.core.evaluator import Evaluator
+    from app.core.events import EventBus
+    from app.goal import Goal
     from app.llm.agent import LLMAgent
     from app.llm.client import LLMClient
     from app.llm.lessons import LessonBook
     from app.llm.usage import UsageLog
-    from app.core.events import EventBus
 
 
 @dataclass
 class LLMTeam:
-    agents: list["LLMAgent"]
-    evaluator: "Evaluator"  # the run's evaluator behind the source policy
-    client: "LLMClient"
-    book: "LessonBook"
-    usage: "UsageLog | None" = None
+    agents: list[LLMAgent]
+    evaluator: Evaluator  # the run's evaluator behind the source policy
+    client: LLMClient
+    book: LessonBook
+    usage: UsageLog | None = None
     warm_start: list[dict[str, Any]] = field(default_factory=list)
 
     def totals(self) -> dict[str, Any]:
         return self.client.totals()
 
 
-def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings | None = None,
-                  bus: "EventBus | None" = None, run_id: int | None = None,
-                  db_path: str | Path | None = None, client: "LLMClient | None" = None,
+def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | None = None,
+                  bus: EventBus | None = None, run_id: int | None = None,
+                  db_path: str | Path | None = None, client: LLMClient | None = None,
                   seed: int | None = None, retime: Any = None) -> LLMTeam:
     """LLM agents for a goal, one per configured role, sharing one client (so the concurrency
     limit and the run's token/cost budget hold across them), one lesson book, and the usage
     log and warm start of the history database at `db_path` (when given). `retime`: the
     backend's retime_pair, when the session offers it (the lesson book re-times close calls)."""
+    from app.core.events import LessonLearned
     from app.llm.agent import LLMAgent
     from app.llm.client import LLMClient
     from app.llm.guard import PolicyEvaluator
     from app.llm.lessons import LessonBook, load_prior
     from app.llm.spec import kernel_spec
     from app.llm.usage import UsageLog
-    from app.core.events import LessonLearned
 
     settings = (settings or LLMSettings.from_env()).validate()
     space = evaluator.space
@@ -68,7 +68,8 @@ def make_llm_team(goal: "Goal", evaluator: "Evaluator", *, settings: LLMSettings
             bus.publish(LessonLearned(lesson=lesson, run_id=run_id))
 
     book = LessonBook(goal, device.summary(), minimize=goal.objective.minimize, publish=publish,
-                      prior_lessons=prior.lessons if prior else [], retime=retime)
+                      prior_lessons=prior.lessons if prior else [], retime=retime,
+                      template=spec.template, language=spec.language)
     usage = UsageLog(db_path, run_id) if db_path else None
     base_seed = goal.swarm.seed if seed is None else seed
     from app.llm.agent import candidate_key

@@ -32,6 +32,7 @@ from typing import Any
 from app.core.types import Evaluation, Lesson
 from app.goal import Goal
 from app.llm.facts import category, config_text, is_measured_lesson
+from app.llm.transformation import transformation
 from app.store import Store, StoreError, goal_family, goal_key
 
 log = logging.getLogger(__name__)
@@ -55,14 +56,18 @@ class Attempt:
     parent_p10_ms: float | None = None  # the parent's timing spread (p10..p90 of its samples)
     parent_p90_ms: float | None = None
     parent: Evaluation | None = None  # the kernel those figures are of (re-timed when close)
+    parent_kind: str = "best at request time"  # or the template, for requests sent at t=0
 
 
 class LessonBook:
     def __init__(self, goal: Goal, device: str, *, minimize: bool = True, generation: int = 4,
                  publish: Callable[[Lesson], None] | None = None,
                  prior_lessons: list[str] | None = None, retime: Retimer | None = None,
-                 max_retimes: int = RETIMES_PER_RUN) -> None:
+                 max_retimes: int = RETIMES_PER_RUN, template: str = "",
+                 language: str = "c") -> None:
         self.goal = goal
+        self.template = template  # what a kernel without its own source runs
+        self.language = language
         self.device = device
         self.minimize = minimize
         self.generation = max(1, generation)
@@ -82,6 +87,11 @@ class LessonBook:
         self._retimer: cf.ThreadPoolExecutor | None = None
         self._retiming: list[cf.Future] = []
         self.retimed: list[str] = []  # keys of the attempts re-timed (at most once each)
+        # the template's measurements in this run (config key -> evaluation, and the first):
+        # the parent of a request sent before anything was measured (t=0)
+        self._template_by_config: dict[str, Evaluation] = {}
+        self._template_first: Evaluation | None = None
+        self._waiting: list[str] = []  # attempts whose parent is not measured yet
 
     def note_attempt(self, attempt: Attempt) -> None:
         with self._lock:
@@ -99,7 +109,12 @@ class LessonBook:
     def observe(self, evaluation: Evaluation) -> list[Lesson]:
         """Record an outcome; returns (and publishes) the lessons a finished generation gave."""
         with self._lock:
-            if evaluation.key not in self._attempts or evaluation.key in self._outcomes:
+            if evaluation.key not in self._attempts:
+                if self._note_template(evaluation) and self._waiting:
+                    batch, self._waiting = self._waiting, []
+                    self._pending.extend(batch)  # their parent is measured now
+                return []
+            if evaluation.key in self._outcomes:
                 return []
             self._outcomes[evaluation.key] = evaluation
             self._pending.append(evaluation.key)
@@ -108,11 +123,38 @@ class LessonBook:
             batch, self._pending = self._pending, []
         return self._emit(self._distil(batch))
 
+    def _note_template(self, e: Evaluation) -> bool:
+        """Remember a correct measurement of the template (a kernel with no source of its own);
+        True when it is one."""
+        if e.source is not None or not e.ok or e.value is None:
+            return False
+        self._template_by_config.setdefault(_config_key(e.config), e)
+        if self._template_first is None:
+            self._template_first = e
+        return True
+
+    def _resolve_parent(self, e: Evaluation, a: Attempt) -> bool:
+        """Give a request sent before anything was measured its parent: the template at the
+        configuration the request was given, else the template baseline (its first correct
+        measurement). False while neither is measured (the lesson waits)."""
+        if a.parent_value is not None or a.idea.startswith("warm start"):
+            return True
+        parent = self._template_by_config.get(_config_key(e.config)) or self._template_first
+        if parent is None:
+            return False
+        a.parent, a.parent_key, a.parent_value = parent, parent.key, parent.value
+        a.parent_p10_ms, a.parent_p90_ms = parent.p10_ms, parent.p90_ms
+        a.parent_kind = ("template at the same configuration"
+                         if _config_key(parent.config) == _config_key(e.config)
+                         else "template baseline")
+        return True
+
     def flush(self) -> list[Lesson]:
         """Distil what is left (end of run), and wait for the re-timings under way (at most
         RETIMES_PER_RUN in a run); returns the lessons distilled here."""
         with self._lock:
-            batch, self._pending = self._pending, []
+            batch, self._pending = self._pending + self._waiting, []
+            self._waiting = []
         out = self._emit(self._distil(batch)) if batch else []
         self.wait_retimed()
         with self._lock:  # its thread ends; a later re-timing would start another
@@ -149,6 +191,11 @@ class LessonBook:
             a = self._attempts[key]
             shown = {"idea": a.idea} if a.idea else {}
             if e.ok and e.value is not None:
+                with self._lock:
+                    if not self._resolve_parent(e, a):
+                        if key not in self._waiting:
+                            self._waiting.append(key)
+                        continue
                 if _compare(e, a) == "same" and self._claim_retime(e, a):
                     continue  # its lesson comes from the re-timing (_retimed_lesson)
                 lesson = self._measured_lesson(e, a)
@@ -182,7 +229,14 @@ class LessonBook:
         shown = {"idea": a.idea} if a.idea else {}
         evidence: dict[str, Any] = {**self._context(), **shown, "key": e.key,
                                     "spread_ms": [e.p10_ms, e.p90_ms],
-                                    "parent_spread_ms": [a.parent_p10_ms, a.parent_p90_ms]}
+                                    "parent_spread_ms": [a.parent_p10_ms, a.parent_p90_ms],
+                                    "parent_key": a.parent_key, "parent_kind": a.parent_kind,
+                                    "before_ms": a.parent.time_ms if a.parent else None,
+                                    "after_ms": e.time_ms,
+                                    "before_value": a.parent_value, "after_value": e.value}
+        change = self._change(e, a)
+        if change is not None:
+            evidence["transformation"] = change
         verdict = _compare(e, a)
         suffix = ""
         if retimed is not None:
@@ -202,11 +256,12 @@ class LessonBook:
         evidence["speedup"] = round(ratio, 4)
         cfg = config_text(e.config)
         if verdict == "faster":
+            what = f"; change: {change['text']}" if change is not None else ""
             return Lesson(
                 "llm_transformation",
                 f"an LLM rewrite ({cfg}) made {self.goal.operator} {self.goal.dtype} "
                 f"[{self._shape_text()}] {ratio:.2f}x faster than the kernel it started from on "
-                f"{self.device}{suffix}", evidence, a.agent)
+                f"{self.device}{what}{suffix}", evidence, a.agent)
         if verdict == "slower":
             return Lesson(
                 "llm_no_gain",
@@ -218,6 +273,19 @@ class LessonBook:
             f"an LLM rewrite ({cfg}) timed within the measurement spread of the kernel it "
             f"started from for {self.goal.operator} [{self._shape_text()}] on "
             f"{self.device}{suffix}", evidence, a.agent)
+
+    def _change(self, e: Evaluation, a: Attempt) -> dict[str, Any] | None:
+        """The transformation from the parent's source to the rewrite's, from the code."""
+        if e.source is None:
+            return None
+        before = a.parent.source if a.parent is not None and a.parent.source else self.template
+        if not before:
+            return None
+        try:
+            return transformation(before, e.source, self.language)
+        except Exception:  # a lesson without its transformation beats no lesson
+            log.exception("describing the change of %s failed", e.key)
+            return None
 
     # ---- re-timing close calls --------------------------------------------------------------
     def _claim_retime(self, e: Evaluation, a: Attempt) -> bool:
@@ -267,6 +335,10 @@ class LessonBook:
             if self._publish is not None:
                 self._publish(lesson)
         return out
+
+
+def _config_key(config: dict[str, Any]) -> str:
+    return repr(sorted((str(k), repr(v)) for k, v in (config or {}).items()))
 
 
 def _compare(e: Evaluation, a: Attempt) -> str:

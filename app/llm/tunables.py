@@ -20,6 +20,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from app.swarm.source_reads import reads, used_params
+
+__all__ = ["Declared", "declared_tunables", "reads", "used_params"]
+
 MAX_TUNABLES = 3
 MAX_VALUES = 8
 DECLARATION = re.compile(r"^[ \t]*(?://|/\*|\*|#)?[ \t]*tunable[ \t]*:[ \t]*([A-Za-z_]\w*)[ \t]*=[ \t]*"
@@ -81,26 +85,6 @@ def _problem(name: str, raw: str, source: str, reserved: set[str],
     if not reads(source, name):
         return "the kernel never uses it"
     return ""
-
-
-COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.DOTALL)
-
-
-def reads(source: str, name: str) -> bool:
-    """Whether the kernel reads `name` anywhere but in its own default guard (`#ifndef NAME`,
-    `#define NAME ...`) and comments (a `// tunable:` line is no use): in code, and also in
-    `#pragma unroll NAME`, `#if NAME > 1`, `#elif`, or another macro's definition, as the
-    catalog's own templates do."""
-    body = COMMENT.sub(" ", source)
-    n = re.escape(name)
-    body = re.sub(rf"^[ \t]*#[ \t]*(?:ifndef|ifdef|undef)[ \t]+{n}\b.*$|^[ \t]*#[ \t]*define[ \t]+"
-                  rf"{n}\b.*$", "", body, flags=re.MULTILINE)
-    return re.search(rf"\b{n}\b", body) is not None
-
-
-def used_params(source: str, names: list[str] | set[str]) -> set[str]:
-    """The parameters a kernel reads (see `reads`): only these may be credited with its time."""
-    return {n for n in names if reads(source, n)}
 
 
 def _default(source: str, name: str) -> int | None:

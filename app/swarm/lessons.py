@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 from app.core.types import Evaluation, Lesson
+from app.swarm.source_reads import reads
 
 
 class FailureTally:
@@ -24,6 +25,8 @@ class FailureTally:
 
     def add(self, evaluation: Evaluation) -> None:
         for name, value in evaluation.config.items():
+            if not reads(evaluation.source, name):
+                continue  # the kernel ignores it: its outcome says nothing about this value
             try:
                 slot = (name, value)
                 self.total[slot] += 1
@@ -51,18 +54,24 @@ class FailureTally:
 
 
 def good_regions(elites: list[Evaluation], min_elites: int = 5, as_of: int = 0) -> list[Lesson]:
-    """Parameter values shared by all of the best evaluations so far."""
+    """Parameter values shared by all of the best evaluations so far, counting for each
+    parameter only the kernels that read it (an LLM kernel that never reads EXP_IMPL is fast
+    whatever EXP_IMPL says: it is no evidence for the value it happened to carry)."""
     if len(elites) < min_elites:
         return []
     lessons = []
-    first = elites[0].config
-    for name, value in first.items():
-        if all(e.config.get(name) == value for e in elites[1:]):
+    names = list(dict.fromkeys(name for e in elites for name in e.config))
+    for name in names:
+        readers = [e for e in elites if name in e.config and reads(e.source, name)]
+        if len(readers) < min_elites:
+            continue
+        value = readers[0].config[name]
+        if all(e.config.get(name) == value for e in readers[1:]):
             lessons.append(Lesson(
                 kind="good_region",
-                text=f"since evaluation {as_of}, all {len(elites)} best configurations use "
+                text=f"since evaluation {as_of}, all {len(readers)} best configurations use "
                      f"{name}={value!r}",
-                evidence={"param": name, "value": value, "elites": len(elites), "as_of": as_of,
+                evidence={"param": name, "value": value, "elites": len(readers), "as_of": as_of,
                           "subject": f"good_region:{name}"},
             ))
     return lessons
