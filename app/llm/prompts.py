@@ -12,6 +12,7 @@ from typing import Any
 from app.core.types import Evaluation
 from app.core.units import occupancy_text
 from app.goal import Goal
+from app.llm.hardware import sheet as hardware_sheet
 from app.llm.headers import shorten_prefix
 from app.llm.outcome import failure_summary
 from app.llm.scrub import scrub
@@ -180,8 +181,10 @@ def _device_section(ctx: PromptContext) -> str:
     unit = ctx.spec.unit
     minimize = ctx.goal.objective.minimize
     lines = [f"DEVICE: {ctx.device or 'unknown'}"]
+    lines += ["hardware: " + h for h in hardware_sheet(
+        ctx.spec.language, ctx.device, ctx.goal.dtype, ctx.limits.get("measured"))]
     for k, v in ctx.limits.items():
-        if v in (None, ""):
+        if v in (None, "") or k == "measured":
             continue
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             text = f"{k}: {_num(v, unit)}"
@@ -228,8 +231,9 @@ def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
         bits.append(f"{ctx.goal.objective.metric} {_num(e.value, ctx.spec.unit)}")
         if e.p10_ms is not None and e.p90_ms is not None:
             bits.append(f"time p10..p90 {e.p10_ms:.4g}..{e.p90_ms:.4g} ms")
-    for k, v in list(e.metrics.items())[:4]:
-        bits.append(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}")
+    for k, v in e.metrics.items():
+        if _shown_metric(k):
+            bits.append(_metric_text(k, v))
     res = e.resources or {}
     for k in ("registers", "spill_stores", "spill_loads", "stack_bytes", "static_shared_bytes",
               "dynamic_shared_bytes", "threads_per_block"):
@@ -239,6 +243,24 @@ def _eval_line(e: Evaluation, ctx: PromptContext) -> str:
     if occupancy:
         bits.append(occupancy)
     return ", ".join(bits)
+
+
+# Metrics a prompt leaves out: speedups against other references (the DEVICE section states the
+# one speedup, against the run's baseline: two figures for one kernel read as a contradiction),
+# figures the objective already states, and the measurement's own bookkeeping.
+HIDDEN_METRICS = {"speedup", "baseline_ms", "anchor_ms", "time_ms", "samples", "cpu_count",
+                  "noisy", "cores_busy", "roof_threads", "timed_by_cell_clock", "spread",
+                  "throughput"}
+
+
+def _shown_metric(k: str) -> bool:
+    return k not in HIDDEN_METRICS and not k.startswith("speedup")
+
+
+def _metric_text(k: str, v: Any) -> str:
+    if k == "fraction_of_roof" and isinstance(v, (int, float)):
+        return f"{100 * v:.3g}% of the roof"
+    return f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
 
 
 def _failure_text(e: Evaluation) -> str:
