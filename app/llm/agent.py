@@ -125,6 +125,7 @@ class LLMAgent(Agent):
         self._normal: dict[str, str] = {}  # source -> its normal form
         # what this agent tried and what it measured, in the product's words (app.llm.memory)
         self.memory = AttemptMemory(spec.language, minimize, spec.unit)
+        self._board: Blackboard | None = None  # the board of the last propose
         self._hard_failures = 0
         self._idle_replies = 0  # consecutive replies that brought nothing new
         self._quiet_until = 0.0  # no new request before this (time.monotonic())
@@ -139,6 +140,7 @@ class LLMAgent(Agent):
 
     # ---- the Agent interface ---------------------------------------------------------------
     def propose(self, board: Blackboard, n: int = 1) -> list[Candidate]:
+        self._board = board  # the fixer asks for a repair as soon as a near miss is observed
         self._queue_warm_start(board)
         deadline = time.monotonic() + self.exhausted_wait_s
         while True:
@@ -186,6 +188,13 @@ class LLMAgent(Agent):
         self.stats["tuning_candidates"] += len(out)
         return out
 
+    def ready(self) -> bool:
+        """Whether replies already paid for wait to be proposed (a coordinator may serve such
+        an agent before its allocator share comes round, so no paid candidate goes
+        unevaluated)."""
+        self._harvest()
+        return bool(self._ready)
+
     def pending(self) -> bool:
         """True while requests are in flight or replies wait to be proposed."""
         return bool(self._futures or self._ready)
@@ -211,6 +220,10 @@ class LLMAgent(Agent):
             self._failures.append(("", evaluation))
         if evaluation.reason in NEAR_MISS_REASONS:
             self._near_misses.append(evaluation)
+            if self.role == "fixer" and self._board is not None and not self.stopped_reason:
+                # the repair is asked for now, not when the allocator next picks the fixer
+                # (observe runs on the coordinator's thread, as propose does)
+                self._submit(self._board)
 
     def close(self) -> None:
         self.book.flush()
@@ -288,7 +301,7 @@ class LLMAgent(Agent):
             lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
             extraction_errors=[scrub(m) for m in self._extraction_errors],
             config=dict(config), tunables=self._tunables_of(start), structures=structures,
-            history=self.memory.lines())
+            history=self.memory.lines(), best=best and _scrubbed(best))
         if repair is not None:
             # a conversation: the task, the failed attempt's code as the model's turn, what
             # measuring it showed; the reply's edits apply to the attempt

@@ -74,6 +74,7 @@ class PromptContext:
     tunables: dict[str, list[int]] = field(default_factory=dict)  # CURRENT's declared tunables
     structures: dict[str, str] = field(default_factory=dict)  # evaluation key -> niche label
     history: list[str] = field(default_factory=list)  # app.llm.memory lines, oldest first
+    best: Evaluation | None = None  # the run's best (None: CURRENT is the best)
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
@@ -114,17 +115,24 @@ def _user_prompt(ctx: PromptContext, task: str) -> str:
     if ctx.lessons:
         parts.append("LESSONS (from this run and earlier runs of similar goals):\n"
                      + "\n".join(f"- {t}" for t in ctx.lessons[-MAX_LESSONS:]))
+    best = ctx.best if ctx.best is not None else ctx.current
+    is_best = ctx.current is None or best is None or best.key == ctx.current.key
     if ctx.repair_target is not None:
         parts.append("CURRENT (the near miss to repair):\n" + _eval_line(ctx.repair_target, ctx)
                      + "\n" + _failure_text(ctx.repair_target) + "\n"
                      + _code(ctx.current_source, ctx, limit=None))
-        if ctx.current is not None:
-            parts.append("The best correct kernel so far: " + _eval_line(ctx.current, ctx))
+        if best is not None:
+            parts.append("The best correct kernel so far: " + _eval_line(best, ctx))
     else:
-        parts.append("CURRENT (the best correct kernel so far"
+        # CURRENT is the best, or (a repair) the kernel the failed attempt started from
+        what = ("the best correct kernel so far" if is_best
+                else "the correct kernel the failed attempt started from")
+        parts.append(f"CURRENT ({what}"
                      + (f"; {_eval_line(ctx.current, ctx)}" if ctx.current else "")
                      + _structure_note(ctx.current, ctx) + "):\n"
                      + _code(ctx.current_source, ctx, limit=None))
+        if not is_best and best is not None:
+            parts.append("The best correct kernel so far (not shown): " + _eval_line(best, ctx))
         if ctx.tunables:
             parts.append("CURRENT's declared tunables (the swarm searches them; keep the "
                          "#ifndef defaults and redeclare the ones you keep): " + "; ".join(
