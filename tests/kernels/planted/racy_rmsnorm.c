@@ -1,8 +1,8 @@
 /* Planted (issue 29 benchmark): an RMSNorm whose threads each sum the squares of their share of
  * the input and add it to one shared total with a plain (non-atomic) read-modify-write. When
  * the threads reach that add together, one share is lost and every output is scaled wrong.
- * Whether they do depends on the schedule: it fails one call in N (more often on an idle
- * machine, never when one thread runs alone). */
+ * Whether they do depends on the schedule: it fails one call in N (N about 4 on a 2-core
+ * machine; never when one thread runs alone). */
 #include <math.h>
 #include <omp.h>
 
@@ -10,7 +10,7 @@
 #define EPS 1e-6f
 #endif
 #ifndef WINDOW
-#define WINDOW 400 /* how long the read-modify-write stays open */
+#define WINDOW 100 /* how long the read-modify-write stays open: about one call in 4 here */
 #endif
 
 static double sum_squares(const float *x, long n) {
@@ -26,6 +26,7 @@ void ks_kernel(float *y, const float *x, const float *w, long rows, long cols) {
         const int t = omp_get_thread_num(), n = omp_get_num_threads();
         const long lo = rows * cols * t / n, hi = rows * cols * (t + 1) / n;
         double part = sum_squares(x + lo, hi - lo);
+#pragma omp barrier /* both shares done: the threads meet at the add */
         volatile double *slot = total;
         const double seen = *slot; /* the race: read ... */
         for (int k = 0; k < WINDOW; ++k) part += 0.0 * seen; /* ... keep it open ... */
