@@ -40,7 +40,7 @@ from app.core.types import (
     Evaluation,
 )
 from app.goal import Goal
-from app.llm.client import BUDGET, REJECTED, LLMClient, LLMError
+from app.llm.client import BUDGET, EMPTY, REJECTED, LLMClient, LLMError, prompt_estimate
 from app.llm.extract import ExtractionError, extract, final_answer
 from app.llm.facts import is_measured_lesson
 from app.llm.guard import warm_start_refusal
@@ -68,6 +68,10 @@ USED_UP_MEMO_S = 0.25  # how long a "space used up" answer holds
 IDLE_BACKOFF_S = 0.5
 IDLE_BACKOFF_MAX_S = 30.0
 IDLE_REPLIES_TO_STOP = 12
+# A request refused because other requests in flight hold the budget (their reservations),
+# while it would fit on its own: wait for them to settle and ask again (doubling, capped).
+BUDGET_WAIT_S = 0.5
+BUDGET_WAIT_MAX_S = 30.0
 
 
 def candidate_key(config: dict[str, Any], source: str) -> str:
@@ -126,6 +130,7 @@ class LLMAgent(Agent):
         # what this agent tried and what it measured, in the product's words (app.llm.memory)
         self.memory = AttemptMemory(spec.language, minimize, spec.unit)
         self._board: Blackboard | None = None  # the board of the last propose
+        self._budget_waits = 0  # consecutive refusals while others held the budget
         self._hard_failures = 0
         self._idle_replies = 0  # consecutive replies that brought nothing new
         self._quiet_until = 0.0  # no new request before this (time.monotonic())
@@ -387,6 +392,8 @@ class LLMAgent(Agent):
             reply = self.client.complete(messages, agent=self.name)
         except LLMError as exc:
             self._log_usage(exc.records, f"request_failed: {exc.status}")
+            if exc.status == BUDGET and self._fits_alone(messages):
+                exc.held_by_others = True  # type: ignore[attr-defined]
             raise
         try:
             got = extract(reply.text, job.base_source, self.spec.entry, truncated=reply.truncated)
@@ -418,6 +425,19 @@ class LLMAgent(Agent):
         return Candidate(config=dict(job.config), key=key, agent=self.name, source=got.source,
                          parent_key=job.parent_key, note=got.idea)
 
+    def _fits_alone(self, messages: list[dict[str, str]]) -> bool:
+        """Whether this request's worst case fits in what is left of the run's budget, so a
+        refusal came from other requests' reservations (they settle, usually far below)."""
+        s = self.client.settings
+        if not self.client.budget_left():
+            return False
+        t = self.client.totals()
+        prompt = prompt_estimate(messages)
+        worst = prompt + s.max_tokens
+        worst_cost = (prompt * s.price_prompt_per_mtok + s.max_tokens * s.price_completion_per_mtok) / 1e6
+        return ((not s.run_token_budget or t["tokens"] + worst <= s.run_token_budget)
+                and (not s.run_cost_budget or t["cost"] + worst_cost <= s.run_cost_budget))
+
     @property
     def tokens_spent(self) -> int:
         """Prompt and completion tokens of every request so far, failed ones included: the
@@ -447,8 +467,22 @@ class LLMAgent(Agent):
             except LLMError as exc:
                 self.stats["request_failed"] += 1
                 log.warning("%s: LLM request failed: %s", self.name, exc)
-                if exc.status == BUDGET:
+                if exc.status == BUDGET and getattr(exc, "held_by_others", False):
+                    # another request's reservation, not the budget: ask again later
+                    self._budget_waits += 1
+                    wait = min(BUDGET_WAIT_MAX_S, BUDGET_WAIT_S * 2 ** (self._budget_waits - 1))
+                    self._quiet_until = max(self._quiet_until, time.monotonic() + wait)
+                elif exc.status == BUDGET:
                     self.stopped_reason = "the run's LLM budget is spent"
+                elif exc.status == EMPTY:
+                    # fed back and backed off: asking the same way at once gets the same nothing
+                    cap = "length cap" in (exc.message or "")
+                    self._extraction_errors.append(
+                        "your reply was empty" + (
+                            f": it reached the max_tokens limit ({self.client.settings.max_tokens} "
+                            "tokens) before any answer; think less, and write the Idea line and "
+                            "the code first" if cap else ""))
+                    self._idle_reply("an empty reply")
                 elif exc.status == REJECTED:
                     self._hard_failures += 1
                     if self._hard_failures >= HARD_FAILURES_TO_STOP:
@@ -459,6 +493,7 @@ class LLMAgent(Agent):
                 log.exception("%s: LLM request crashed", self.name)
                 continue
             self._hard_failures = 0
+            self._budget_waits = 0
             if isinstance(result, Candidate):
                 self.stats["candidates"] += 1
                 self._ready.append(result)
