@@ -53,6 +53,7 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
     from app.llm.lessons import LessonBook, load_prior
     from app.llm.spec import kernel_spec
     from app.llm.usage import UsageLog
+    from app.llm.warm import retune_warm_start
 
     settings = (settings or LLMSettings.from_env()).validate()
     space = evaluator.space
@@ -61,7 +62,7 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
     device = evaluator.device()
     # in the objective's unit; the prompt states both with the unit and CURRENT's fraction
     limits = {"baseline": evaluator.baseline(), "roof": evaluator.limit()}
-    prior = load_prior(db_path, goal) if db_path else None
+    prior = load_prior(db_path, goal, params=list(space.params)) if db_path else None
 
     def publish(lesson):  # type: ignore[no-untyped-def]
         if bus is not None:
@@ -82,6 +83,8 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
             client=client, spec=spec, goal=goal, book=book, device=device.summary(),
             limits=limits, usage=usage, key_fn=key_fn,
             warm_start=(prior.kernels if prior and i == 0 else [])))
+    if agents and prior and prior.kernels:
+        retune_warm_start(agents[0], prior.kernels, list(spec.params), key_fn)
     guarded = PolicyEvaluator(evaluator, spec, dtype=goal.dtype, forbid=goal.constraints.forbid)
     return LLMTeam(agents, guarded, client, book, usage, prior.kernels if prior else [])
 

@@ -33,6 +33,7 @@ from app.core.types import Evaluation, Lesson
 from app.goal import Goal
 from app.llm.facts import category, config_text, is_measured_lesson
 from app.llm.transformation import transformation
+from app.llm.warm import revive
 from app.store import Store, StoreError, goal_family, goal_key
 
 log = logging.getLogger(__name__)
@@ -373,20 +374,25 @@ class PriorKnowledge:
 
 
 def load_prior(db: str | Path | Store, goal: Goal, *, max_kernels: int = 3,
-               max_lessons: int = 20) -> PriorKnowledge:
+               max_lessons: int = 20, params: list[str] | None = None) -> PriorKnowledge:
     """Lessons and best kernels of earlier runs of the same goal (first) or of similar goals
     (same operator or custom kernel and backend, other shapes or dtype: app.store.goal_family).
     `db` is an open Store or the path of a history database. Empty when the database has none,
-    or cannot be read (a warm start is optional)."""
+    or cannot be read (a warm start is optional). With the operator's `params`, each kernel
+    comes back with its tunables and tuned values (app.llm.warm.revive)."""
     if isinstance(db, Store):
-        return _prior_from(db, goal, max_kernels, max_lessons)
-    if not Path(db).exists():
+        prior = _prior_from(db, goal, max_kernels, max_lessons)
+    elif not Path(db).exists():
         return PriorKnowledge()
-    try:
-        with Store(db) as store:
-            return _prior_from(store, goal, max_kernels, max_lessons)
-    except StoreError:
-        return PriorKnowledge()
+    else:
+        try:
+            with Store(db) as store:
+                prior = _prior_from(store, goal, max_kernels, max_lessons)
+        except StoreError:
+            return PriorKnowledge()
+    if params is not None:
+        prior.kernels = [revive(k, params) for k in prior.kernels]
+    return prior
 
 
 def _prior_from(store: Store, goal: Goal, max_kernels: int, max_lessons: int) -> PriorKnowledge:

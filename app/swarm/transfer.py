@@ -95,14 +95,17 @@ def log_gaps(evaluations: Sequence[Evaluation], minimize: bool) -> dict[str, flo
 
 def rank_transfer(space: SearchSpace, sources: Sequence[SourceRun]) -> TransferEvidence:
     """The configurations of `sources` that are valid in `space` (same parameter names and
-    values allowed here), best mean percentile first."""
+    values allowed here), measured on the template, best mean percentile first. Kernels with a
+    source of their own come back through the LLM warm start (app.llm.warm), with that source."""
     names = set(space.params)
     scores: dict[str, list[float]] = {}
     gaps: dict[str, list[float]] = {}
     configs: dict[str, Config] = {}
     used = []
     for src in sources:
-        fitting = [e for e in src.evaluations if set(e.config) == names]
+        # only the template's own measurements: a configuration is replayed here on the
+        # template, so one measured with another source (an LLM kernel's) says nothing of it
+        fitting = [e for e in src.evaluations if set(e.config) == names and e.source is None]
         if not fitting:
             continue
         used.append({"run_id": src.run_id, "device": src.device, "evaluations": len(fitting)})
