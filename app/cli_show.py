@@ -74,7 +74,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         adversary = run["credits"].get("adversary")
         if adversary:  # its share is of the run's time, not of the evaluations
             print(f"adversary: {int(adversary.get('proposed', 0))} inputs in "
-                  f"{int(adversary.get('probes', 0))} probes, "
+                  f"{int(adversary.get('probes', adversary.get('evaluated', 0)))} probes, "
                   f"{int(adversary.get('cases', 0))} case(s) kept, "
                   f"{int(adversary.get('dethroned', 0))} kernel(s) broken; "
                   f"{100 * adversary.get('time_share', 0.0):.1f} % of the run's time "
