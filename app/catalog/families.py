@@ -296,7 +296,7 @@ def family_shapes(op: Any, goal_shapes: Sequence[Sequence[int]]) -> dict[str, li
     if not goal_shapes or meaning in ("", "custom", "recurrence") or getattr(op, "custom", False):
         return {}
     goal = [int(d) for d in goal_shapes[0]]
-    caps = getattr(op, "prime_caps", None) or ([127] * len(goal) if meaning == "matmul"
+    caps = getattr(op, "prime_caps", None) or ([61] * len(goal) if meaning == "matmul"
                                                else [61] * (len(goal) - 1) + [257])
     return {"tiny": [1] * len(goal), "prime": prime_shape(goal, caps)}
 
