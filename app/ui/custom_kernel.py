@@ -40,6 +40,7 @@ from app.catalog.custom.spec import ARG_DTYPES, FILLS, ROLES, entry_names
 from app.catalog.custom.toml_text import goal_text
 from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable, StopRules
+from app.ui.wheel_guard import install_wheel_guard
 
 ARG_COLUMNS = ("name", "role", "dtype", "shape or value", "fill")
 # how outputs are checked: the [kernel] table's reference, reference_source or expected
@@ -84,6 +85,7 @@ class CustomKernelPage(QDialog):
         self.setObjectName("page:custom_kernel")
         self._process: QProcess | None = None
         self._preview_goal: str = ""
+        install_wheel_guard()  # scrolling the tables never changes a role, dtype or fill
         layout = QVBoxLayout(self)
 
         form = QFormLayout()

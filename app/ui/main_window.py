@@ -39,6 +39,7 @@ from app.ui.live_view import LiveView
 from app.ui.model_searches import ModelSearches
 from app.ui.run_controller import RunController
 from app.ui.theme import THEMES, ThemeManager
+from app.ui.wheel_guard import install_wheel_guard
 from app.ui.window_exports import ExportsMixin
 from app.ui.window_state import WindowStateMixin
 
@@ -91,6 +92,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         self._shown_once = False  # the first show fits the docks to the window's size
         self._state_restored = False
         self.interactive = True  # tests switch modal questions off
+        install_wheel_guard()  # the wheel scrolls; it never changes an unfocused value
 
         self.bridge = EventBridge(self)
         self.controller = RunController(self.bridge, self.store, self)
