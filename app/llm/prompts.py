@@ -12,6 +12,7 @@ from typing import Any
 from app.core.types import Evaluation
 from app.core.units import occupancy_text
 from app.goal import Goal
+from app.llm.contract import argument_lines, math_line
 from app.llm.hardware import sheet as hardware_sheet
 from app.llm.headers import shorten_prefix
 from app.llm.outcome import failure_summary
@@ -170,7 +171,10 @@ def _goal_section(ctx: PromptContext) -> str:
     g = ctx.goal
     c = g.constraints
     shapes = ", ".join("x".join(map(str, s)) for s in g.shapes)
-    lines = [f"GOAL: {g.name}", f"operator {g.operator}, dtype {g.dtype}, shapes {shapes}",
+    what = (f"operator {g.operator}" if g.kernel is None else
+            "your own kernel " + str(getattr(ctx.spec.operator, "description", "")
+                                     or ctx.spec.entry).removeprefix("your kernel "))
+    lines = [f"GOAL: {g.name}", f"{what}, dtype {g.dtype}, shapes {shapes}",
              f"objective: {g.objective.metric} ({'minimize' if g.objective.minimize else 'maximize'})"
              + (f", in {ctx.spec.unit}" if ctx.spec.unit else "")]
     extra = []
@@ -220,6 +224,11 @@ def _num(v: float, unit: str) -> str:
 def _harness_section(ctx: PromptContext) -> str:
     spec = ctx.spec
     lines = ["HARNESS (fixed; only the kernel file changes):", f"contract: {spec.contract}"]
+    math = math_line(spec.operator)
+    if math:
+        lines.append(f"math: {math}")
+    if spec.operator is not None and spec.shapes:
+        lines += argument_lines(spec.operator, list(spec.shapes[0]), spec.dtype)
     lines += spec.harness_facts(ctx.config)
     prefix = spec.prefix(ctx.config)
     if prefix:

@@ -6,7 +6,6 @@ verification tolerance, the timing protocol as app.gpu.timed_slots/timing implem
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,8 +25,12 @@ class KernelSpec:
     unit: str = ""  # the objective's unit (ms, GB/s, GFLOP/s)
 
     def signature(self) -> str:
-        m = re.search(rf"[^;{{}}]*\b{re.escape(self.entry)}\s*\([^)]*\)", self.template)
-        return " ".join(m.group(0).split()) if m else f"{self.entry}(...)"
+        """The entry's signature as a parser reads it (app.llm.contract: gcc's own declaration
+        output for C, pycparser for the CUDA entry); never taken from comments."""
+        from app.llm.contract import signature
+
+        got = signature(self.template, self.entry, self.language, tuple(self.params))
+        return got.text() if got is not None else f"{self.entry}(...)"
 
     # ---- harness facts for one configuration -------------------------------------------------
     def prefix(self, config: dict[str, Any]) -> str:
