@@ -22,6 +22,7 @@ import concurrent.futures as cf
 import hashlib
 import logging
 import random
+import re
 import threading
 import time
 from collections import deque
@@ -43,6 +44,7 @@ from app.goal import Goal
 from app.llm.client import BUDGET, EMPTY, REJECTED, LLMClient, LLMError, prompt_estimate
 from app.llm.extract import ExtractionError, extract, final_answer
 from app.llm.facts import is_measured_lesson
+from app.llm.feedback import ptxas_report, vectorisation_report
 from app.llm.guard import warm_start_refusal
 from app.llm.lessons import Attempt, LessonBook
 from app.llm.memory import AttemptMemory
@@ -306,7 +308,8 @@ class LLMAgent(Agent):
             lessons=[scrub(t) for t in self.book.texts() if is_measured_lesson(t)],
             extraction_errors=[scrub(m) for m in self._extraction_errors],
             config=dict(config), tunables=self._tunables_of(start), structures=structures,
-            history=self.memory.lines(), best=best and _scrubbed(best))
+            history=self.memory.lines(), best=best and _scrubbed(best),
+            compiler=self._compiler_feedback(current_source, config))
         if repair is not None:
             # a conversation: the task, the failed attempt's code as the model's turn, what
             # measuring it showed; the reply's edits apply to the attempt
@@ -332,6 +335,25 @@ class LLMAgent(Agent):
             current_identity=self._identity(current) if current else None)
         shown = picked + ([current] if current is not None else [])
         return picked, {e.key: self._niche(e).label for e in shown}
+
+    def _compiler_feedback(self, source: str, config: dict[str, Any]) -> list[str]:
+        """What the compiler says about CURRENT as shown (app.llm.feedback; cached)."""
+        if self.spec.language == "c":
+            return vectorisation_report(source, config)
+        op = self.spec.operator
+        if op is None or not hasattr(op, "render") or not self.spec.shapes:
+            return []
+        cc = _compute_capability(self.device)
+        if not cc:
+            return []
+        try:
+            rendered = op.render(dict(config), list(self.spec.shapes[0]), self.spec.dtype,
+                                 source=source)
+            kernels = tuple(op.kernels(self.spec.dtype)) if hasattr(op, "kernels") \
+                else (self.spec.entry,)
+        except (KeyError, TypeError, ValueError):
+            return []
+        return ptxas_report(rendered, kernels, cc)
 
     def _identity(self, e: Evaluation) -> str:
         """A kernel's code identity: its normal form (the template's when it has no source)."""
@@ -521,6 +543,12 @@ def _without_home(messages: list[dict[str, str]]) -> list[dict[str, str]]:
             content = content.replace(home, "~")
         out.append({**m, "content": content})
     return out
+
+
+def _compute_capability(device: str) -> str:
+    """'90' from a device summary such as 'NVIDIA H100 (cc 9.0, SMs 132, ...)'."""
+    m = re.search(r"\bcc (\d+)\.?(\d)?", device)
+    return "".join(g for g in m.groups() if g) if m else ""
 
 
 def _code_only(source: str) -> str:

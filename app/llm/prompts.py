@@ -76,6 +76,7 @@ class PromptContext:
     structures: dict[str, str] = field(default_factory=dict)  # evaluation key -> niche label
     history: list[str] = field(default_factory=list)  # app.llm.memory lines, oldest first
     best: Evaluation | None = None  # the run's best (None: CURRENT is the best)
+    compiler: list[str] = field(default_factory=list)  # app.llm.feedback lines on CURRENT
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
@@ -138,6 +139,11 @@ def _user_prompt(ctx: PromptContext, task: str) -> str:
             parts.append("CURRENT's declared tunables (the swarm searches them; keep the "
                          "#ifndef defaults and redeclare the ones you keep): " + "; ".join(
                              f"{k} = {v}" for k, v in ctx.tunables.items()))
+    if ctx.compiler:
+        parts.append(("COMPILER ON CURRENT (gcc's vectorisation report, loops by line of CURRENT "
+                      "as shown):\n" if ctx.spec.language == "c" else
+                      "COMPILER ON CURRENT (ptxas, compile only):\n")
+                     + "\n".join(f"- {c}" for c in ctx.compiler))
     for e in ctx.elites[:MAX_ELITES]:
         if e.source:
             parts.append("ANOTHER GOOD KERNEL for inspiration (" + _eval_line(e, ctx)
