@@ -46,8 +46,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+for _path in (ROOT, ROOT / "bench"):  # the app, and this benchmark's sibling modules
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from search_ablation import print_ablation, virtual_best  # noqa: F401 (virtual_best: tests)
+from search_kt import _kt_shared, _seeded_lhs
 
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "dual_annealing", "simulated_annealing",
                  "bayes_opt", "pso", "diff_evo", "greedy_ils", "firefly_algorithm")
@@ -138,8 +142,13 @@ def run_swarm(task: Task) -> dict[int, float | None]:
     from app.swarm.agents import AGENT_NAMES
     from app.swarm.coordinator import Coordinator
 
-    agents = list(AGENT_NAMES) if task.strategy == "swarm" else [task.strategy.split("-", 1)[1]]
-    sibling = sibling_source(task.sibling) if task.sibling else None
+    strategy, _, policy = task.strategy.partition("@")  # swarm@POLICY: another allocation policy
+    agents = list(AGENT_NAMES) if strategy == "swarm" else [strategy.split("-", 1)[1]]
+    sibling = None
+    if task.sibling:
+        from search_transfer import sibling_source
+
+        sibling = sibling_source(task.sibling)
     evaluator = ReplayEvaluator(load_cache_file(task.space), simulate_time=False)
     transfer = None
     if sibling is not None:
@@ -149,33 +158,14 @@ def run_swarm(task: Task) -> dict[int, float | None]:
     coordinator = Coordinator(evaluator.space, evaluator, agents=agents, minimize=True,
                               stop=StopRules(max_evals=task.budget), workers=1, seed=task.seed,
                               transfer=transfer)
+    if policy:  # the coordinator reads its allocator at every pick: swap it before the run
+        from app.swarm.allocation import make_allocator
+
+        old = coordinator.allocator
+        coordinator.allocator = make_allocator(policy, old.agents, spend=old.spend)
     result = coordinator.run()
     trace = [(evaluator.space.as_tuple(e.config), e.value if e.ok else None) for e in result.history]
     return {m: best_of_first(trace, m) for m in {task.budget, *task.prefixes}}
-
-
-_SIBLINGS: dict[str, object] = {}
-
-
-def sibling_source(path: str):
-    """A recorded space as the history of one run on its device (kept per process: the replay
-    loader holds one file at a time)."""
-    from app.core.types import Evaluation
-    from app.gpu.replay import _is_number, load_cache_file
-    from app.swarm.transfer import SourceRun
-
-    if path not in _SIBLINGS:
-        rec = load_cache_file(path)
-        names = list(rec.params)
-        evaluations = []
-        for values, r in rec.records.items():
-            ok = _is_number(r.get("time"))
-            evaluations.append(Evaluation(key=",".join(map(str, values)),
-                                          config=dict(zip(names, values)), ok=ok,
-                                          value=float(r["time"]) if ok else None))
-        _SIBLINGS.clear()
-        _SIBLINGS[path] = SourceRun(run_id=None, device=rec.device_name, evaluations=evaluations)
-    return _SIBLINGS[path]
 
 
 def run_kernel_tuner(task: Task) -> dict[int, float | None]:
@@ -207,99 +197,6 @@ def kernel_tuner_trace(task: Task, shared: bool = True) -> list[tuple[tuple, flo
         ok = "__error__" not in r and isinstance(t, (int, float)) and math.isfinite(t) and t < 1e30
         trace.append((tuple(r[k] for k in keys), float(t) if ok else None))
     return trace
-
-
-@contextlib.contextmanager
-def _seeded_lhs():
-    """Kernel Tuner's Latin hypercube samples (bayes_opt's initial sample, diff_evo's initial
-    population) come from scipy's `LatinHypercube` without a seed, i.e. from fresh OS entropy:
-    those two strategies gave a different run every time whatever the seed. Here the sampler's
-    generator is drawn from the seeded global NumPy generator, so every run is reproducible; the
-    sampler and its options are unchanged."""
-    import numpy as np
-    import scipy.stats.qmc as qmc
-    from kernel_tuner.strategies import bayes_opt
-
-    original = qmc.LatinHypercube
-
-    class SeededLatinHypercube(original):
-        def __init__(self, *args, **kwargs):
-            if kwargs.get("rng") is None and kwargs.get("seed") is None:
-                kwargs.pop("seed", None)
-                kwargs["rng"] = np.random.default_rng(np.random.randint(2**31))
-            super().__init__(*args, **kwargs)
-
-    qmc.LatinHypercube = bayes_opt.LatinHypercube = SeededLatinHypercube
-    try:
-        yield
-    finally:
-        qmc.LatinHypercube = bayes_opt.LatinHypercube = original
-
-
-def _pristine_copy(built):
-    """The Searchspace as it was right after construction: a shallow copy whose containers are
-    copies too. Strategies change a Searchspace's state while they run (its neighbour caches;
-    `get_random_neighbor` pops from a partial cache), and that state steers later draws, so each
-    run gets its own containers; the configurations themselves (tuples) are shared."""
-    import copy
-
-    import numpy as np
-
-    def fresh(value):
-        if isinstance(value, dict):  # defaultdict too: copy.copy keeps its factory
-            out = copy.copy(value)
-            for k, v in value.items():
-                if isinstance(v, (dict, list, set, np.ndarray)):
-                    out[k] = fresh(v)
-            return out
-        if isinstance(value, (list, set, np.ndarray)):
-            return value.copy()  # elements are configurations (tuples) or numbers
-        return value
-
-    copied = copy.copy(built)
-    for name, value in vars(built).items():
-        setattr(copied, name, fresh(value))
-    return copied
-
-
-# Per process: the parsed cache file and the Searchspace of the space being run (one at a time).
-_KT_SHARED: dict[str, tuple[dict, object]] = {}
-
-
-@contextlib.contextmanager
-def _kt_shared(kt_json: str):
-    """Within this block Kernel Tuner reads the cache file and builds its Searchspace once per
-    process instead of once per run. Profiled (cProfile, gemm, 1.3 s per run): `tune_cache`
-    parses the whole JSON file twice (0.96 s: once itself, once in `process_cache`), builds the
-    Searchspace (0.2 s) and infers its restrictions (0.07 s); the strategy itself took 0.035 s.
-    Both are pure functions of the file: the simulation runner copies every record it serves
-    (`dict(cache[key])`) and a Searchspace's own caches (neighbours, index lookups) are
-    functions of the space. Checked: traces identical to fresh runs for every strategy
-    (tests/test_search_bench.py)."""
-    from kernel_tuner import interface, util
-
-    if kt_json not in _KT_SHARED:
-        _KT_SHARED.clear()  # one space at a time: tasks come grouped by space
-        _KT_SHARED[kt_json] = (util.read_cache(kt_json, open_cache=False), None)
-    read_cache, searchspace = util.read_cache, interface.Searchspace
-
-    def shared_read(path, open_cache=True):
-        if str(path) == kt_json and not open_cache:
-            return _KT_SHARED[kt_json][0]
-        return read_cache(path, open_cache)
-
-    def shared_searchspace(*args, **kwargs):
-        data, built = _KT_SHARED[kt_json]
-        if built is None:
-            built = searchspace(*args, **kwargs)
-            _KT_SHARED[kt_json] = (data, built)
-        return _pristine_copy(built)
-
-    util.read_cache, interface.Searchspace = shared_read, shared_searchspace
-    try:
-        yield
-    finally:
-        util.read_cache, interface.Searchspace = read_cache, searchspace
 
 
 def _tune_keys(path: str) -> list[str]:
@@ -410,7 +307,19 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     ap.add_argument("--transfer", action="store_true",
                     help="also: the swarm cold vs warm-started from a sibling space's results")
     ap.add_argument("--transfer-budgets", default="20,50,100", help="budgets of --transfer")
+    ap.add_argument("--leave-one-out", action="store_true",
+                    help="judge the swarm (and every swarm@POLICY change) on each space by the "
+                         "other spaces' choice, per space and per GPU vendor (implies --ablation)")
+    ap.add_argument("--baseline", default="swarm", help="what --leave-one-out judges changes against")
+    ap.add_argument("--previous", type=Path, help="a report (--json) to compare each space with")
+    ap.add_argument("--from-json", type=Path, action="append",
+                    help="report --leave-one-out from saved reports (--json; repeat to merge "
+                         "the strategies of several runs) without running")
     args = ap.parse_args(argv)
+    args.previous_report = _read_report(ap, args.previous, "--previous")
+    args.saved_report = None
+    for path in args.from_json or ():
+        args.saved_report = _merge(args.saved_report, _read_report(ap, path, "--from-json"))
     try:
         args.budgets = sorted({int(b) for b in args.budgets.split(",") if b.strip()})
     except ValueError:
@@ -427,8 +336,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         ap.error("--first-seed must be 0 or more")
     args.strategies = [s.strip() for s in args.strategies.split(",") if s.strip()]
     from app.swarm.agents import AGENT_NAMES
+    from app.swarm.allocation import ALLOCATORS
 
-    known = {"swarm", *(f"swarm-{a}" for a in AGENT_NAMES), *KT_STRATEGIES}
+    known = {"swarm", *(f"swarm-{a}" for a in AGENT_NAMES), *KT_STRATEGIES,
+             *(f"swarm@{p}" for p in ALLOCATORS)}
+    args.ablation = args.ablation or args.leave_one_out
     if args.ablation:
         args.strategies += [s for s in ("swarm", *(f"swarm-{a}" for a in AGENT_NAMES))
                             if s not in args.strategies]
@@ -438,8 +350,38 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+def _read_report(ap: argparse.ArgumentParser, path: Path | None, flag: str) -> dict | None:
+    if path is None:
+        return None
+    try:
+        report = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        ap.error(f"{flag} {path}: not a readable JSON report ({exc})")
+    if not isinstance(report, dict) or not isinstance(report.get("spaces"), dict):
+        ap.error(f"{flag} {path}: not a report written by --json (no 'spaces')")
+    return report
+
+
+def _merge(into: dict | None, report: dict) -> dict:
+    """Strategies of two reports on the same budgets, per space (the later wins a clash)."""
+    if into is None:
+        return report
+    for name, space in report["spaces"].items():
+        into["spaces"].setdefault(name, space)["strategies"].update(space["strategies"])
+    return into
+
+
+def leave_one_out(report: dict, args: argparse.Namespace) -> None:
+    from leave_one_out import report_leave_one_out
+
+    report["leave_one_out"] = report_leave_one_out(report, args.baseline, args.previous_report)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.saved_report is not None:  # report only: nothing runs
+        leave_one_out(args.saved_report, args)
+        return 0
     started = time.perf_counter()
     spaces = find_spaces(Path(args.dir))
     kt_cache = load_kt_cache(args.kt_cache)
@@ -497,7 +439,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     for strategy, error in errors.items():
         print(f"warning: {strategy} failed (left out where it failed): {error}")
     if args.transfer:
-        report["transfer"] = run_transfer(stats, args)
+        from search_transfer import run_transfer
+
+        report["transfer"] = run_transfer(stats, args, sys.modules[__name__])
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     report["run_seconds"] = {k: round(v, 1) for k, v in spent.items()}
     if spent:
@@ -509,82 +453,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_final(report)
     if args.ablation:
         print_ablation(report)
+    if args.leave_one_out:
+        leave_one_out(report, args)
     if args.transfer:
+        from search_transfer import print_transfer
+
         print_transfer(report["transfer"])
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
     return 0
-
-
-# ---- transfer across devices ------------------------------------------------------------------
-def sibling_pairs(stats: dict[str, SpaceStats]) -> list[tuple[str, str]]:
-    """(space, sibling): the same kernel (kernel name and parameter names) on another device."""
-    return [(a, b) for a, sa in stats.items() for b, sb in stats.items()
-            if a != b and sa.kernel == sb.kernel and sa.params == sb.params
-            and sa.device != sb.device]
-
-
-def run_transfer(stats: dict[str, SpaceStats], args: argparse.Namespace) -> dict:
-    """The swarm cold and warm-started from one sibling's recorded results, per pair."""
-    pairs = sibling_pairs(stats)
-    if not pairs:
-        print("transfer: no space has a sibling (same kernel on another device) here")
-        return {}
-    budgets = args.transfer_budgets
-    tasks = []
-    for space in sorted({a for a, _ in pairs}):
-        for sibling in ["", *sorted(b for a, b in pairs if a == space)]:
-            fitting = tuple(m for m in budgets if m <= stats[space].n_configs)
-            for seed in range(args.first_seed, args.first_seed + (args.seeds if fitting else 0)):
-                tasks.append(Task(space, space, "swarm", max(fitting), seed, sibling=sibling,
-                                  prefixes=fitting))
-    found: dict[tuple[str, str, int], list[float | None]] = {}
-    with mp.get_context("fork").Pool(max(1, args.jobs), initializer=_one_thread) as pool:
-        for task, value, _, error in pool.imap(run_task, tasks, chunksize=4):
-            if error:
-                raise SystemExit(f"transfer run failed on {Path(task.space).name}: {error}")
-            for m, v in value.items():
-                found.setdefault((task.space, task.sibling, m), []).append(v)
-    rows = []
-    for space, sibling in pairs:
-        st = stats[space]
-        for m in budgets:
-            if (space, sibling, m) not in found:
-                continue
-            fr = expected_random_best(st.times, m, st.penalty)
-            cell = {"space": st.name, "sibling": stats[sibling].name, "budget": m}
-            for kind, key in (("cold", ""), ("warm", sibling)):
-                runs = [st.penalty if v is None else v for v in found[(space, key, m)]]
-                cell[kind] = standardised(sum(runs) / len(runs), fr, st.f_opt)
-                # how close to the optimum a run gets, on average (1: the optimum itself)
-                cell[kind + "_of_opt"] = sum(st.f_opt / v for v in runs) / len(runs)
-            rows.append(cell)
-    if not args.quiet:
-        print("\ntransfer (P cold -> warm, fraction of the optimum reached):")
-        for c in rows:
-            print(f"  {c['space']:<22} from {c['sibling']:<22} M={c['budget']:<4} "
-                  f"P {c['cold']:6.3f} -> {c['warm']:6.3f}   "
-                  f"of optimum {c['cold_of_opt']:.3f} -> {c['warm_of_opt']:.3f}")
-    summary = {}
-    for m in budgets:
-        cells = [c for c in rows if c["budget"] == m]
-        if cells:
-            summary[str(m)] = {k: sum(c[k] for c in cells) / len(cells)
-                               for k in ("cold", "warm", "cold_of_opt", "warm_of_opt")}
-    return {"pairs": rows, "by_budget": summary}
-
-
-def print_transfer(result: dict) -> None:
-    summary = result.get("by_budget") if result else None
-    if not summary:
-        return
-    print("\ntransfer (mean over space/sibling pairs):")
-    for m, r in summary.items():
-        print(f"  M={m:<5} P cold {r['cold']:6.3f} warm {r['warm']:6.3f}   fraction of optimum "
-              f"cold {r['cold_of_opt']:.3f} warm {r['warm_of_opt']:.3f}")
-    first = summary[min(summary, key=int)]
-    print(f"transfer: P at {min(summary, key=int)} evals cold {first['cold']:.3f} "
-          f"warm {first['warm']:.3f}")
 
 
 def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) -> dict:
@@ -605,8 +482,9 @@ def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) ->
                 found = [st.penalty if v is None else v for v in runs]
                 f = sum(found) / len(found)
                 p = standardised(f, fr, st.f_opt)
+                per_run = [standardised(v, fr, st.f_opt) for v in found]
                 row[m] = {"f": f, "f_rand": fr, "P": p, "runs": len(runs),
-                          "se": standard_error([standardised(v, fr, st.f_opt) for v in found])}
+                          "se": standard_error(per_run), "P_runs": per_run}
                 per_strategy[strategy].append(p)
             rows[strategy] = row
         report["spaces"][st.name] = {"n_configs": st.n_configs, "f_opt": st.f_opt,
@@ -631,50 +509,6 @@ def score(stats: dict[str, SpaceStats], best: dict, args: argparse.Namespace) ->
     for strategy, s in sorted(report["scores"].items(), key=lambda kv: -kv[1]):
         print(f"  {strategy:<22}{s:9.3f}")
     return report
-
-
-def virtual_best(report: dict) -> dict[str, dict[str, float]]:
-    """Per budget, the mean over spaces of the swarm's P, of the virtual best single agent's
-    (per space the agent with the best mean P over the budgets, chosen with hindsight) and of
-    the oracle that picks the best agent per space and budget (stricter still)."""
-    out: dict[str, dict[str, float]] = {}
-    cells: dict[str, list[tuple[float, float, float, float]]] = {str(m): [] for m in report["budgets"]}
-    for space in report["spaces"].values():
-        rows = space["strategies"]
-        alone = {s: r for s, r in rows.items() if s.startswith("swarm-") and r}
-        if not alone or not rows.get("swarm"):
-            continue
-        chosen = max(alone, key=lambda s: sum(v["P"] for v in alone[s].values()) / len(alone[s]))
-        for m, column in cells.items():
-            if m in rows["swarm"] and all(m in r for r in alone.values()):
-                # the margin's variance on this space: independent runs of the two
-                var = rows["swarm"][m].get("se", 0.0) ** 2 + alone[chosen][m].get("se", 0.0) ** 2
-                column.append((rows["swarm"][m]["P"], alone[chosen][m]["P"],
-                               max(r[m]["P"] for r in alone.values()), var))
-    for m, c in cells.items():
-        if c:
-            out[m] = {"swarm": sum(x[0] for x in c) / len(c),
-                      "virtual_best": sum(x[1] for x in c) / len(c),
-                      "oracle_per_budget": sum(x[2] for x in c) / len(c), "spaces": len(c),
-                      "margin_se": math.sqrt(sum(x[3] for x in c)) / len(c)}
-    return out
-
-
-def print_ablation(report: dict) -> None:
-    vb = virtual_best(report)
-    report["virtual_best"] = vb
-    if not vb:
-        return
-    print("\nablation (mean P over spaces; virtual best: per space the single agent with the best "
-          "mean P, chosen with hindsight; ± one standard error of the margin over the seeds; "
-          "oracle: the best agent per space and budget):")
-    for m, row in vb.items():
-        print(f"  M={m:<6} swarm {row['swarm']:7.3f}   virtual best agent {row['virtual_best']:7.3f}"
-              f"   margin {row['swarm'] - row['virtual_best']:+.3f} ± {row['margin_se']:.3f}"
-              f"   (oracle {row['oracle_per_budget']:.3f})")
-    swarm = sum(r["swarm"] for r in vb.values()) / len(vb)
-    best = sum(r["virtual_best"] for r in vb.values()) / len(vb)
-    print(f"swarm vs virtual best agent {swarm:.3f} vs {best:.3f}")
 
 
 def print_final(report: dict) -> None:

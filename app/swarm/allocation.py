@@ -1,9 +1,19 @@
-"""Budget allocation between agents: more proposals go to agents that recently improved.
+"""Budget allocation between agents: the run's own evidence decides which agents pay off here.
 
-Each agent keeps an exponentially decayed reward over its own recent evaluations (1 for a new
-global best, a smaller reward for a correct result in the top decile, 0 otherwise). An agent's
-share of proposals is a floor (so no strategy starves: evidence from every strategy keeps the
-others honest) plus a part proportional to its reward.
+The default policy (`BanditAllocator`, "bandit") is discounted Thompson sampling over the
+agents. Each agent's evidence is its rewards per evaluation (1 for a new global best, the
+coordinator's smaller reward for a correct result in the top decile, 0 otherwise), discounted
+at every evaluation of the run, whoever made it: old evidence fades for all agents alike, so an
+agent that paid early but no longer does loses its share, and one left alone for a while gets
+its uncertainty back and is tried again. Each pick draws a plausible reward rate per agent
+from its Beta posterior and takes the highest; a fixed part of the picks (the floor) is spread
+evenly, so no strategy starves (evidence from every strategy keeps the others honest). An
+agent that keeps proposing without paying (a model whose suggestions miss on this space) ends
+near its floor share whatever it earned at the start.
+
+The previous policy ("decay", `DecayAllocator`) stays for comparison (bench/search_efficiency.py
+`--strategies swarm@decay`): an exponentially decayed reward over each agent's own evaluations,
+shares a floor plus a part proportional to that reward.
 
 Agents that pay for their proposals (LLM agents: tokens) report what they spent through
 `spend(agent)`; their reward is weighed by cost per improvement, relative to the other paying
@@ -17,27 +27,28 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Callable
+from functools import partial
 
 MAX_COST_FACTOR = 4.0  # one agent's cost weight stays within [1/4, 4] of the others' mean
 IMPROVEMENT_REWARD = 1.0  # the coordinator's reward for a new global best
+SHARE_SAMPLES = 400  # Thompson draws behind a displayed share (shares() only, not picks)
 
 
-class BudgetAllocator:
-    def __init__(self, agents: list[str], decay: float = 0.85, floor: float = 0.5,
-                 spend: Callable[[str], float | None] | None = None) -> None:
+class _Allocator:
+    """What every policy shares: the agents, their improvements and cost weights."""
+
+    floor = 0.5
+
+    def __init__(self, agents: list[str], spend: Callable[[str], float | None] | None = None
+                 ) -> None:
         if not agents:
             raise ValueError("no agents to allocate budget to")
         self.agents = list(agents)
-        self.decay = decay
-        self.floor = floor  # fraction of proposals spread evenly
-        self.reward = {a: 0.0 for a in self.agents}
         self.improvements = {a: 0 for a in self.agents}
         self.spend = spend  # agent -> what it has spent so far (tokens), None when free
 
-    def update(self, agent: str, reward: float) -> None:
-        if agent in self.reward:
-            self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * reward
-            self.improvements[agent] += reward >= IMPROVEMENT_REWARD
+    def _count(self, agent: str, reward: float) -> None:
+        self.improvements[agent] += reward >= IMPROVEMENT_REWARD
 
     def cost_factors(self) -> dict[str, float]:
         """Each paying agent's weight: the paying agents' geometric mean cost per improvement
@@ -57,15 +68,7 @@ class BudgetAllocator:
         return out
 
     def shares(self) -> dict[str, float]:
-        n = len(self.agents)
-        factors = self.cost_factors()
-        weight = {a: self.reward[a] * factors[a] for a in self.agents}
-        total = sum(weight.values())
-        out = {}
-        for a in self.agents:
-            earned = weight[a] / total if total > 0 else 1.0 / n
-            out[a] = self.floor / n + (1.0 - self.floor) * earned
-        return out
+        raise NotImplementedError
 
     def pick(self, rng: random.Random, exclude: set[str] = frozenset()) -> str | None:
         shares = {a: s for a, s in self.shares().items() if a not in exclude}
@@ -77,3 +80,101 @@ class BudgetAllocator:
             if r <= 0:
                 return a
         return next(reversed(shares))
+
+
+class DecayAllocator(_Allocator):
+    """The previous rule: a floor plus a part proportional to each agent's reward, decayed
+    over its own evaluations."""
+
+    def __init__(self, agents: list[str], decay: float = 0.85, floor: float = 0.5,
+                 spend: Callable[[str], float | None] | None = None) -> None:
+        super().__init__(agents, spend)
+        self.decay = decay
+        self.floor = floor  # fraction of proposals spread evenly
+        self.reward = {a: 0.0 for a in self.agents}
+
+    def update(self, agent: str, reward: float) -> None:
+        if agent in self.reward:
+            self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * reward
+            self._count(agent, reward)
+
+    def shares(self) -> dict[str, float]:
+        n = len(self.agents)
+        factors = self.cost_factors()
+        weight = {a: self.reward[a] * factors[a] for a in self.agents}
+        total = sum(weight.values())
+        return {a: self.floor / n + (1.0 - self.floor) * (weight[a] / total if total > 0 else 1.0 / n)
+                for a in self.agents}
+
+
+class BanditAllocator(_Allocator):
+    """Discounted Thompson sampling over agents (see the module's docstring).
+
+    discount: every evaluation multiplies all agents' evidence by it (0.97: the last ~30
+    evaluations of the run weigh most); prior: Beta(prior_hits, prior_misses) on a reward
+    rate, a first guess of one improvement in five evaluations, worth a few evaluations."""
+
+    def __init__(self, agents: list[str], discount: float = 0.97, floor: float = 0.3,
+                 prior_hits: float = 0.5, prior_misses: float = 2.0, near_credit: float = 1.0,
+                 spend: Callable[[str], float | None] | None = None) -> None:
+        super().__init__(agents, spend)
+        self.discount = discount
+        self.floor = floor
+        self.prior = (prior_hits, prior_misses)
+        self.near_credit = near_credit  # weight of a reward short of a new best
+        self.hits = {a: 0.0 for a in self.agents}  # discounted rewards
+        self.trials = {a: 0.0 for a in self.agents}  # discounted evaluations
+
+    def update(self, agent: str, reward: float) -> None:
+        if agent not in self.hits:
+            return
+        for a in self.agents:
+            self.hits[a] *= self.discount
+            self.trials[a] *= self.discount
+        credit = 1.0 if reward >= IMPROVEMENT_REWARD else self.near_credit * max(0.0, reward)
+        self.hits[agent] += credit
+        self.trials[agent] += 1.0
+        self._count(agent, reward)
+
+    def _draw(self, rng: random.Random, agents: list[str], factors: dict[str, float]) -> str:
+        a0, b0 = self.prior
+
+        def sample(a: str) -> float:
+            hits = self.hits[a]
+            return rng.betavariate(a0 + hits, b0 + max(0.0, self.trials[a] - hits)) * factors[a]
+        return max(agents, key=sample)
+
+    def shares(self) -> dict[str, float]:
+        """Each agent's chance of being picked now (the Thompson part estimated by a fixed
+        number of draws from a fixed generator: the same state gives the same shares)."""
+        n = len(self.agents)
+        factors = self.cost_factors()
+        rng = random.Random(0)
+        wins = {a: 0 for a in self.agents}
+        for _ in range(SHARE_SAMPLES):
+            wins[self._draw(rng, self.agents, factors)] += 1
+        return {a: self.floor / n + (1.0 - self.floor) * wins[a] / SHARE_SAMPLES
+                for a in self.agents}
+
+    def pick(self, rng: random.Random, exclude: set[str] = frozenset()) -> str | None:
+        allowed = [a for a in self.agents if a not in exclude]
+        if not allowed:
+            return None
+        if rng.random() < self.floor:
+            return allowed[rng.randrange(len(allowed))]
+        return self._draw(rng, allowed, self.cost_factors())
+
+
+ALLOCATORS: dict[str, Callable[..., _Allocator]] = {
+    "bandit": BanditAllocator, "decay": DecayAllocator,
+    "bandit-strict": partial(BanditAllocator, near_credit=0.0)}
+BudgetAllocator = DecayAllocator  # the policy the coordinator makes
+
+
+def make_allocator(policy: str, agents: list[str],
+                   spend: Callable[[str], float | None] | None = None) -> _Allocator:
+    try:
+        return ALLOCATORS[policy](agents, spend=spend)
+    except KeyError:
+        raise ValueError(f"unknown allocation policy {policy!r}; known: "
+                         f"{', '.join(ALLOCATORS)}") from None
