@@ -70,6 +70,9 @@ USED_UP_MEMO_S = 0.25  # how long a "space used up" answer holds
 IDLE_BACKOFF_S = 0.5
 IDLE_BACKOFF_MAX_S = 30.0
 IDLE_REPLIES_TO_STOP = 12
+# Every CROSSOVER_EVERY-th request of a rewriting role combines CURRENT with a good kernel of
+# another structural niche (when the archive holds one with its own source).
+CROSSOVER_EVERY = 3
 # A request refused because other requests in flight hold the budget (their reservations),
 # while it would fit on its own: wait for them to settle and ask again (doubling, capped).
 BUDGET_WAIT_S = 0.5
@@ -133,6 +136,7 @@ class LLMAgent(Agent):
         self.memory = AttemptMemory(spec.language, minimize, spec.unit)
         self._board: Blackboard | None = None  # the board of the last propose
         self._budget_waits = 0  # consecutive refusals while others held the budget
+        self._rewrites = 0  # rewrite requests prepared (every CROSSOVER_EVERY-th: a crossover)
         self._hard_failures = 0
         self._idle_replies = 0  # consecutive replies that brought nothing new
         self._quiet_until = 0.0  # no new request before this (time.monotonic())
@@ -300,6 +304,11 @@ class LLMAgent(Agent):
             if sampled is None:
                 return None
             config = sampled
+        crossover = None
+        if repair is None:
+            self._rewrites += 1
+            if self._rewrites % CROSSOVER_EVERY == 0:
+                crossover = next((e for e in elites if e.source), None)
         ctx = PromptContext(
             goal=self.goal, spec=self.spec, device=self.device, limits=self.limits,
             current_source=current_source, current=start and _scrubbed(start), elites=elites,
@@ -309,7 +318,7 @@ class LLMAgent(Agent):
             extraction_errors=[scrub(m) for m in self._extraction_errors],
             config=dict(config), tunables=self._tunables_of(start), structures=structures,
             history=self.memory.lines(), best=best and _scrubbed(best),
-            compiler=self._compiler_feedback(current_source, config))
+            compiler=self._compiler_feedback(current_source, config), crossover=crossover)
         if repair is not None:
             # a conversation: the task, the failed attempt's code as the model's turn, what
             # measuring it showed; the reply's edits apply to the attempt

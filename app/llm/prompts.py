@@ -77,11 +77,19 @@ class PromptContext:
     history: list[str] = field(default_factory=list)  # app.llm.memory lines, oldest first
     best: Evaluation | None = None  # the run's best (None: CURRENT is the best)
     compiler: list[str] = field(default_factory=list)  # app.llm.feedback lines on CURRENT
+    crossover: Evaluation | None = None  # a good kernel of another niche to combine with CURRENT
+
+
+CROSSOVER_TASK = ("Combine CURRENT and SECOND PARENT, two correct kernels of different "
+                  "structure, into one kernel faster than both: keep what makes each fast "
+                  "(see their structure and measured figures) where the two designs fit "
+                  "together. Edit blocks apply to CURRENT.")
 
 
 def build_messages(role: str, ctx: PromptContext) -> list[dict[str, str]]:
     _, brief = ROLE_BRIEFS[role]
     task = ("Repair CURRENT." if ctx.repair_target is not None else
+            CROSSOVER_TASK if ctx.crossover is not None and ctx.crossover.source else
             "Write a faster correct version of CURRENT.")
     return [{"role": "system", "content": _system(role, ctx)},
             {"role": "user", "content": _user_prompt(ctx, f"{task} {brief}")}]
@@ -144,7 +152,14 @@ def _user_prompt(ctx: PromptContext, task: str) -> str:
                       "as shown):\n" if ctx.spec.language == "c" else
                       "COMPILER ON CURRENT (ptxas, compile only):\n")
                      + "\n".join(f"- {c}" for c in ctx.compiler))
+    if ctx.crossover is not None and ctx.crossover.source:
+        # the second parent is combined, not glanced at: shown whole, like CURRENT
+        parts.append("SECOND PARENT (" + _eval_line(ctx.crossover, ctx)
+                     + _structure_note(ctx.crossover, ctx) + "):\n"
+                     + _code(ctx.crossover.source, ctx, limit=None))
     for e in ctx.elites[:MAX_ELITES]:
+        if ctx.crossover is not None and e.key == ctx.crossover.key:
+            continue
         if e.source:
             parts.append("ANOTHER GOOD KERNEL for inspiration (" + _eval_line(e, ctx)
                          + _structure_note(e, ctx) + "):\n"
