@@ -5,7 +5,10 @@ parameters (a name and a Python list of values per row), restrictions (checked a
 the safe parser), the kernel's arguments in call order, the CUDA launch geometry and how outputs are checked
 (a Python reference, a reference kernel source, stored expected outputs, or not at all). "Compile one configuration" compiles a sampled configuration in a subprocess
 (app.gpu.custom_reference.preview) and shows the compiler's output; "Save as TOML" writes the goal
-with paths relative to the file; "Use in the window" hands the goal to the main goal form.
+with paths relative to the file (its text previewed as you type); "Use in the window" hands the
+goal to the main goal form and closes the page. The arguments are offered from the entry's parsed
+signature (app.ui.kernel_signature). Laid out wide: two columns of tables over the outputs, so it
+fits a 1366x768 screen.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QProcess, Signal
+from PySide6.QtCore import QProcess, Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QComboBox,
     QDialog,
@@ -25,13 +28,16 @@ from PySide6.QtWidgets import (
     QFormLayout,
     QGroupBox,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
     QSpinBox,
+    QSplitter,
     QTableWidget,
     QTableWidgetItem,
+    QTabWidget,
     QVBoxLayout,
     QWidget,
 )
@@ -40,39 +46,17 @@ from app.catalog.custom.spec import ARG_DTYPES, FILLS, ROLES, entry_names
 from app.catalog.custom.toml_text import goal_text
 from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable, StopRules
+from app.ui.custom_kernel_fields import (
+    REFERENCE_FILTERS,
+    REFERENCE_HINTS,
+    REFERENCE_KINDS,
+    _python_list,
+    _split,
+)
+from app.ui.kernel_signature import SignatureError, parse_signature, suggested_rows
 from app.ui.wheel_guard import install_wheel_guard
 
 ARG_COLUMNS = ("name", "role", "dtype", "shape or value", "fill")
-# how outputs are checked: the [kernel] table's reference, reference_source or expected
-REFERENCE_KINDS = (("Python reference (module.py:function)", "python"),
-                   ("Reference kernel source (same signature)", "source"),
-                   ("Stored expected outputs (.npz)", "expected"),
-                   ("No check", "none"))
-REFERENCE_HINTS = {"python": "reference.py (numpy in, arrays out)",
-                   "source": "reference.c or reference.cu, built with each tunable at its first value",
-                   "expected": "expected.npz (one array per checked output)",
-                   "none": "outputs are not checked"}
-REFERENCE_FILTERS = {"python": "Python (*.py)", "source": "Kernels (*.c *.cu *.cuh);;All (*)",
-                     "expected": "NumPy archives (*.npz)"}
-
-
-def _split(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _python_list(text: str) -> list[Any]:
-    """A pasted Python list of values ("[16, 32, 64]", or "16, 32, 64")."""
-    text = text.strip()
-    try:
-        value = ast.literal_eval(text if text.startswith(("[", "(")) else f"[{text}]")
-    except (ValueError, SyntaxError):
-        raise ValueError(f"{text!r} is not a Python list of numbers or strings") from None
-    values = list(value) if isinstance(value, (list, tuple)) else [value]
-    if not values or not all(isinstance(v, (int, float, str)) and not isinstance(v, bool) for v in values):
-        raise ValueError(f"{text!r} must hold numbers or strings")
-    return values
-
-
 class CustomKernelPage(QDialog):
     """Builds a custom-kernel goal; `goal_ready` carries it to the main window."""
 
@@ -85,9 +69,10 @@ class CustomKernelPage(QDialog):
         self.setObjectName("page:custom_kernel")
         self._process: QProcess | None = None
         self._preview_goal: str = ""
+        self._saved_dir: Path | None = None
+        self._cancelled = False
         install_wheel_guard()  # scrolling the tables never changes a role, dtype or fill
-        layout = QVBoxLayout(self)
-
+        left = QVBoxLayout()  # the goal's fields, then the tunable parameters
         form = QFormLayout()
         self.name = QLineEdit("my kernel")
         form.addRow("Name", self.name)
@@ -107,6 +92,7 @@ class CustomKernelPage(QDialog):
         form.addRow("Language", self.language)
         self.entry = QComboBox()
         self.entry.setEditable(True)
+        self.entry.currentTextChanged.connect(self._entry_changed)
         form.addRow("Entry function", self.entry)
         self.dims = QLineEdit("n")
         self.dims.setToolTip("names of a problem size's entries, used in shapes and values")
@@ -118,7 +104,7 @@ class CustomKernelPage(QDialog):
         self.max_evals.setRange(1, 100_000)
         self.max_evals.setValue(50)
         form.addRow("Evaluations", self.max_evals)
-        layout.addLayout(form)
+        left.addLayout(form)
 
         params_box = QGroupBox("Tunable parameters (#defines): a name and a Python list of values")
         pv = QVBoxLayout(params_box)
@@ -126,27 +112,45 @@ class CustomKernelPage(QDialog):
         self.params.setHorizontalHeaderLabels(["name", "values"])
         self.params.horizontalHeader().setStretchLastSection(True)
         self.params.itemChanged.connect(lambda _item: self._check_restrictions())
-        pv.addWidget(self.params)
+        pv.addWidget(self.params, 1)
         pv.addLayout(self._row_buttons(self.params, lambda: self.add_param("", "")))
         self.restrictions = QPlainTextEdit()
         self.restrictions.setPlaceholderText("one restriction per line, e.g. TILE_X * TILE_Y <= 256")
-        self.restrictions.setMaximumHeight(70)
+        self.restrictions.setMaximumHeight(60)
         self.restrictions.textChanged.connect(self._check_restrictions)
         pv.addWidget(QLabel("Restrictions (Kernel Tuner syntax)"))
         pv.addWidget(self.restrictions)
         self.restriction_status = QLabel("")
         self.restriction_status.setWordWrap(True)
         pv.addWidget(self.restriction_status)
-        layout.addWidget(params_box)
+        left.addWidget(params_box, 1)  # resizing gives the height to the tables
 
-        args_box = QGroupBox("Arguments, in call order")
+        right = QVBoxLayout()  # the arguments, the CUDA launch geometry
+        args_box = QGroupBox("Arguments, in call order (offered from the entry's signature)")
         av = QVBoxLayout(args_box)
         self.args = QTableWidget(0, len(ARG_COLUMNS))
         self.args.setHorizontalHeaderLabels(list(ARG_COLUMNS))
-        self.args.horizontalHeader().setStretchLastSection(True)
-        av.addWidget(self.args)
-        av.addLayout(self._row_buttons(self.args, lambda: self.add_arg("", "input", "float32", "n")))
-        layout.addWidget(args_box)
+        header = self.args.horizontalHeader()
+        for col, mode in enumerate((QHeaderView.Stretch, QHeaderView.ResizeToContents,
+                                    QHeaderView.ResizeToContents, QHeaderView.Stretch,
+                                    QHeaderView.ResizeToContents)):
+            header.setSectionResizeMode(col, mode)  # every column shows, fill included
+        av.addWidget(self.args, 1)
+        arg_buttons = self._row_buttons(self.args, lambda: self.add_arg("", "input", "float32", "n"))
+        self.from_signature = QPushButton("From the signature")
+        self.from_signature.setToolTip("list the entry's parameters again: names, pointer or "
+                                       "scalar, dtype from the C type (shapes and fills kept)")
+        self.from_signature.clicked.connect(lambda: self.args_from_signature(replace=True))
+        arg_buttons.insertWidget(2, self.from_signature)
+        av.addLayout(arg_buttons)
+        self.signature_status = QLabel("")
+        self.signature_status.setWordWrap(True)
+        av.addWidget(self.signature_status)
+        right.addWidget(args_box, 1)
+        checks = QGroupBox("How outputs are checked")
+        ref = QFormLayout(checks)
+        self._reference_rows(ref)
+        right.addWidget(checks)
 
         self.geometry = QGroupBox("Launch geometry (CUDA, as in Kernel Tuner)")
         gf = QFormLayout(self.geometry)
@@ -158,9 +162,45 @@ class CustomKernelPage(QDialog):
         for axis, edit in zip("xyz", self.grid_div):
             gf.addRow(f"grid_div_{axis}", edit)
         gf.addRow("block_size_names", self.block_size_names)
-        layout.addWidget(self.geometry)
+        right.addWidget(self.geometry)
 
-        ref = QFormLayout()
+        top = QWidget()
+        columns = QHBoxLayout(top)
+        columns.setContentsMargins(0, 0, 0, 0)
+        columns.addLayout(left, 1)
+        columns.addLayout(right, 1)
+        self.output_tabs = QTabWidget()
+        self.preview_output = QPlainTextEdit()
+        self.preview_output.setReadOnly(True)
+        self.preview_output.setPlaceholderText("the compiler's output appears here")
+        self.output_tabs.addTab(self.preview_output, "Compiler output")
+        self.toml_preview = QPlainTextEdit()
+        self.toml_preview.setReadOnly(True)
+        self.toml_preview.setObjectName("text:toml-preview")
+        self.output_tabs.addTab(self.toml_preview, "Goal TOML (as saved)")
+        self.output_tabs.setCurrentIndex(1)
+        self.splitter = QSplitter(Qt.Vertical)
+        self.splitter.addWidget(top)
+        self.splitter.addWidget(self.output_tabs)
+        self.splitter.setStretchFactor(0, 3)  # the tables grow first
+        self.splitter.setStretchFactor(1, 1)
+        self.splitter.setChildrenCollapsible(False)
+
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.splitter, 1)
+        self.problem = QLabel("")
+        self.problem.setWordWrap(True)
+        layout.addWidget(self.problem)
+        layout.addLayout(self._buttons())
+        self._language_changed()
+        self._reference_kind_changed()
+        self._preview_timer = QTimer(self, singleShot=True, interval=250)
+        self._preview_timer.timeout.connect(self.refresh_toml_preview)
+        self._watch(self)
+        self._fit_screen()
+        self.refresh_toml_preview()
+
+    def _reference_rows(self, ref: QFormLayout) -> None:
         self.reference_kind = QComboBox()
         for label, kind in REFERENCE_KINDS:
             self.reference_kind.addItem(label, kind)
@@ -178,27 +218,34 @@ class CustomKernelPage(QDialog):
         self.reference_function.setEditable(True)
         self.reference_function_label = QLabel("Reference function")
         ref.addRow(self.reference_function_label, self.reference_function)
-        layout.addLayout(ref)
 
-        self.problem = QLabel("")
-        self.problem.setWordWrap(True)
-        layout.addWidget(self.problem)
+    def _buttons(self) -> QHBoxLayout:
         buttons = QHBoxLayout()
         self.compile_button = QPushButton("Compile one configuration")
         self.compile_button.clicked.connect(self.compile_preview)
+        self.cancel_button = QPushButton("Cancel")
+        self.cancel_button.setToolTip("stop the compile in progress")
+        self.cancel_button.clicked.connect(self.cancel_preview)
+        self.cancel_button.setEnabled(False)
         self.save_button = QPushButton("Save as TOML…")
         self.save_button.clicked.connect(self._save_dialog)
         self.use_button = QPushButton("Use in the window")
+        self.use_button.setToolTip("put this goal in the window's goal form and close this page")
         self.use_button.clicked.connect(self.use_goal)
-        for b in (self.compile_button, self.save_button, self.use_button):
+        self.close_button = QPushButton("Close")
+        self.close_button.setToolTip("close this page (what you typed stays for next time)")
+        self.close_button.clicked.connect(self.close)
+        for b in (self.compile_button, self.cancel_button, self.save_button, self.use_button):
             buttons.addWidget(b)
-        layout.addLayout(buttons)
-        self.preview_output = QPlainTextEdit()
-        self.preview_output.setReadOnly(True)
-        self.preview_output.setPlaceholderText("the compiler's output appears here")
-        layout.addWidget(self.preview_output)
-        self._language_changed()
-        self._reference_kind_changed()
+        buttons.addStretch(1)
+        buttons.addWidget(self.close_button)
+        return buttons
+
+    def _fit_screen(self) -> None:
+        """Wide rather than tall: the page fits a 1366x768 laptop screen with its tables."""
+        screen = self.screen().availableGeometry() if self.screen() else None
+        w, h = (screen.width(), screen.height()) if screen else (1366, 768)
+        self.resize(min(1240, w - 40), min(700, h - 60))
 
     # ---- rows -----------------------------------------------------------------------------
     def _row_buttons(self, table: QTableWidget, add: Any) -> QHBoxLayout:
@@ -226,8 +273,35 @@ class CustomKernelPage(QDialog):
             box = QComboBox()
             box.addItems(list(choices))
             box.setCurrentText(value)
+            box.currentTextChanged.connect(self._changed)
             self.args.setCellWidget(r, col, box)
         self.args.setItem(r, 3, QTableWidgetItem(shape_or_value))
+
+    def _entry_changed(self) -> None:
+        if not self.args.rowCount():  # offered, never over rows the user typed
+            self.args_from_signature(replace=False)
+
+    def args_from_signature(self, replace: bool = True) -> bool:
+        """Fill the Arguments table from the entry's parsed signature (kept: what was typed
+        for a name); False, and the reason shown, when the source or entry does not parse."""
+        entry, path = self.entry.currentText().strip(), self.source.text().strip()
+        if not entry or not path:
+            return False
+        try:
+            parsed = parse_signature(Path(path).read_text(encoding="utf-8"), entry)
+        except (OSError, UnicodeDecodeError, SignatureError) as exc:
+            self.signature_status.setText(f"⚠ arguments not offered: {exc}")
+            return False
+        kept = {self._text(self.args, r, 0): tuple(self._text(self.args, r, c) for c in range(1, 5))
+                for r in range(self.args.rowCount())} if replace else {}
+        self.args.setRowCount(0)
+        for row in suggested_rows(parsed, _split(self.dims.text()), kept):
+            self.add_arg(*row)
+        odd = [a.name for a in parsed if not a.dtype]
+        self.signature_status.setText(
+            f"✓ {len(parsed)} arguments from {entry}(…): give each array its shape and role"
+            + (f"; no dtype for {', '.join(odd)} (float32 assumed)" if odd else ""))
+        return True
 
     def _text(self, table: QTableWidget, r: int, c: int) -> str:
         widget = table.cellWidget(r, c)
@@ -418,6 +492,8 @@ class CustomKernelPage(QDialog):
         if goal is None:
             return False
         path.write_text(goal_text(goal), encoding="utf-8")
+        self._saved_dir = path.parent.resolve()
+        self.refresh_toml_preview()
         return True
 
     def _save_dialog(self) -> None:
@@ -429,7 +505,33 @@ class CustomKernelPage(QDialog):
         goal = self.checked_goal()
         if goal is not None:
             self.goal_ready.emit(goal)
+            self.close()  # the goal is in the window now
         return goal
+
+    # ---- the TOML as it will be saved ------------------------------------------------------
+    def _watch(self, root: QWidget) -> None:
+        """Every edit schedules a refresh of the TOML preview."""
+        for w in root.findChildren(QLineEdit):
+            w.textChanged.connect(self._changed)
+        for w in root.findChildren(QComboBox):
+            w.currentTextChanged.connect(self._changed)
+        self.max_evals.valueChanged.connect(self._changed)
+        self.restrictions.textChanged.connect(self._changed)
+        self.params.itemChanged.connect(self._changed)
+        self.args.itemChanged.connect(self._changed)
+
+    def _changed(self, *_args: Any) -> None:
+        self._preview_timer.start()
+
+    def refresh_toml_preview(self) -> str:
+        """The goal file's text (paths relative to where it was last saved, else absolute)."""
+        try:
+            text = goal_text(self.build_goal(self._saved_dir))
+        except GoalError as exc:
+            text = f"# not a goal yet: {exc}"
+        if text != self.toml_preview.toPlainText():
+            self.toml_preview.setPlainText(text)
+        return text
 
     # ---- compile preview ------------------------------------------------------------------
     def compile_preview(self) -> bool:
@@ -441,7 +543,10 @@ class CustomKernelPage(QDialog):
         os.close(fd)
         goal.save(self._preview_goal)
         self.preview_output.setPlainText("compiling…")
+        self.output_tabs.setCurrentWidget(self.preview_output)
         self.compile_button.setEnabled(False)
+        self.cancel_button.setEnabled(True)
+        self._cancelled = False
         process = self._process = QProcess(self)
         process.setProcessChannelMode(QProcess.MergedChannels)
         process.setWorkingDirectory(str(Path(__file__).resolve().parents[2]))
@@ -449,11 +554,18 @@ class CustomKernelPage(QDialog):
         process.start(sys.executable, ["-m", "app.gpu.custom_reference.preview", self._preview_goal])
         return True
 
+    def cancel_preview(self) -> None:
+        """Stop a compile in progress (its output so far stays)."""
+        if self._process is not None and self._process.state() != QProcess.NotRunning:
+            self._cancelled = True
+            self._process.kill()
+
     def _preview_finished(self, code: int, _status: Any) -> None:
         assert self._process is not None
         text = bytes(self._process.readAll().data()).decode("utf-8", errors="replace")
-        self.preview_output.setPlainText(text)
+        self.preview_output.setPlainText(text if not self._cancelled else text + "\n(cancelled)")
         self.compile_button.setEnabled(True)
+        self.cancel_button.setEnabled(False)
         try:
             os.unlink(self._preview_goal)
         except OSError:

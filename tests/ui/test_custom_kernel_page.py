@@ -29,11 +29,14 @@ def _fill(qtbot, page: CustomKernelPage, tmp_path: Path) -> None:
     page.add_param("UNROLL", "[1, 2, 4, 8]")  # pasted Python lists
     page.add_param("THREADS", "1, 2")
     page.add_param("BUG", "[0]")
-    page.add_arg("out", "output", "float32", "n")
-    page.add_arg("x", "input", "float32", "n")
-    page.add_arg("b", "input", "float32", "8", "uniform")
-    page.add_arg("a", "scalar", "float32", "2.5")
-    page.add_arg("n", "scalar", "int32", "n")
+    # the arguments are offered from the parsed signature: names, pointer or scalar, dtype
+    rows = [tuple(page._text(page.args, r, c) for c in range(5)) for r in range(page.args.rowCount())]
+    assert rows == [("out", "output", "float32", "n", "normal"), ("x", "input", "float32", "n", "normal"),
+                    ("b", "input", "float32", "n", "normal"), ("a", "scalar", "float32", "a", "normal"),
+                    ("n", "scalar", "int32", "n", "normal")]
+    page.args.item(2, 3).setText("8")
+    page.args.cellWidget(2, 4).setCurrentText("uniform")
+    page.args.item(3, 3).setText("2.5")
     page.set_reference(str(tmp_path / "reference.py"))
     assert page.reference_function.currentText() == "scale_add"
     page.max_evals.setValue(4)
