@@ -117,7 +117,7 @@ class Tolerance:
 class VerifyFailure:
     problem: str
     case: CheckCase
-    check: str  # verify | determinism | reverify
+    check: str  # verify | determinism | repeat | reverify
     corrupted_memory: bool = False  # guards or inputs overwritten: the process is suspect
 
     def failing_case(self, operator: str, dtype: str) -> dict[str, Any]:
@@ -477,6 +477,28 @@ def verify(xp: Any, op: Operator, runner: Runner, cases: Sequence[CheckCase], dt
         problem = check_determinism(xp, op, runner, smallest, dtype, first)
         if problem:
             return VerifyFailure(problem, smallest, "determinism")
+    return _repeat(xp, op, runner, pool, dtype, rtol, atol)
+
+
+REPEATS = 8  # extra calls on the smallest case: a race that strikes one call in N shows up
+
+
+def _repeat(xp: Any, op: Operator, runner: Runner, pool: Sequence[CheckCase], dtype: str,
+            rtol: float | None, atol: float | None) -> VerifyFailure | None:
+    """The smallest case again, REPEATS times against the reference: a kernel whose result
+    depends on the threads' schedule (a lost update in a reduction) passes one call and fails
+    the next; each call is cheap at this size."""
+    if not pool:
+        return None
+    case = min(pool, key=lambda c: int(np.prod(c.shape)))
+    inputs = make_inputs(xp, op, case, dtype)
+    tol = tolerance_for(op, case.shape, dtype, rtol, atol)
+    for i in range(REPEATS):
+        outputs = make_outputs(xp, op, case.shape, dtype)
+        problem, corrupted = run_check(xp, op, runner, inputs, outputs, case.shape, dtype, tol)
+        if problem:
+            return VerifyFailure(f"{problem} (on call {i + 2} of the same input: the result "
+                                 "depends on the schedule)", case, "repeat", corrupted)
     return None
 
 
