@@ -66,6 +66,10 @@ class TimingHistogram(pg.PlotWidget):
         self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)  # the dock's width
         self.getPlotItem().setLabel("bottom", "sample time (ms)")
         self.getPlotItem().setLabel("left", "samples")
+        for side in ("bottom", "left"):  # never 'ms (x0.001)': the unit is in the label
+            self.getPlotItem().getAxis(side).enableAutoSIPrefix(False)
+        self.getPlotItem().getAxis("bottom").setStyle(autoExpandTextSpace=True, hideOverlappingLabels=True)
+        self.getPlotItem().setContentsMargins(4, 4, 14, 4)  # room for the last tick's text
         self._bars = pg.BarGraphItem(x0=[], x1=[], height=[], brush="#4e79a7")
         self.addItem(self._bars)
         self._lines: list[pg.InfiniteLine] = []
@@ -87,9 +91,13 @@ class TimingHistogram(pg.PlotWidget):
         self._bars.setOpts(x0=edges[:-1], x1=edges[1:], height=counts, brush="#4e79a7",
                            pen=pg.mkPen(theme.background))
         p10, med, p90 = np.percentile(samples, [10, 50, 90])
-        for value, name in ((p10, "p10"), (med, "median"), (p90, "p90")):
+        # each label at its own height and on its own side of its line: close percentiles
+        # never print on top of each other
+        for value, name, position, anchor in ((p10, "p10", 0.72, (1, 0.5)), (med, "median", 0.92, (0.5, 0.5)),
+                                              (p90, "p90", 0.72, (0, 0.5))):
             line = pg.InfiniteLine(value, angle=90, pen=pg.mkPen(theme.foreground, style=Qt.DashLine),
-                                   label=name, labelOpts={"position": 0.9, "color": theme.foreground})
+                                   label=name, labelOpts={"position": position, "color": theme.foreground,
+                                                          "anchors": [anchor, anchor]})
             self.addItem(line)
             self._lines.append(line)
         spread = (p90 - p10) / med * 100 if med else 0.0

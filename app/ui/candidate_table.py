@@ -414,7 +414,7 @@ class CandidateModel(QAbstractTableModel):
             return value.replace("_", " ")
         if col == 3:  # every figure with its spread; a busy machine's figures say so
             spread = ev.metrics.get("spread")
-            text = f"{value:.4g}" + (f" ±{50 * spread:.2g}%" if spread else "")
+            text = f"{value:.4g}" + (f" ±{spread_percent(spread)}" if spread else "")
             return text + (" ⚠ busy" if ev.metrics.get("noisy") else "")
         if col == 4:
             return f"{value:.2f}×"
@@ -423,6 +423,17 @@ class CandidateModel(QAbstractTableModel):
                 return "above roof ⚠"
             return f"{value:.1f}%" if value >= 10 else f"{value:.2g}%"  # 0.049%, not 0.0%
         return str(value)
+
+
+def spread_percent(spread: float) -> str:
+    """Half the p10-p90 spread as a percentage of the median: '84%', '110%', '3.5%' (never
+    '1.1e+02%')."""
+    pct = 50 * spread
+    return f"{pct:.0f}%" if pct >= 10 else f"{pct:.2g}%"
+
+
+# the widest objective the column must show whole: a figure, its spread and the busy mark
+OBJECTIVE_SAMPLE = "12345.6 ±100% ⚠ busy"
 
 
 def device_note(ev: Evaluation) -> str:
@@ -489,6 +500,7 @@ class CandidateTable(QWidget):
         header.setSectionResizeMode(QHeaderView.Interactive)
         for col, width in enumerate((60, 80, 130, 110, 80, 90, 420, 80, 90, 140)):
             self.view.setColumnWidth(col, width)
+        self.fit_objective_column()
         header.moveSection(6, len(COLUMNS) - 1)  # parameters last: it takes the spare width
         header.moveSection(header.visualIndex(DEVICE_COLUMN), 2)  # device beside the agent
         header.setStretchLastSection(True)
@@ -522,6 +534,13 @@ class CandidateTable(QWidget):
         self._timer.setInterval(400)  # a table needs no more than a few updates a second
         self._timer.timeout.connect(self._tick)
         self._timer.start()
+
+    def fit_objective_column(self) -> None:
+        """The objective column wide enough for a figure with its spread and noise warning
+        (the parameters column, last, takes what is left)."""
+        needed = self.view.fontMetrics().horizontalAdvance(OBJECTIVE_SAMPLE) + 20
+        if self.view.columnWidth(3) < needed:
+            self.view.setColumnWidth(3, needed)
 
     def reset(self, **kwargs) -> None:
         self._pending.clear()

@@ -39,3 +39,21 @@ def test_history_best_column_carries_the_runs_unit(qtbot, window, replay_goal, r
     items = [it for it in window.history.tree.findItems("*", Qt.MatchWildcard | Qt.MatchRecursive)
              if it.text(0) == f"run {run_id}"]
     assert items and items[0].toolTip(3).endswith(" ms"), items[0].toolTip(3) if items else None
+
+
+def test_objective_column_shows_the_spread_and_the_warning_whole(qtbot):
+    """Issue 32: the column cut '1.815 ±84% ⚠…' and '12.35 ±1.1e+…' at 1366x768."""
+    table = CandidateTable()
+    qtbot.addWidget(table)
+    table.resize(1300, 250)
+    table.show()
+    table.model.reset(minimize=True, baseline=None, limit=None, unit="ms")
+    table.add([(1, _ev("noisy", 1.815, spread=1.68, noisy=1.0), 0.0),
+               (2, _ev("wide", 12.35, spread=2.2, noisy=1.0), 0.0)])
+    table.flush()
+    model, view = table.model, table.view
+    texts = [model.data(model.index(r, 3)) for r in range(model.rowCount())]
+    assert sorted(texts) == ["1.815 ±84% ⚠ busy", "12.35 ±110% ⚠ busy"]
+    margin = 2 * view.style().pixelMetric(view.style().PixelMetric.PM_FocusFrameHMargin) + 8
+    for text in texts:
+        assert view.fontMetrics().horizontalAdvance(text) + margin <= view.columnWidth(3), text
