@@ -65,7 +65,10 @@ To check the harness without a model: python bench/llm_agents.py --scripted"""
 
 
 def endpoint_problem(settings: LLMSettings) -> str | None:
-    import openai
+    try:  # the official SDK as an independent check of the endpoint (the bench extra)
+        import openai
+    except ImportError:
+        return "the endpoint check needs the official SDK: pip install -e '.[bench]'"
 
     key = resolve_api_key(settings)
     if not key:
