@@ -131,18 +131,20 @@ def falls_with_budget(report: dict, strategy: str) -> list[str]:
     return out
 
 
-def against_previous(report: dict, previous: dict, strategy: str) -> list[dict]:
-    """Per space and budget: P now and before (± s.e.), and whether it fell by more than one
-    standard error of the difference."""
+def against_previous(report: dict, previous: dict, strategy: str, before: str = "") -> list[dict]:
+    """Per space and budget: the strategy's P now and `before`'s in the previous report (the
+    same name by default), ± s.e., and whether it fell by more than one standard error of
+    the difference."""
     rows = []
     for space, v in report["spaces"].items():
         now = v["strategies"].get(strategy) or {}
-        then = (previous.get("spaces", {}).get(space, {}).get("strategies", {}).get(strategy)
-                or {})
+        then = (previous.get("spaces", {}).get(space, {}).get("strategies", {})
+                .get(before or strategy) or {})
         for m in sorted(set(now) & set(then), key=int):
             se = math.hypot(now[m].get("se", 0.0), then[m].get("se", 0.0))
             diff = now[m]["P"] - then[m]["P"]
             rows.append({"space": space, "budget": m, "now": now[m]["P"], "before": then[m]["P"],
+                         "now_se": now[m].get("se", 0.0), "before_se": then[m].get("se", 0.0),
                          "diff": diff, "se": se, "fell": diff < -se})
     return rows
 
@@ -173,7 +175,7 @@ def print_rows(title: str, rows: list[dict], baseline: str, out: Callable[[str],
 
 
 def report_leave_one_out(report: dict, baseline: str = "swarm", previous: dict | None = None,
-                         out: Callable[[str], None] = print) -> dict:
+                         out: Callable[[str], None] = print, previous_strategy: str = "") -> dict:
     """Prints and returns every leave-one-out comparison the report's strategies allow."""
     strategies = {s for v in report["spaces"].values() for s, r in v["strategies"].items() if r}
     if baseline not in strategies:
@@ -202,9 +204,15 @@ def report_leave_one_out(report: dict, baseline: str = "swarm", previous: dict |
             + ("; ".join(fell) if fell else "no space (beyond one standard error)"))
         result[f"falls_{strategy}"] = fell
     if previous is not None:
-        rows = against_previous(report, previous, baseline)
+        before = previous_strategy or baseline
+        rows = against_previous(report, previous, baseline, before)
         fell = [r for r in rows if r["fell"]]
-        out(f"\n{baseline} against the previous report: "
+        out(f"\n{baseline} now against {before} before (diff ± one s.e. of the difference):")
+        for r in rows:
+            out(f"  {r['space']:<22}{r['budget']:>5}  {r['before']:6.3f} ± {r['before_se']:.3f}  ->"
+                f"  {r['now']:6.3f} ± {r['now_se']:.3f}  {r['diff']:+.3f} ± {r['se']:.3f}"
+                + ("  FELL" if r["fell"] else ""))
+        out(f"{baseline} against {before} before: "
             + ("; ".join(f"{r['space']} M={r['budget']} {r['before']:.3f} -> {r['now']:.3f} "
                          f"(± {r['se']:.3f})" for r in fell)
                if fell else "no space below its previous P by more than one standard error"))

@@ -165,7 +165,10 @@ def run_swarm(task: Task) -> dict[int, float | None]:
         coordinator.allocator = make_allocator(policy, old.agents, spend=old.spend)
     result = coordinator.run()
     trace = [(evaluator.space.as_tuple(e.config), e.value if e.ok else None) for e in result.history]
-    return {m: best_of_first(trace, m) for m in {task.budget, *task.prefixes}}
+    out: dict = {m: best_of_first(trace, m) for m in {task.budget, *task.prefixes}}
+    if len(agents) > 1:  # how the allocator shared the largest budget out
+        out["agents"] = {a: sum(e.agent == a for e in result.history) for a in coordinator.agents}
+    return out
 
 
 def run_kernel_tuner(task: Task) -> dict[int, float | None]:
@@ -312,6 +315,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                          "other spaces' choice, per space and per GPU vendor (implies --ablation)")
     ap.add_argument("--baseline", default="swarm", help="what --leave-one-out judges changes against")
     ap.add_argument("--previous", type=Path, help="a report (--json) to compare each space with")
+    ap.add_argument("--previous-strategy", default="",
+                    help="the strategy the baseline is compared with, in --previous or, without "
+                         "it, in this run (e.g. swarm@decay: the allocation before)")
     ap.add_argument("--from-json", type=Path, action="append",
                     help="report --leave-one-out from saved reports (--json; repeat to merge "
                          "the strategies of several runs) without running")
@@ -374,7 +380,28 @@ def _merge(into: dict | None, report: dict) -> dict:
 def leave_one_out(report: dict, args: argparse.Namespace) -> None:
     from leave_one_out import report_leave_one_out
 
-    report["leave_one_out"] = report_leave_one_out(report, args.baseline, args.previous_report)
+    previous = args.previous_report
+    if previous is None and args.previous_strategy:
+        previous = report  # the previous version ran alongside, under another name
+    report["leave_one_out"] = report_leave_one_out(report, args.baseline, previous,
+                                                   previous_strategy=args.previous_strategy)
+
+
+def agent_evaluations(stats: dict[str, SpaceStats], shares: dict) -> dict:
+    """Per swarm strategy and space, each agent's evaluations (mean and most in one run) at the
+    largest budget; prints the largest one-run count of any agent per strategy."""
+    out: dict = {}
+    for (path, strategy), runs in shares.items():
+        agents = {a for r in runs for a in r}
+        out.setdefault(strategy, {})[stats[path].name] = {
+            a: {"mean": sum(r.get(a, 0) for r in runs) / len(runs),
+                "max": max(r.get(a, 0) for r in runs)} for a in sorted(agents)}
+    for strategy, spaces in out.items():
+        space, agent, most = max(((s, a, v["max"]) for s, row in spaces.items()
+                                  for a, v in row.items()), key=lambda x: x[2])
+        print(f"{strategy}: most evaluations one agent took in one run (largest budget): "
+              f"{agent} {most} on {space}")
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -414,6 +441,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             else:
                 todo.append(t)
         errors: dict[str, str] = {}
+        shares: dict[tuple[str, str], list[dict[str, int]]] = {}  # evaluations per agent
         spent: dict[str, float] = {}  # seconds inside runs, per strategy (all processes)
         with contextlib.ExitStack() as stack:
             cache_out = stack.enter_context(open(args.kt_cache, "a")) if args.kt_cache else None
@@ -426,6 +454,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if error:
                     errors.setdefault(task.strategy, f"{Path(task.space).name}: {error}")
                     continue
+                if "agents" in value:
+                    shares.setdefault((task.space, task.strategy), []).append(value.pop("agents"))
                 for m, v in value.items():
                     best.setdefault((task.space, task.strategy, m), []).append(v)
                     if cache_out and not task.strategy.startswith("swarm"):
@@ -436,6 +466,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"  {done}/{len(todo)} runs, {time.perf_counter() - started:.0f} s",
                           file=sys.stderr, flush=True)
     report = score(stats, best, args) if args.strategies else {}
+    if shares:
+        report["agent_evaluations"] = agent_evaluations(stats, shares)
     for strategy, error in errors.items():
         print(f"warning: {strategy} failed (left out where it failed): {error}")
     if args.transfer:
