@@ -348,7 +348,11 @@ class LLMAgent(Agent):
     def _compiler_feedback(self, source: str, config: dict[str, Any]) -> list[str]:
         """What the compiler says about CURRENT as shown (app.llm.feedback; cached)."""
         if self.spec.language == "c":
-            return vectorisation_report(source, config)
+            custom = getattr(self.spec.operator, "spec", None)  # a user's kernel: its defines
+            defines = {}
+            if custom is not None and hasattr(custom, "param_defines") and self.spec.shapes:
+                defines = custom.param_defines(list(self.spec.shapes[0]))
+            return vectorisation_report(source, {**defines, **config})
         op = self.spec.operator
         if op is None or not hasattr(op, "render") or not self.spec.shapes:
             return []
