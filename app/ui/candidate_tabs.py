@@ -11,6 +11,7 @@ import json
 from app.core.types import SUSPECT, Evaluation
 from app.run_summary import LABELS, hardware_fraction, refusal_text, stage_profile
 from app.ui.candidate_source import compile_command, compiler_output
+from app.ui.metric_labels import metric_row, resource_row
 
 # Metrics said once elsewhere in the Summary tab (the one fraction of the hardware, a
 # refusal's figures, what was timed beside the candidate): not repeated as raw keys.
@@ -82,11 +83,9 @@ def summary_html(ev: Evaluation, *, speedup_text: str = "", limit: float | None 
         rows.append((f"{name} timed beside it", f"{ms:.4g} ms" + (
             f" ({factor:.2f}× in that same measurement)" if factor else "")))
     # by name: the store keeps these sorted, so a reopened run reads like the live one
-    rows += [(k, f"{v:.4g}" if isinstance(v, float) else v) for k, v in sorted(ev.metrics.items())
-             if k not in shown]
-    rows += [(f"resource: {k}", v) for k, v in sorted(ev.resources.items())
-             if k not in _RESOURCE_SHOWN]
-    rows += [(f"param: {k}", v) for k, v in ev.config.items()]
+    rows += [metric_row(k, v) for k, v in sorted(ev.metrics.items()) if k not in shown]
+    rows += [resource_row(k, v) for k, v in sorted(ev.resources.items()) if k not in _RESOURCE_SHOWN]
+    rows += [(f"parameter {k}", v) for k, v in ev.config.items()]
     return _rows_html(rows) + profile_html(ev)
 
 

@@ -28,6 +28,7 @@ from app.ui.theme import (
 )
 
 AXIS_WIDTH = 64
+LEGEND_COLUMNS = 6  # the legend's entries side by side under the plot
 SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
                  "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
@@ -83,6 +84,14 @@ class ElidedLabel(QLabel):
         return super().event(event)
 
 
+class RowLegend(pg.LegendItem):
+    """A legend placed by its parent's layout (pyqtgraph's own moves itself to (0, 0))."""
+
+    def updateSize(self) -> None:
+        self.layout.invalidate()
+        self.updateGeometry()  # the plot's layout gives it the height its rows need
+
+
 class ConvergencePlot(pg.PlotWidget):
     """Best-so-far staircase over every candidate (coloured by agent), with baseline, target
     and hardware-limit lines.
@@ -104,7 +113,14 @@ class ConvergencePlot(pg.PlotWidget):
         item.getAxis("left").setWidth(AXIS_WIDTH)  # same as the failure strip: x axes line up
         # twice pyqtgraph's padding: the limit's label below the lowest line still fits
         item.getViewBox().setDefaultPadding(0.04)
-        self.legend = item.addLegend(offset=(-10, 10), labelTextSize="8pt")
+        for side in ("left", "bottom"):  # the unit is in the label: never 'ms (x0.001)'
+            item.getAxis(side).enableAutoSIPrefix(False)
+        # the legend in a row under the x axis, outside the data: no point and no reference
+        # line (the baseline's) is ever drawn under it
+        self.legend = RowLegend(labelTextSize="8pt", colCount=LEGEND_COLUMNS, frame=False,
+                                    horSpacing=12)
+        item.layout.addItem(self.legend, 4, 1)
+        item.legend = self.legend  # named items join it; the theme restyles it
         self._chunks: list[pg.ScatterPlotItem] = []
         self._legend_items: dict[str, pg.ScatterPlotItem] = {}
         self._brushes: dict[str, QBrush] = {}

@@ -43,6 +43,19 @@ from app.ui.theme import (
 REDRAW_HZ = 25
 
 
+def budget_text(n: int, max_evals: int | None, elapsed_s: float, time_budget_s: float | None,
+                simulated: bool = False) -> str:
+    """The budget bar's words: each budget named with its share ('3 / 60 evaluations (5%) ·
+    0:22 / 2:00 of the time budget (18%)'), never a bare '18% — 3 / 60'."""
+    parts = [f"{n:,} / {max_evals:,} evaluations ({n / max_evals:.0%})" if max_evals
+             else f"{n:,} evaluations"]
+    if time_budget_s:
+        clock = "simulated time" if simulated else "time budget"
+        parts.append(f"{format_duration(elapsed_s)} / {format_duration(time_budget_s)} of the "
+                     f"{clock} ({min(1.0, elapsed_s / time_budget_s):.0%})")
+    return " · ".join(parts)
+
+
 class LiveView(QWidget):
     """The run dashboard. Feed it through `start_run` / `on_*` slots (connected to the bridge),
     or show a stored run with `show_run`."""
@@ -55,6 +68,9 @@ class LiveView(QWidget):
         self.unit = "ms"
         self._drawn_version = -1
         self._started_wall: float | None = None
+        self._paused_at: float | None = None  # the ETA holds still while the run is paused
+        self._learned_from = ""  # a transferred start: the runs it learned from
+        self._simulated = False  # replay: the run clock adds up recorded times
         self._running = False
         self.frames = 0
         self._agents_drawn_at = 0.0
@@ -79,18 +95,19 @@ class LiveView(QWidget):
         self.log_y = QCheckBox("log scale")
         self.log_y.toggled.connect(self._set_log_y)
 
-        header = QHBoxLayout()
+        header = QHBoxLayout()  # the title has the whole width: a narrow window still reads it
         header.addWidget(self.title, 1)
-        header.addWidget(self.by_evals)
-        header.addWidget(self.by_time)
-        header.addWidget(self.log_y)
         budget = QHBoxLayout()
         budget.addWidget(QLabel("Budget"))
         budget.addWidget(self.progress, 1)
         budget.addWidget(self.eta)
+        budget.addWidget(self.by_evals)
+        budget.addWidget(self.by_time)
+        budget.addWidget(self.log_y)
 
         # counters
         self.counters: dict[str, QLabel] = {}
+        self.counter_names: dict[str, QLabel] = {}
         counter_row = QGridLayout()
         for col, (key, label) in enumerate((("evaluated", "Evaluated"), ("improved", "Improved"),
                                             ("failed", "Failed"), ("best", "Best"),
@@ -101,6 +118,7 @@ class LiveView(QWidget):
             value.setFont(label_font(value, 14, bold=True))
             value.setTextInteractionFlags(Qt.TextSelectableByMouse)
             counter_row.addWidget(name, 0, col)
+            self.counter_names[key] = name
             counter_row.addWidget(value, 1, col)
             self.counters[key] = value
         self.summary_panel = RunSummaryPanel()  # speedup basis, hardware share, failures
@@ -151,6 +169,9 @@ class LiveView(QWidget):
         self.title.setText(title or "Run")
         self._drawn_version = -1
         self._started_wall = None
+        self._paused_at = None
+        self._learned_from = ""
+        self.counter_names["speedup"].setText("Speedup")
         self.progress.setValue(0)
         self.progress.setFormat("idle")
         self.eta.setText("")
@@ -182,6 +203,9 @@ class LiveView(QWidget):
         self._started_wall = time.monotonic()
         self._start_count = len(d)
         learned = ", ".join(f"run {s['run_id']} ({s['device']})" for s in ev.learned_from)
+        self._learned_from = learned
+        self._simulated = ev.backend == "replay"
+        self._axis_label()
         self.title.setText(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}"
                            + (f"; learned from {learned}" if learned else ""))
         self._fix_x_range()
@@ -254,7 +278,7 @@ class LiveView(QWidget):
         self.convergence.use_time = use_time
         self.convergence.clear_points()
         self.failures.clear_run()
-        self.convergence.getPlotItem().setLabel("bottom", "run time (s)" if use_time else "evaluations")
+        self._axis_label()
         if self.by_time.isChecked() != use_time:
             self.by_time.setChecked(use_time) if use_time else self.by_evals.setChecked(True)
         self._drawn_version = -1
@@ -262,6 +286,25 @@ class LiveView(QWidget):
         self.convergence.getPlotItem().enableAutoRange()
         self._fix_x_range()
         self.xAxisChanged.emit(use_time)
+
+    def _axis_label(self) -> None:
+        if not self.convergence.use_time:
+            text = "evaluations"
+        else:  # a replay's clock adds up the recorded times: not the wall time of this run
+            text = "simulated run time (s, recorded times)" if self._simulated else "run time (s)"
+        self.convergence.getPlotItem().setLabel("bottom", text)
+
+    def set_paused(self, paused: bool) -> None:
+        """A paused run's ETA holds still (the pause is not counted as time spent)."""
+        now = time.monotonic()
+        if paused and self._paused_at is None:
+            self._paused_at = now
+            if self.eta.text():
+                self.eta.setText(f"{self.eta.text().split(' (')[0]} (paused)")
+        elif not paused and self._paused_at is not None:
+            if self._started_wall is not None:
+                self._started_wall += now - self._paused_at
+            self._paused_at = None
 
     def _fix_x_range(self) -> None:
         """While a run streams, the x axis spans the whole budget: the axes then stay still
@@ -337,6 +380,13 @@ class LiveView(QWidget):
             speedup.setText(f"{ratio:.2f}×")
             speedup.setToolTip(f"so far, vs the baseline {format_value(d.baseline, self.unit)} "
                                "measured at the start; the run's figure comes at its end")
+        elif self._learned_from:  # the first evaluation was the best learned elsewhere
+            ratio = d.speedup_over_first()
+            self.counter_names["speedup"].setText("Speedup over the transferred start")
+            speedup.setText(f"{ratio:.2f}×" if ratio else "—")
+            speedup.setToolTip(f"so far, over the first evaluation: the best configuration learned "
+                               f"from {self._learned_from}, measured here. 1.00× means nothing "
+                               "faster than that start was found yet, not that the run did nothing.")
         else:
             ratio = d.speedup_over_first()
             speedup.setText(f"{ratio:.2f}× vs first" if ratio else "—")
@@ -358,7 +408,10 @@ class LiveView(QWidget):
             return
         if not self._running:
             return
-        self.progress.setFormat(f"{frac:.0%} — {n:,}" + (f" / {d.max_evals:,}" if d.max_evals else ""))
+        elapsed = float(d.elapsed.view()[-1]) if n else 0.0
+        self.progress.setFormat(budget_text(n, d.max_evals, elapsed, d.time_budget_s, self._simulated))
+        if self._paused_at is not None:
+            return  # the ETA stays as it was when the run paused
         done_here = n - getattr(self, "_start_count", 0)
         if self._started_wall is not None and done_here > 0 and 0 < frac < 1:
             spent = time.monotonic() - self._started_wall

@@ -531,6 +531,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
             self.notice_label.hide()
         self.state_label.setText({"idle": "Idle", "starting": "Starting…", "running": "Running",
                                   "paused": "Paused", "stopping": "Stopping…"}.get(state, state))
+        self.live.set_paused(state == "paused")
         self._update_actions()
 
     def _update_actions(self) -> None:
