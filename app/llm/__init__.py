@@ -50,6 +50,7 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
     from app.llm.agent import LLMAgent
     from app.llm.client import LLMClient
     from app.llm.guard import PolicyEvaluator
+    from app.llm.hardware import measured_figures
     from app.llm.lessons import LessonBook, load_prior
     from app.llm.spec import kernel_spec
     from app.llm.usage import UsageLog
@@ -61,7 +62,9 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
     client = client or LLMClient(settings, seed=goal.swarm.seed if seed is None else seed)
     device = evaluator.device()
     # in the objective's unit; the prompt states both with the unit and CURRENT's fraction
-    limits = {"baseline": evaluator.baseline(), "roof": evaluator.limit()}
+    # "measured": the hardware sheet's figures, where this backend's roof probes measured them
+    limits = {"baseline": evaluator.baseline(), "roof": evaluator.limit(),
+              "measured": measured_figures(evaluator)}
     prior = load_prior(db_path, goal, params=list(space.params)) if db_path else None
 
     def publish(lesson):  # type: ignore[no-untyped-def]
