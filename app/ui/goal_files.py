@@ -35,6 +35,7 @@ class GoalFilesMixin:
             a.setToolTip(p)
             a.triggered.connect(lambda _c=False, path=p: self.open_goal(path))
         self.recent_menu.setEnabled(bool(recent))
+        self.recent_menu.menuAction().setEnabled(bool(recent))  # the File menu's entry itself
 
     def new_goal(self) -> None:
         self.form.set_goal(default_goal())
@@ -49,8 +50,9 @@ class GoalFilesMixin:
     def open_goal(self, path: str) -> bool:
         try:
             self.form.load(path)
-        except GoalError as exc:
-            self._notify("Open goal", f"{path}\n\n{exc}", QMessageBox.Warning)
+        except GoalError as exc:  # the first line names the file (the status bar shows only it)
+            self._notify("Open goal", f"{Path(path).name}: {exc}\n\n{Path(path).resolve()}",
+                         QMessageBox.Warning)
             return False
         self._remember_goal(str(Path(path).resolve()))
         self.goal_dock.raise_()

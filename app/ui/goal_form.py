@@ -77,10 +77,19 @@ def recorded_spaces() -> list[tuple[str, Path]]:
 
 
 def example_goals() -> list[Path]:
+    """The shipped goals, then the 'your own kernel' examples (custom/NAME/goal.toml)."""
     d = resources_dir() / "goals"
-    return sorted(d.glob("*.toml")) if d.is_dir() else []
+    return sorted(d.glob("*.toml")) + sorted(d.glob("custom/*/goal.toml")) if d.is_dir() else []
 
 
+def example_name(path: Path) -> str:
+    """'cpu softmax', or 'conv2d c (your own kernel)' for a custom example's goal.toml."""
+    if path.name == "goal.toml" and path.parent.parent.name == "custom":
+        return f"{path.parent.name.replace('_', ' ')} (your own kernel)"
+    return path.stem.replace("_", " ")
+
+
+GPU_ONLY_FIELDS = ("constraints.max_registers", "constraints.max_shared_memory_bytes")
 # Why a backend's probe failing stops a goal, in a user's words.
 NEEDS = {"cuda": "needs an NVIDIA GPU", "cpu": "needs a C compiler",
          "replay": "needs the recorded spaces"}
@@ -254,6 +263,7 @@ class GoalForm(QWidget):
         self._base = Goal()  # the goal last set: fields the form does not edit come from it
         self.error: GoalError | None = None
         self.errors: dict[str, QLabel] = {}
+        self.rows: dict[str, QWidget] = {}  # each field's row, by its goal field
 
         # --- widgets -------------------------------------------------------------------
         self.example = QComboBox()
@@ -461,7 +471,7 @@ class GoalForm(QWidget):
         """Every example goal, marked with whether this machine can run it and why not."""
         for p in example_goals():
             ok, why = example_status(str(p))
-            name = p.stem.replace("_", " ")
+            name = example_name(p)
             self.example.addItem(name if ok else f"{name} — cannot run here: {why.split(' (')[0]}",
                                  str(p))
             i = self.example.count() - 1
@@ -491,6 +501,7 @@ class GoalForm(QWidget):
             self._style_error(err)
             col.addWidget(err)
             self.errors[field] = err
+            self.rows[field] = holder  # a row the backend may hide
             form.addRow(label, holder)
         return box
 
@@ -533,6 +544,10 @@ class GoalForm(QWidget):
         self.kernel.blockSignals(False)
         self.browse.setVisible(not spec.compiles)
         self.simulate_time.setEnabled(spec.simulated_clock)
+        for field in GPU_ONLY_FIELDS:  # a CPU kernel has no registers or shared memory to cap
+            holder = self.rows.get(field)
+            if holder is not None:
+                holder.parentWidget().layout().setRowVisible(holder, backend != "cpu")
         self.device.setEnabled(spec.selects_device)
         self._edited()
 

@@ -31,7 +31,7 @@ from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
 from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, source_language
 from app.ui.goal_files import GoalFilesMixin
-from app.ui.goal_form import GoalForm
+from app.ui.goal_form import GoalForm, example_goals, example_name
 from app.ui.history import ComparePlot, HistoryPanel
 from app.ui.history_actions import HistoryActionsMixin
 from app.ui.history_file import HistoryFileMixin, initial_history_path
@@ -198,6 +198,11 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
             file.addAction(a)
         from app.ui.custom_kernel import open_custom_kernel_page  # the "Your kernel" goal page
         file.addAction(self._action("Your &kernel…", lambda: open_custom_kernel_page(self)))
+        self.examples_menu = file.addMenu("Exa&mples")  # shipped goals and your-own-kernel ones
+        for path in example_goals():
+            a = self.examples_menu.addAction(example_name(path))
+            a.setToolTip(str(path))
+            a.triggered.connect(lambda _c=False, p=str(path): self.open_goal(p))
         self.recent_menu = file.addMenu("Recent goals")
         file.addSeparator()
         file.addAction(self.act_history_file)
@@ -568,6 +573,11 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         box.open()
 
     def closeEvent(self, event: QCloseEvent) -> None:
+        if self.controller.running and self.interactive and not self.confirm(
+                "A run is in progress. Stop it and quit?\n\nThe run is kept in the history "
+                "and can be resumed from there."):
+            event.ignore()  # Ctrl+Q mid-run asks first
+            return
         if self.controller.running:
             # Stop cleanly: the run records 'stopped' and stays resumable from the history.
             self.statusBar().showMessage("Stopping the run before closing…")
