@@ -14,6 +14,7 @@ import html
 import json
 import os
 import re
+import zlib
 from typing import Any
 
 from app import __version__
@@ -22,8 +23,20 @@ from app.core.units import format_gain, format_percent, format_value, gain, run_
 from app.run_summary import RunSummary, hardware_fraction, summarize
 from app.swarm.lessons import current_lessons
 
-AGENT_COLOURS = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b", "#e377c2", "#17becf",
-                 "#bcbd22", "#7f7f7f"]
+# One colour per agent, the same in the desktop app (app.ui.theme uses these) and the report;
+# an agent not named here gets a spare chosen by its name, so both agree on it too.
+AGENT_COLOURS = {"explorer": "#4e79a7", "local": "#f28e2b", "evolution": "#59a14f",
+                 "model": "#b07aa1", "llm": "#e15759"}
+SPARE_COLOURS = ["#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"]
+
+
+def agent_colour(agent: str) -> str:
+    return AGENT_COLOURS.get(agent) or SPARE_COLOURS[zlib.crc32(agent.encode()) % len(SPARE_COLOURS)]
+
+
+def spread_percent(percent: float) -> str:
+    """'170 %' or '3.5 %' (never '1.7e+02 %')."""
+    return f"{percent:.0f} %" if abs(percent) >= 10 else f"{percent:.2g} %"
 FAILURE_COLOUR = "#d62728"
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -110,7 +123,7 @@ def convergence_svg(evals: list[Evaluation], minimize: bool, unit: str,
         return top + (hi - v) / (hi - lo) * plot_h
 
     agents = sorted({e.agent for e in evals})
-    colour = {a: AGENT_COLOURS[k % len(AGENT_COLOURS)] for k, a in enumerate(agents)}
+    colour = {a: agent_colour(a) for a in agents}
     parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
              f"viewBox='0 0 {width} {height}' role='img' aria-label='convergence'>"),
              f"<rect x='{left}' y='{top}' width='{plot_w}' height='{plot_h}' fill='#fff' stroke='#bbb'/>"]
@@ -180,7 +193,7 @@ def agents_svg(agents: dict[str, list[int]], width: int = 640) -> str:
              f"viewBox='0 0 {width} {height}' role='img' aria-label='agents'>"),
              "<text x='0' y='14'>evaluations (light) and improvements (dark) per agent</text>"]
     for k, (agent, (evaluated, _failed, improved)) in enumerate(sorted(agents.items())):
-        c = AGENT_COLOURS[k % len(AGENT_COLOURS)]
+        c = agent_colour(agent)
         y0 = 24 + k * row
         parts.append(f"<text x='0' y='{y0 + 17}'>{_esc(agent or '?')}</text>"
                      f"<rect x='{label_w}' y='{y0 + 4}' width='{evaluated / most * plot_w:.1f}' "
@@ -308,7 +321,7 @@ def _summary_rows(run: dict, summary: RunSummary, best: Evaluation | None, evals
     if best is not None and best.p10_ms is not None and best.p90_ms is not None and best.time_ms:
         middle = "mean recorded by Kernel Tuner" if run["backend"] == "replay" else "median"
         spread = (f"{_num(best.time_ms)} ms {middle}, p10–p90 {_num(best.p10_ms)}–{_num(best.p90_ms)} ms "
-                  f"({100 * (best.p90_ms - best.p10_ms) / best.time_ms:.2g} % spread)")
+                  f"({spread_percent(100 * (best.p90_ms - best.p10_ms) / best.time_ms)} spread)")
     start = run.get("baseline_value")
     baseline = "— (none measured)"
     if start:

@@ -9,17 +9,12 @@ from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtGui import QColor, QFont, QGuiApplication, QPalette
 from PySide6.QtWidgets import QApplication
 
+from app.html_report import AGENT_COLOURS, agent_colour
+
 THEMES = ("system", "light", "dark")
 
 # Fixed colours per agent so a run and its history look the same everywhere.
-AGENT_COLORS = {
-    "explorer": "#4e79a7",
-    "local": "#f28e2b",
-    "evolution": "#59a14f",
-    "model": "#b07aa1",
-    "llm": "#e15759",
-}
-_SPARE_COLORS = ["#76b7b2", "#edc948", "#ff9da7", "#9c755f", "#bab0ac"]
+AGENT_COLORS = AGENT_COLOURS  # one table for the app and the HTML report (app.html_report)
 
 # One marker per failure reason (pyqtgraph symbol names).
 FAILURE_SYMBOLS = {
@@ -49,7 +44,8 @@ def label_font(widget, point_size: float | None = None, bold: bool = False) -> Q
 
 
 def agent_color(agent: str, order: int = 0) -> str:
-    return AGENT_COLORS.get(agent, _SPARE_COLORS[order % len(_SPARE_COLORS)])
+    """The agent's colour, the report's too (`order` is kept for callers; the name decides)."""
+    return agent_colour(agent)
 
 
 def failure_symbol(reason: str) -> str:
