@@ -6,14 +6,13 @@ Used by the CLI, the GUI and the benchmarks alike, so a run behaves the same eve
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.core.evaluator import Evaluator
-from app.core.events import EventBus, Telemetry
+from app.core.events import EventBus
 from app.core.types import Evaluation
 from app.goal import Goal
 from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
@@ -27,7 +26,6 @@ if TYPE_CHECKING:  # the store is optional: benchmarks run without one
 
 log = logging.getLogger(__name__)
 
-TELEMETRY_PERIOD_S = 1.0
 
 
 def check_goal(goal: Goal) -> BackendSpec:
@@ -144,8 +142,7 @@ class RunSession:
         else:
             self.record = {**kernel_source_record(goal), **stored_run["device"]}
         measured = self.evaluator.baseline()
-        name_baseline = getattr(self.evaluator, "baseline_name", None)
-        measured_name = (name_baseline() or "") if measured is not None and name_baseline else ""
+        measured_name = (self.evaluator.baseline_name() or "") if measured is not None else ""
         self.measured_baseline_name = measured_name  # what a final re-timing times again
         baseline, baseline_name = self._run_baseline(stored_run, measured, measured_name)
         self.baseline_value, self.baseline_name = baseline, baseline_name
@@ -174,10 +171,8 @@ class RunSession:
             # critical: a failed commit must stop the run, never silently drop an evaluation.
             # The subscriber also adds failing verification cases to the goal's validation set.
             self._unsubscribe.append(self.bus.subscribe(store.subscriber(self.run_id), critical=True))
-        self._telemetry_stop = threading.Event()
-        attach_bus = getattr(self.evaluator, "attach_bus", None)
-        if attach_bus is not None:  # backends with their own telemetry sampler (NVML)
-            attach_bus(self.bus, self.run_id)
+        # backends with their own events (CUDA's NVML telemetry sampler, a cluster's questions)
+        self.evaluator.attach_bus(self.bus, self.run_id)
 
     def _run_baseline(self, stored_run: dict[str, Any], measured: float | None,
                       measured_name: str) -> tuple[float | None, str]:
@@ -239,27 +234,12 @@ class RunSession:
         # backend can (cpu, cuda: retime_pair); replay cannot, and there the lesson says "within the spread"
         return make_llm_team(goal, self.evaluator, settings=settings, bus=self.bus,
                              run_id=self.run_id, db_path=db_path,
-                             retime=getattr(self.evaluator, "retime_pair", None))
-
-    def _telemetry_loop(self) -> None:
-        sample = getattr(self.evaluator, "sample_telemetry", None)
-        while sample and not self._telemetry_stop.wait(TELEMETRY_PERIOD_S):
-            try:
-                readings = sample()
-            except Exception:  # telemetry is best effort; the run goes on without it
-                log.exception("telemetry sampling failed")
-                return
-            if readings:
-                self.bus.publish(Telemetry(device=self.evaluator.device().name,
-                                           readings=readings, run_id=self.run_id))
+                             retime=self.evaluator.retime_pair if self.evaluator.can_retime else None)
 
     def run(self) -> RunResult:
-        telemetry = threading.Thread(target=self._telemetry_loop, name="telemetry", daemon=True)
-        telemetry.start()
         try:
             return self.coordinator.run()  # re-timed and summarised before RunFinished
         finally:
-            self._telemetry_stop.set()
             self.evaluator.close()
             for unsubscribe in self._unsubscribe:
                 unsubscribe()
@@ -268,11 +248,10 @@ class RunSession:
         """Before a speedup is claimed, the best and the baseline are timed again, interleaved.
         The figures are kept in the run's record as a fact of their own, beside the baseline
         measured at the start (which the stored rows stay compared to)."""
-        compare = getattr(self.evaluator, "final_comparison", None)
-        if compare is None or best is None or reason in ("stopped", "error"):
+        if best is None or reason in ("stopped", "error"):
             return {}
         try:
-            figures = compare(best)
+            figures = self.evaluator.final_comparison(best)
         except Exception:  # the run's results stand without the re-timing
             log.exception("final comparison failed")
             return {}
@@ -298,5 +277,4 @@ class RunSession:
     def continue_here(self) -> bool:
         """A run waiting for a cluster that went away goes on on this machine (the user's
         choice, app.cluster.pool); False when its evaluator has no such choice."""
-        choose = getattr(self.evaluator, "continue_here", None)
-        return bool(choose is not None and choose())
+        return self.evaluator.continue_here()

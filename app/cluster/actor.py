@@ -62,8 +62,7 @@ class EvaluationActor:
         return self.evaluator.limit()
 
     def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
-        compare = getattr(self.evaluator, "final_comparison", None)
-        return compare(best) if compare is not None else None
+        return self.evaluator.final_comparison(best)
 
     def close(self) -> None:
         self.evaluator.close()

@@ -60,6 +60,53 @@ class Evaluator(abc.ABC):
     def device(self) -> DeviceInfo:
         return DeviceInfo(kind="unknown", name="unknown")
 
+    # ---- optional capabilities: a backend overrides what it has; the defaults say "none" ----
+    #: the operator this backend verifies against (None: a recorded space has none)
+    op: Any = None
+    #: retime_pair works here (cpu, cuda); replay's figures are recorded means
+    can_retime: bool = False
+
+    def baseline_name(self) -> str | None:
+        """The name of the library baseline `baseline()` measured (e.g. "numpy")."""
+        return None
+
+    def attach_bus(self, bus: Any, run_id: int | None = None) -> None:
+        """Publish the backend's own events (telemetry, a cluster's questions) on `bus`."""
+
+    def candidate_key(self, config: dict[str, Any], source: str | None = None) -> str | None:
+        """The backend's key for a configuration of `source` (None: the caller's own key)."""
+        return None
+
+    def retime_pair(self, a: Candidate | Evaluation, b: Candidate | Evaluation
+                    ) -> dict[str, dict[str, float]] | None:
+        """Both timed again in one interleaved measurement (only where `can_retime`)."""
+        return None
+
+    def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
+        """The best and the baseline timed again, interleaved, before a speedup is claimed."""
+        return None
+
+    def continue_here(self) -> bool:
+        """A run waiting for a cluster that went away may go on on this machine."""
+        return False
+
+    def probe(self, candidate: Candidate | Evaluation, cases: list[dict[str, Any]]
+              ) -> list[dict[str, Any]] | None:
+        """Run `candidate` on the given validation cases only, untimed, and score each (the
+        adversary's question); None where the backend cannot."""
+        return None
+
+    def probe_plan(self) -> dict[str, Any] | None:
+        """What the adversary may draw for this goal (shapes, distributions); None: no probe."""
+        return None
+
+    def add_validation_case(self, case: dict[str, Any]) -> None:
+        """A new failing input every later evaluation is checked against."""
+
+    @property
+    def validation_cases(self) -> list[dict[str, Any]]:
+        return []
+
     def close(self) -> None:
         """Release workers and devices."""
 

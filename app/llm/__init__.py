@@ -58,7 +58,7 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
 
     settings = (settings or LLMSettings.from_env()).validate()
     space = evaluator.space
-    spec = kernel_spec(goal, params=list(space.params), operator=getattr(evaluator, "op", None))
+    spec = kernel_spec(goal, params=list(space.params), operator=evaluator.op)
     client = client or LLMClient(settings, seed=goal.swarm.seed if seed is None else seed)
     device = evaluator.device()
     # in the objective's unit; the prompt states both with the unit and CURRENT's fraction
@@ -78,7 +78,8 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
     base_seed = goal.swarm.seed if seed is None else seed
     from app.llm.agent import candidate_key
 
-    key_fn = getattr(evaluator, "candidate_key", None) or candidate_key
+    def key_fn(config: dict, source: str) -> str:  # the backend's keying where it has one
+        return evaluator.candidate_key(config, source) or candidate_key(config, source)
     agents = []
     for i, role in enumerate(settings.roles):
         agents.append(LLMAgent(

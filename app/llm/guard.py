@@ -34,7 +34,7 @@ class PolicyEvaluator(Evaluator):
         self.dtype = dtype
         self.forbid = tuple(forbid)
         self.space = inner.space
-        self.max_parallel = getattr(inner, "max_parallel", 1)
+        self.max_parallel = inner.max_parallel
 
     def _backend_form(self, item: Any) -> Any:
         """`item` (a Candidate or an Evaluation) as the backend takes it: tunables outside
@@ -87,13 +87,50 @@ class PolicyEvaluator(Evaluator):
     def close(self) -> None:
         self.inner.close()
 
-    def __getattr__(self, name: str) -> Any:  # sample_telemetry and other optional hooks
+    # the optional capabilities (app.core.evaluator) are the inner backend's
+    @property
+    def op(self) -> Any:  # type: ignore[override]
+        return self.inner.op
+
+    @property
+    def can_retime(self) -> bool:  # type: ignore[override]
+        return self.inner.can_retime
+
+    def baseline_name(self) -> str | None:
+        return self.inner.baseline_name()
+
+    def attach_bus(self, bus: Any, run_id: int | None = None) -> None:
+        self.inner.attach_bus(bus, run_id)
+
+    def candidate_key(self, config: dict[str, Any], source: str | None = None) -> str | None:
+        return self.inner.candidate_key(config, source)
+
+    def retime_pair(self, a: Any, b: Any) -> dict[str, dict[str, float]] | None:
+        return self.inner.retime_pair(a, b)
+
+    def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
+        return self.inner.final_comparison(self._backend_form(best))
+
+    def continue_here(self) -> bool:
+        return self.inner.continue_here()
+
+    def probe(self, candidate: Any, cases: list[dict[str, Any]]) -> list[dict[str, Any]] | None:
+        return self.inner.probe(self._backend_form(candidate), cases)
+
+    def probe_plan(self) -> dict[str, Any] | None:
+        return self.inner.probe_plan()
+
+    def add_validation_case(self, case: dict[str, Any]) -> None:
+        self.inner.add_validation_case(case)
+
+    @property
+    def validation_cases(self) -> list[dict[str, Any]]:
+        return self.inner.validation_cases
+
+    def __getattr__(self, name: str) -> Any:  # what else the backend has (roofs, peak, ...)
         if name == "inner":
             raise AttributeError(name)
-        hook = getattr(self.inner, name)
-        if name in ("compare", "final_comparison"):  # they take a candidate or evaluation
-            return lambda item: hook(self._backend_form(item))
-        return hook
+        return getattr(self.inner, name)
 
 
 def warm_start_refusal(source: str | None, spec: KernelSpec, goal: Goal) -> str:

@@ -37,15 +37,12 @@ class AdversaryDriver:
                  revoke: Revoke) -> None:
         self.board, self.bus, self.run_id, self._revoke = board, bus, run_id, revoke
         self.share = max(0.0, float(share))
-        # optional evaluator capabilities (app.gpu cpu and cuda; replay has none): the
-        # probe, the plan of what may vary, and the validation set the cascade checks
-        self._probe = getattr(evaluator, "probe", None)
-        plan_of = getattr(evaluator, "probe_plan", None)
-        self._add_case = getattr(evaluator, "add_validation_case", None)
+        # optional evaluator capabilities (app.core.evaluator; cpu and cuda have them, replay
+        # and a cluster do not): the plan of what may vary, the probe, the validation set
         self._evaluator = evaluator
-        plan = plan_of() if callable(plan_of) and callable(self._probe) else None
+        plan = evaluator.probe_plan()
         self.adversary = Adversary(plan, rng) if plan else None
-        self.can_probe = callable(self._probe)
+        self.can_probe = plan is not None
         self.seconds = 0.0
         self._t0 = time.monotonic()
         self._last_round_s = 0.0
@@ -90,16 +87,16 @@ class AdversaryDriver:
             self.seconds += spent
 
     def _cases(self) -> list[Case]:
-        known = getattr(self._evaluator, "validation_cases", None)  # a property: read it now
-        return list(known() if callable(known) else known or [])
+        return list(self._evaluator.validation_cases)
 
     def _call(self, target: Evaluation, cases: list[Case]) -> list[dict[str, Any]]:
-        assert self._probe is not None
+        unscored = [{"score": None, "problem": "", "corrupted": False}] * len(cases)
         try:
-            return list(self._probe(target, cases))
+            found = self._evaluator.probe(target, cases)
         except Exception:  # a backend bug costs one probe, never the run
             log.exception("adversary probe failed")
-            return [{"score": None, "problem": "", "corrupted": False}] * len(cases)
+            return unscored
+        return list(found) if found is not None else unscored
 
     # ---- cases ----------------------------------------------------------------------------
     def new_case(self, case: Case, origin: str, broke: str = "") -> int | None:
@@ -107,8 +104,7 @@ class AdversaryDriver:
         against it. Returns the store's id of the case (None without a store)."""
         event = CaseFound(case=dict(case), origin=origin, broke=broke, run_id=self.run_id)
         self.bus.publish(event)  # the store's recorder fills in case_id
-        if callable(self._add_case):
-            self._add_case(dict(case))
+        self._evaluator.add_validation_case(dict(case))
         if not self.can_probe:
             return event.case_id
         for kept in self.board.successes():

@@ -126,7 +126,7 @@ class Coordinator:
             self._seeds_left = min(TRANSFER_SEEDS, max(1, self.stop_rules.max_evals // 4))
         self.allocator = BudgetAllocator(  # LLM agents report tokens: cost per improvement
             list(self.agents), spend=lambda a: getattr(self.agents.get(a), "tokens_spent", None))
-        cap = getattr(evaluator, "max_parallel", 1) or 1
+        cap = evaluator.max_parallel or 1
         self.slots = max(1, min(int(workers), int(cap)))
         self._credits = {name: {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0}
                          for name in self.agents}

@@ -83,6 +83,7 @@ class CpuEvaluator(Evaluator):
     """Evaluates candidates of a CPU goal in one isolated worker process."""
 
     max_parallel = 1  # one worker: concurrent timing on the same cores would lie
+    can_retime = True  # retime_pair: two kernels timed again, interleaved
 
     def __init__(self, goal: Goal, validation_cases: Sequence[dict] = (), *,
                  settings: CpuSettings | None = None) -> None:

@@ -86,6 +86,8 @@ def _space(op: CudaOperator, base: SearchSpace, restrictions: list[str], templat
                        key_extra=extra)
 
 class CudaEvaluator(Evaluator):
+    can_retime = True  # retime_pair: two kernels timed again, interleaved
+
     def __init__(self, goal: Goal, validation_cases: list[dict] | tuple = (), *, bus: Any = None,
                  run_id: int | None = None, protocol: Protocol | None = None,
                  deadlines: Deadlines | None = None, compile_cache: Any = True,
