@@ -1,14 +1,15 @@
-"""Render every view and dock of KernelSwarm to PNG, at each screen size, during real runs.
+"""Screenshots of KernelSwarm during a CPU run of your own C kernel, at each screen size.
 
-    .venv/bin/python scripts/screenshots.py [--out screenshots] [--size 1366x768 --size 1920x1080]
-                                            [--theme light|dark] [--evals N] [--no-cpu]
+    xvfb-run -a -s "-screen 0 1366x768x24" .venv/bin/python scripts/screenshots.py --size 1366x768
+    xvfb-run -a -s "-screen 0 1920x1080x24" .venv/bin/python scripts/screenshots.py --size 1920x1080
 
-For each size (default: 1366×768 and 1920×1080) a window of that size runs a recorded-space
-goal from the form, then shows the candidate dock's tabs, the lessons, the history, a
-comparison of two runs, a CPU run (measured headless in this process, then opened from the
-history, so its Source tab shows the C code that ran) and the other theme. Images go to
-OUT/WxH/NN-name.png. Offscreen by default (set QT_QPA_PLATFORM=xcb to draw on an X display).
-Uses a throwaway history database and settings file, so nothing of the user's is touched.
+The new user's path: the "Your kernel…" page filled with a C example (pnpoly or conv2d) (arguments from
+its signature, the TOML preview, one configuration compiled), "Use in the window", the run from
+the window (a real CPU run: compiled here, measured in the sandboxed worker), then every dock
+(Goal, History, Candidates, Candidate with each tab, Timing included, Lessons) while it runs and
+after it ends. Images go to OUT/WxH/NN-name.png. On an X display (Xvfb) the real xcb platform
+draws them; without DISPLAY it falls back to offscreen. Uses a throwaway history database and
+settings file, so nothing of the user's is touched.
 """
 
 from __future__ import annotations
@@ -20,15 +21,16 @@ import tempfile
 import time
 from pathlib import Path
 
-os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+ROOT = Path(__file__).resolve().parent.parent
+if not os.environ.get("DISPLAY") and not os.environ.get("WAYLAND_DISPLAY"):
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+sys.path.insert(0, str(ROOT))
 
 from PySide6.QtCore import QSettings
 from PySide6.QtWidgets import QApplication
 
-from app.goal import Goal, StopRules, SwarmSettings, Target
-
 SIZES = ("1366x768", "1920x1080")
+TABS = ("summary", "source", "diff", "compile-log", "checks", "timing")
 
 
 def wait(app: QApplication, predicate, timeout_s: float) -> bool:
@@ -49,8 +51,38 @@ def parse_size(text: str) -> tuple[int, int]:
     return w, h
 
 
+EXAMPLES = {  # what a user types for each example: dims, sizes, tunables, argument rows
+    "conv2d": ("conv2d_c", "conv2d.c", "w, h", "{n}, {n}",
+               (("TILE_X", "[8, 16, 32, 64]"), ("TILE_Y", "[1, 2, 4, 8]"), ("THREADS", "[1, 2]"),
+                ("FW", "[7]"), ("FH", "[7]")),
+               {0: ("h, w", None), 1: ("h + 6, w + 6", "uniform"), 2: ("7, 7", "uniform")}),
+    "pnpoly": ("pnpoly_c", "pnpoly.c", "n, nv", "{n}, 40",
+               (("CHUNK", "[1, 4, 8, 16, 32, 64]"), ("ORDER", "[0, 1]"), ("THREADS", "[1, 2]")),
+               {0: ("n", None), 1: ("n, 2", "uniform"), 2: ("nv, 2", "uniform")}),
+}
+
+
+def fill_page(page, kernel: str, size: int, evals: int) -> None:
+    """An example typed as a user would: source, sizes, tunables, then the arguments the page
+    offered from the signature given their shapes and fills."""
+    folder, source, dims, shapes, params, rows = EXAMPLES[kernel]
+    here = ROOT / "resources" / "goals" / "custom" / folder
+    page.name.setText(f"{kernel} (my C kernel)")
+    page.dims.setText(dims)
+    page.set_source(str(here / source))
+    page.shapes.setText(shapes.format(n=size))
+    page.max_evals.setValue(evals)
+    for name, values in params:
+        page.add_param(name, values)
+    for row, (shape, fill) in rows.items():
+        page.args.item(row, 3).setText(shape)
+        if fill:
+            page.args.cellWidget(row, 4).setCurrentText(fill)
+    page.set_reference(str(here / "reference.py"))
+
+
 def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> list[Path]:
-    from app.session import RunSession
+    from app.ui.custom_kernel import open_custom_kernel_page
     from app.ui.main_window import MainWindow
     from app.ui.theme import ThemeManager
 
@@ -62,79 +94,72 @@ def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> lis
     window.set_theme(args.theme)
     window.resize(*size)
     window.show()
+    wait(app, lambda: False, 0.5)
     shots: list[Path] = []
 
     def shoot(name: str, widget=None) -> None:
-        wait(app, lambda: False, 0.2)
+        wait(app, lambda: False, 0.3)
         window.live.redraw()
         app.processEvents()
         path = out / f"{len(shots) + 1:02d}-{name}.png"
         (widget or window).grab().save(str(path))
         shots.append(path)
 
-    goal = Goal(name=f"{args.space.split('.')[0].replace('_', ' ')} (replay)", space=args.space,
-                stop=StopRules(max_evals=args.evals), swarm=SwarmSettings(workers=2, seed=7),
-                target=Target("speedup", 4.0))
-    window.form.set_goal(goal)
     window.goal_dock.raise_()
+    shoot("start")
+    page = open_custom_kernel_page(window)
+    fill_page(page, args.kernel, args.shape, args.evals)
+    page.refresh_toml_preview()
+    shoot("your-kernel-page", page)
+    done = []
+    page.preview_done.connect(lambda ok, text: done.append(ok))
+    if page.compile_preview():
+        wait(app, lambda: bool(done), 120)
+    shoot("your-kernel-compiled", page)
+    if page.use_goal() is None:
+        print(f"the page's goal is wrong: {page.problem.text()}", file=sys.stderr)
+        return shots
+    window.form.workers.setValue(2)
     shoot("goal-form")
-    window.form.example.showPopup()  # the examples, marked with what this machine can run
-    shoot("goal-examples", window.form.example.view().window())
-    window.form.example.hidePopup()
     window.form.scroll.verticalScrollBar().setValue(window.form.scroll.verticalScrollBar().maximum())
     shoot("goal-form-bottom", window.goal_dock)
     window.form.scroll.verticalScrollBar().setValue(0)
+
+    started = time.monotonic()
     window.run_goal()
-    wait(app, lambda: len(window.live.data) >= args.evals // 3, 120)
+    wait(app, lambda: len(window.live.data) >= max(3, args.evals // 3), 300)
+    window.table.flush()
     shoot("live-run")
-    wait(app, lambda: window.controller.state == "idle", 300)
+    window.toggle_pause()
+    wait(app, lambda: window.controller.state == "paused", 30)
+    shoot("paused")
+    window.toggle_pause()
+    wait(app, lambda: window.controller.state == "idle", 900)
+    print(f"{size[0]}x{size[1]}: the run took {time.monotonic() - started:.1f} s "
+          f"for {len(window.live.data)} evaluations", file=sys.stderr)
+    window.table.flush()
+    model = window.table.model
+    best = model.best or (model.rows[0][1] if model.rows else None)
+    if best is not None:  # the best, else the first candidate: the tabs show one
+        window.table.select_key(best.key)
     shoot("finished-run")
-    shoot("candidates-table", window.table_dock)
+    shoot("candidates-dock", window.table_dock)
     tabs = window.detail.tabs
-    for i, name in enumerate(("summary", "source", "diff", "compile-log", "verification", "timing")):
+    for i, name in enumerate(TABS[: tabs.count()]):
         tabs.setCurrentIndex(i)
         shoot(f"candidate-{name}", window.detail_dock)
+    window.detail_dock.raise_()
+    tabs.setCurrentIndex(len(TABS) - 1)
+    shoot("timing-in-window")
     tabs.setCurrentIndex(0)
-    shoot("lessons", window.lessons_dock)
-
-    # A second run with another seed, then compare both from the history.
-    goal.swarm.seed = 8
-    window.form.set_goal(goal)
-    window.run_goal()
-    wait(app, lambda: window.controller.state == "idle", 300)
+    shoot("lessons-dock", window.lessons_dock)
     window.history.refresh()
     window.history_dock.raise_()
-    runs = sorted(window.history.runs)
-    window.history.select_runs(runs[-2:])
-    window.compare_runs(runs[-2:])
-    shoot("compare-history")
-    shoot("history", window.history_dock)
-    window.open_run(runs[0])
+    shoot("history-dock", window.history_dock)
+    window.open_run(window.current_run_id)
     window.tabs.setCurrentWidget(window.live)
-    shoot("opened-past-run")
-
-    if args.cpu:  # a real CPU run (C compiled here), opened from the history
-        cpu = Goal.load(Path(__file__).resolve().parent.parent / "resources/goals/cpu_softmax.toml")
-        cpu.shapes = [[512, 1024]]
-        cpu.name = "softmax fp32 512x1024 (cpu)"
-        cpu.stop = StopRules(max_evals=args.cpu_evals, time_budget_s=120.0)
-        session = RunSession(cpu, store=window.store())
-        session.run()
-        window.history.refresh()
-        window.open_run(session.run_id)
-        window.table.flush()
-        if window.table.model.best is not None:
-            window.table.select_key(window.table.model.best.key)
-        shoot("cpu-run")
-        for i, name in ((1, "source"), (3, "compile-log"), (5, "timing")):
-            tabs.setCurrentIndex(i)
-            shoot(f"cpu-candidate-{name}", window.detail_dock)
-        tabs.setCurrentIndex(0)
-
+    shoot("reopened-run")
     window.set_theme("dark" if args.theme == "light" else "light")
-    window.open_run(runs[0])
-    window.table.flush()
-    window.table.select_key(window.table.model.rows[0][1].key)
     shoot("other-theme")
     window.set_theme(args.theme)
     window.close()
@@ -147,14 +172,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--size", action="append", type=parse_size,
                    help=f"window size WxH (repeatable; default {' and '.join(SIZES)})")
     p.add_argument("--theme", default="light", choices=("light", "dark"))
-    p.add_argument("--space", default="gemm_RTX_3090.json.gz")
-    p.add_argument("--evals", type=int, default=300)
-    p.add_argument("--no-cpu", dest="cpu", action="store_false", help="skip the CPU run")
-    p.add_argument("--cpu-evals", type=int, default=8)
+    p.add_argument("--evals", type=int, default=12, help="evaluations of the CPU run")
+    p.add_argument("--kernel", default="pnpoly", choices=sorted(EXAMPLES),
+                   help="which of the your-own-kernel C examples the page is filled with")
+    p.add_argument("--shape", type=int, default=20000,
+                   help="the problem size (pnpoly: points; conv2d: the image's side)")
     args = p.parse_args(argv)
     sizes = args.size or [parse_size(s) for s in SIZES]
 
     app = QApplication.instance() or QApplication(["kernelswarm-screenshots"])
+    print(f"platform: {app.platformName()}", file=sys.stderr)
     for size in sizes:
         for path in shoot_size(app, Path(args.out) / f"{size[0]}x{size[1]}", size, args):
             print(path)

@@ -73,9 +73,12 @@ class CustomKernelPage(QDialog):
         self._cancelled = False
         install_wheel_guard()  # scrolling the tables never changes a role, dtype or fill
         left = QVBoxLayout()  # the goal's fields, then the tunable parameters
-        form = QFormLayout()
+        form = QFormLayout()  # two fields a row where they belong together: the tables get the height
         self.name = QLineEdit("my kernel")
-        form.addRow("Name", self.name)
+        self.max_evals = QSpinBox()
+        self.max_evals.setRange(1, 100_000)
+        self.max_evals.setValue(50)
+        form.addRow("Name", self._pair(self.name, "Evaluations", self.max_evals))
         self.source = QLineEdit()
         self.source.setPlaceholderText("kernel.c or kernel.cu")
         self.source.editingFinished.connect(lambda: self.set_source(self.source.text()))
@@ -89,21 +92,15 @@ class CustomKernelPage(QDialog):
         self.language.addItem("C (cpu backend)", "c")
         self.language.addItem("CUDA (cuda backend)", "cuda")
         self.language.currentIndexChanged.connect(self._language_changed)
-        form.addRow("Language", self.language)
         self.entry = QComboBox()
         self.entry.setEditable(True)
         self.entry.currentTextChanged.connect(self._entry_changed)
-        form.addRow("Entry function", self.entry)
+        form.addRow("Language", self._pair(self.language, "Entry function", self.entry))
         self.dims = QLineEdit("n")
         self.dims.setToolTip("names of a problem size's entries, used in shapes and values")
-        form.addRow("Dimension names", self.dims)
         self.shapes = QLineEdit("1024")
         self.shapes.setToolTip("problem sizes, e.g. 1024, 1024; 2048, 2048")
-        form.addRow("Problem sizes", self.shapes)
-        self.max_evals = QSpinBox()
-        self.max_evals.setRange(1, 100_000)
-        self.max_evals.setValue(50)
-        form.addRow("Evaluations", self.max_evals)
+        form.addRow("Dimension names", self._pair(self.dims, "Problem sizes", self.shapes))
         left.addLayout(form)
 
         params_box = QGroupBox("Tunable parameters (#defines): a name and a Python list of values")
@@ -112,11 +109,12 @@ class CustomKernelPage(QDialog):
         self.params.setHorizontalHeaderLabels(["name", "values"])
         self.params.horizontalHeader().setStretchLastSection(True)
         self.params.itemChanged.connect(lambda _item: self._check_restrictions())
+        self.params.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         pv.addWidget(self.params, 1)
         pv.addLayout(self._row_buttons(self.params, lambda: self.add_param("", "")))
         self.restrictions = QPlainTextEdit()
         self.restrictions.setPlaceholderText("one restriction per line, e.g. TILE_X * TILE_Y <= 256")
-        self.restrictions.setMaximumHeight(60)
+        self.restrictions.setMaximumHeight(48)
         self.restrictions.textChanged.connect(self._check_restrictions)
         pv.addWidget(QLabel("Restrictions (Kernel Tuner syntax)"))
         pv.addWidget(self.restrictions)
@@ -130,6 +128,7 @@ class CustomKernelPage(QDialog):
         av = QVBoxLayout(args_box)
         self.args = QTableWidget(0, len(ARG_COLUMNS))
         self.args.setHorizontalHeaderLabels(list(ARG_COLUMNS))
+        self.args.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 14)  # combos
         header = self.args.horizontalHeader()
         for col, mode in enumerate((QHeaderView.Stretch, QHeaderView.ResizeToContents,
                                     QHeaderView.ResizeToContents, QHeaderView.Stretch,
@@ -185,6 +184,7 @@ class CustomKernelPage(QDialog):
         self.splitter.setStretchFactor(0, 3)  # the tables grow first
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
+        self.splitter.setSizes([470, 190])  # the compiler output and the TOML get ~10 lines
 
         layout = QVBoxLayout(self)
         layout.addWidget(self.splitter, 1)
@@ -199,6 +199,14 @@ class CustomKernelPage(QDialog):
         self._watch(self)
         self._fit_screen()
         self.refresh_toml_preview()
+
+    @staticmethod
+    def _pair(first: QWidget, label: str, second: QWidget) -> QHBoxLayout:
+        row = QHBoxLayout()
+        row.addWidget(first, 1)
+        row.addWidget(QLabel(label))
+        row.addWidget(second, 1)
+        return row
 
     def _reference_rows(self, ref: QFormLayout) -> None:
         self.reference_kind = QComboBox()
@@ -327,11 +335,17 @@ class CustomKernelPage(QDialog):
         language = "cuda" if Path(path).suffix in (".cu", ".cuh") else "c"
         self.language.setCurrentIndex(self.language.findData(language))
         keep = self.entry.currentText()
+        self.entry.blockSignals(True)  # the arguments are offered once, for the chosen entry
         self.entry.clear()
         names = entry_names(text, language)
         self.entry.addItems(names)
         if keep in names:
             self.entry.setCurrentText(keep)
+        elif names:  # the function named like the file, else the last one (helpers come first in C)
+            stem = Path(path).stem
+            self.entry.setCurrentText(stem if stem in names else names[-1])
+        self.entry.blockSignals(False)
+        self._entry_changed()
         self.problem.setText("")
 
     def _browse_reference(self) -> None:

@@ -28,7 +28,8 @@ from app.ui.theme import (
 )
 
 AXIS_WIDTH = 64
-LEGEND_COLUMNS = 6  # the legend's entries side by side under the plot
+LEGEND_COLUMNS = 4  # the legend's entries side by side under the plot (rows as needed)
+AGENT_AXIS_WIDTH = 112  # 'adversary (1 case)' whole
 SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
                  "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
@@ -324,8 +325,11 @@ class AgentChart(pg.PlotWidget):
         item.hideButtons()
         item.setTitle("Agent share<br><span style='font-size:7.5pt'>pale: evaluations<br>"
                       "solid: improvements</span>", size="9pt")
-        item.getAxis("left").setWidth(AXIS_WIDTH)
+        item.getAxis("left").setWidth(AGENT_AXIS_WIDTH)
         item.invertY(True)  # the first agent on top
+        self.setToolTip("Each agent's share of the evaluations (pale) and of the improvements "
+                        "(solid); the adversary's bar is its share of the run's time, with the "
+                        "number of validation cases it found")
         self._evals = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
         self._wins = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
         self.addItem(self._evals)

@@ -101,9 +101,6 @@ class LiveView(QWidget):
         budget.addWidget(QLabel("Budget"))
         budget.addWidget(self.progress, 1)
         budget.addWidget(self.eta)
-        budget.addWidget(self.by_evals)
-        budget.addWidget(self.by_time)
-        budget.addWidget(self.log_y)
 
         # counters
         self.counters: dict[str, QLabel] = {}
@@ -121,8 +118,15 @@ class LiveView(QWidget):
             self.counter_names[key] = name
             counter_row.addWidget(value, 1, col)
             self.counters[key] = value
+        axis = QGridLayout()  # the plot's axis choices beside the counters: the budget bar
+        axis.setSpacing(0)  # keeps the width its words need
+        axis.addWidget(self.by_evals, 0, 0)
+        axis.addWidget(self.by_time, 0, 1)
+        axis.addWidget(self.log_y, 1, 0)
+        counter_row.addLayout(axis, 0, 5, 2, 1, Qt.AlignRight | Qt.AlignVCenter)
+        counter_row.setColumnStretch(5, 1)
         self.summary_panel = RunSummaryPanel()  # speedup basis, hardware share, failures
-        counter_row.addWidget(self.summary_panel, 2, 0, 1, 5)
+        counter_row.addWidget(self.summary_panel, 2, 0, 1, 6)
 
         self.convergence = ConvergencePlot()
         self.failures = FailureStrip()
@@ -206,8 +210,10 @@ class LiveView(QWidget):
         self._learned_from = learned
         self._simulated = ev.backend == "replay"
         self._axis_label()
-        self.title.setText(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}"
-                           + (f"; learned from {learned}" if learned else ""))
+        # the agents are in the chart beside the plot and in the tooltip: the title stays short
+        self.title.setText(f"{ev.goal_name} — {ev.backend}" + (f"; learned from {learned}" if learned else ""))
+        self.title.setToolTip(f"{ev.goal_name} — {ev.backend}, agents: {', '.join(ev.agents)}"
+                              + (f"; learned from {learned}" if learned else ""))
         self._fix_x_range()
         d.version += 1
 

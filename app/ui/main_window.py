@@ -35,6 +35,7 @@ from app.ui.goal_form import GoalForm, example_goals, example_name
 from app.ui.history import ComparePlot, HistoryPanel
 from app.ui.history_actions import HistoryActionsMixin
 from app.ui.history_file import HistoryFileMixin, initial_history_path
+from app.ui.live_plots import ElidedLabel
 from app.ui.live_view import LiveView
 from app.ui.model_searches import ModelSearches
 from app.ui.run_controller import RunController
@@ -250,7 +251,8 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         tb.addAction(self.act_export)
 
     def _make_status_bar(self) -> None:
-        self.device_label = QLabel("No device in use")
+        self.device_label = ElidedLabel("No device in use")  # a long CPU name never hides the messages
+        self.device_label.setMaximumWidth(420)
         self.state_label = QLabel("Idle")
         self.db_label = QLabel(f"History: {self.db_path.name}")  # the whole path in the tooltip
         self.db_label.setToolTip(str(self.db_path))

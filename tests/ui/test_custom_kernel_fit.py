@@ -117,3 +117,15 @@ def test_unreadable_source_names_the_file(qtbot, tmp_path):
     page.set_source(str(tmp_path / "missing.c"))
     assert "missing.c" in page.problem.text()
     assert Path(page.source.text()).name == "missing.c"
+
+
+def test_the_entry_offered_is_the_kernel_not_its_helper(qtbot):
+    """pnpoly.c defines a static helper `crosses` before `pnpoly`: the page offered the helper
+    and its six float scalars as the arguments."""
+    page = CustomKernelPage()
+    qtbot.addWidget(page)
+    page.dims.setText("n, nv")
+    page.set_source(str(resources_dir() / "goals" / "custom" / "pnpoly_c" / "pnpoly.c"))
+    assert page.entry.currentText() == "pnpoly"
+    names = [page._text(page.args, r, 0) for r in range(page.args.rowCount())]
+    assert names == ["inside", "points", "vertices", "n", "nv"]
