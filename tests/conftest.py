@@ -4,6 +4,7 @@ small recorded space to replay."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import time
@@ -16,59 +17,102 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from project_paths import GOALS, ROOT, SMALL_SPACE, SPACES  # noqa: F401  (fixtures use them)
 
+# The CPU's memory roofs and FP32 peak take 5-10 s to measure. They are measured once per test
+# session, and only when a test needs them: a test that compiles C gets them up front (its
+# module mentions the CPU backend: below), any other code that asks measures through the
+# memoised probe. Every test still gets a fresh cache directory, into which what was measured
+# is stored (trusted, MAC-checked) as a user's first run would have stored it.
+_MEASURED: dict[str, bytes] = {}
+_NEEDS_C = re.compile(r'CpuEvaluator|backend\s*=\s*\\?["\']cpu|cpu_[a-z]+\.toml|host_program_for|'
+                      r'find_compiler|import-kt|WorkerPool')
 
-@pytest.fixture(scope="session")
-def _machine_roofs(tmp_path_factory) -> Path | None:
-    """The CPU's memory roofs, measured once per test session (about 5-10 s) instead of once
-    per test: every test gets a fresh cache directory, which would otherwise measure again."""
+
+def _measure(kind: str) -> bytes | None:
+    """The machine's roofs ("memory") or peak ("compute"), measured once per session."""
     import shutil
 
-    if shutil.which("cc") is None:
-        return None
-    from app.gpu import cpu_roof
-    from app.gpu.cpu import toolchain
+    if kind not in _MEASURED:
+        if shutil.which("cc") is None:
+            return None
+        from app.gpu import cpu_roof
+        from app.gpu.cpu import compute_roof, toolchain
 
-    try:
-        tc = toolchain()
-        path = tmp_path_factory.mktemp("roofs") / "cpu-roofs.json"
-        path.write_bytes(cpu_roof.encode(cpu_roof.measure(tc.compiler), tc.identity))
-        return path
-    except Exception:  # noqa: BLE001 - tests then measure for themselves, as users do
-        return None
+        try:
+            tc = toolchain()
+            if kind == "memory":
+                _MEASURED[kind] = cpu_roof.encode(_REAL["memory"](tc.compiler), tc.identity)
+            else:
+                _MEASURED[kind] = compute_roof.encode(_REAL["compute"](tc.compiler), tc.identity)
+        except Exception:  # noqa: BLE001 - tests then measure for themselves, as users do
+            return None
+    return _MEASURED[kind]
+
+
+_REAL: dict[str, object] = {}
+
+
+def pytest_collection_modifyitems(items):
+    """Tests whose module compiles C measure the roofs before their first test (once)."""
+    for item in items:
+        path = Path(str(item.fspath))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if _NEEDS_C.search(text):
+            item.fixturenames.append("_machine_roofs")
 
 
 @pytest.fixture(scope="session")
-def _machine_peak(tmp_path_factory) -> bytes | None:
-    """The CPU's FP32 peak (app.gpu.cpu.compute_roof), measured once per test session."""
-    import shutil
-
-    if shutil.which("cc") is None:
-        return None
-    from app.gpu.cpu import compute_roof, toolchain
-
-    try:
-        tc = toolchain()
-        return compute_roof.encode(compute_roof.measure(tc.compiler), tc.identity)
-    except Exception:  # noqa: BLE001 - tests then measure for themselves, as users do
-        return None
+def _machine_roofs() -> None:
+    _measure("memory")
+    _measure("compute")
 
 
 @pytest.fixture(autouse=True)
-def _isolated_user_dirs(tmp_path_factory, monkeypatch, _machine_roofs, _machine_peak):
+def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     """Never touch the real user's history database or caches."""
     home = tmp_path_factory.mktemp("user")
     monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
     monkeypatch.setenv("KERNELSWARM_CACHE", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))  # user LLM settings
-    if _machine_roofs is not None:  # where the roofs are cached: trusted, MAC-checked
-        from app.gpu import cpu_roof, trusted_cache
+    if "app.gpu.cpu_roof" not in sys.modules and not _MEASURED:
+        return  # nothing has touched the CPU backend yet: nothing to store or memoise
+    from app.gpu import cpu_roof, trusted_cache
+    from app.gpu.cpu import compute_roof
 
-        trusted_cache.store_trusted(cpu_roof.default_file(), _machine_roofs.read_bytes())
-    if _machine_peak is not None:
-        from app.gpu import trusted_cache
-        from app.gpu.cpu import compute_roof
+    _REAL.setdefault("memory", cpu_roof.measure)
+    _REAL.setdefault("compute", compute_roof.measure)
+    # code under test that measures gets the session's figures (measured on first use)
+    monkeypatch.setattr(cpu_roof, "measure", _memoised(cpu_roof, "memory"))
+    monkeypatch.setattr(compute_roof, "measure", _memoised(compute_roof, "compute"))
+    if "memory" in _MEASURED:
+        trusted_cache.store_trusted(cpu_roof.default_file(), _MEASURED["memory"])
+    if "compute" in _MEASURED:
+        trusted_cache.store_trusted(compute_roof.default_file(), _MEASURED["compute"])
 
-        trusted_cache.store_trusted(compute_roof.default_file(), _machine_peak)
+
+def _memoised(module, kind: str):
+    import json
+
+    real = _REAL[kind]
+
+    def measure(compiler: str, *args, **kwargs):
+        if args or kwargs:  # a test asking for its own probe settings measures for real
+            return real(compiler, *args, **kwargs)
+        raw = _measure(kind)
+        if raw is None:
+            return real(compiler)
+        data = json.loads(raw)
+        if kind == "memory":
+            levels = [module.CacheLevel(**lv) for lv in data["levels"]]
+            return module.Roofs(levels, data["threads"], data["one_thread"], data["all_threads"],
+                                data.get("measured_one_thread", {}),
+                                data.get("measured_all_threads", {}))
+        return module.ComputeRoof(int(data["threads"]), float(data["one_thread"]),
+                                  float(data["all_threads"]))
+
+    return measure
 
 
 @pytest.fixture
