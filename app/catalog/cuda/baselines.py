@@ -17,7 +17,7 @@ Prepared = tuple[Callable[[], Any], Callable[[], dict[str, Any]]]
 def torch_or_none() -> Any:
     try:
         return importlib.import_module("torch")
-    except Exception:
+    except Exception:  # noqa: BLE001 - a broken torch install (CUDA mismatch...) is "no torch"
         return None
 
 

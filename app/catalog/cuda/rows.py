@@ -6,7 +6,7 @@ The row length is a compile-time constant (the candidate is specialised per shap
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -29,7 +29,7 @@ MAX_VALUES_PER_THREAD = 128  # beyond this the cached row spills out of register
 class RowOperator(CudaOperator):
     family_args = ("x",)
     shape_doc = "[rows, cols]"
-    extra_params: dict[str, list[Any]] = {}
+    extra_params: ClassVar[dict[str, list[Any]]] = {}
 
     def space(self, dtype: str) -> SearchSpace:
         self.check_dtype(dtype)
@@ -92,7 +92,7 @@ class Softmax(RowOperator):
     description = "Row softmax over the last axis (numerically stable: subtracts the row max)"
     input_names = ("x",)
     distributions = ("normal", "uniform", "offset", "wide")
-    extra_params = {"FAST_EXP": [0, 1]}
+    extra_params: ClassVar[dict[str, list[Any]]] = {"FAST_EXP": [0, 1]}
 
     def make_inputs(self, xp, shape, dtype, rng, distribution):
         return {"x": to_storage(xp, draw(xp, rng, shape, distribution), dtype)}
