@@ -91,19 +91,24 @@ class TimingHistogram(pg.PlotWidget):
         self._bars.setOpts(x0=edges[:-1], x1=edges[1:], height=counts, brush="#4e79a7",
                            pen=pg.mkPen(theme.background))
         p10, med, p90 = np.percentile(samples, [10, 50, 90])
-        # each label at its own height and on its own side of its line: close percentiles
-        # never print on top of each other
-        for value, name, position, anchor in ((p10, "p10", 0.72, (1, 0.5)), (med, "median", 0.92, (0.5, 0.5)),
-                                              (p90, "p90", 0.72, (0, 0.5))):
+        # each label at its own height (never on another), beside its line on the side with
+        # room (never cut by the plot's edge), on the background (readable over the bars)
+        lo, hi = float(edges[0]), float(edges[-1])
+        fill = pg.mkBrush(theme.background)
+        for value, name, position in ((p10, "p10", 0.92), (med, "median", 0.74), (p90, "p90", 0.56)):
+            right_side = (value - lo) / ((hi - lo) or 1.0) < 0.6
+            anchor = (0, 0.5) if right_side else (1, 0.5)
             line = pg.InfiniteLine(value, angle=90, pen=pg.mkPen(theme.foreground, style=Qt.DashLine),
                                    label=name, labelOpts={"position": position, "color": theme.foreground,
-                                                          "anchors": [anchor, anchor]})
+                                                          "anchors": [anchor, anchor], "fill": fill})
             self.addItem(line)
             self._lines.append(line)
         spread = (p90 - p10) / med * 100 if med else 0.0
+        # short enough for the dock's width: '40 samples · median 1.612 ms · p10–p90 269%'
+        spread_text = f"{spread:.0f}%" if spread >= 10 else f"{spread:.2g}%"
         self.getPlotItem().setTitle(f"{len(samples)} samples · median {med:.4g} ms · "
-                                    f"p10–p90 spread {spread:.1f}%", size="9pt")
-        self.getPlotItem().autoRange()
+                                    f"p10–p90 {spread_text}", size="9pt")
+        self.getPlotItem().getViewBox().autoRange(padding=0.05)  # the outermost bars whole
 
 
 class CandidateDetail(QWidget):

@@ -1,14 +1,11 @@
 """The "Your kernel" goal page: your own C or CUDA kernel as a goal, the Kernel Tuner way.
 
-Pick the source (the entry is offered from the functions it defines), list the tunable
-parameters (a name and a Python list of values per row), restrictions (checked as you type by
-the safe parser), the kernel's arguments in call order, the CUDA launch geometry and how outputs are checked
-(a Python reference, a reference kernel source, stored expected outputs, or not at all). "Compile one configuration" compiles a sampled configuration in a subprocess
-(app.gpu.custom_reference.preview) and shows the compiler's output; "Save as TOML" writes the goal
-with paths relative to the file (its text previewed as you type); "Use in the window" hands the
-goal to the main goal form and closes the page. The arguments are offered from the entry's parsed
-signature (app.ui.kernel_signature). Laid out wide: two columns of tables over the outputs, so it
-fits a 1366x768 screen.
+The source (the entry offered from its functions, the arguments from the entry's parsed
+signature: app.ui.kernel_signature), tunable parameters as Python lists, restrictions checked as
+typed, the CUDA launch geometry, how outputs are checked. "Compile one configuration" compiles a
+sample in a subprocess (app.gpu.custom_reference.preview); "Save as TOML" writes the goal (its
+text previewed as you type); "Use in the window" hands it to the goal form and closes the page.
+Laid out wide, two columns of tables over the outputs: it fits a 1366x768 screen.
 """
 
 from __future__ import annotations
@@ -284,6 +281,9 @@ class CustomKernelPage(QDialog):
             box.currentTextChanged.connect(self._changed)
             self.args.setCellWidget(r, col, box)
         self.args.setItem(r, 3, QTableWidgetItem(shape_or_value))
+        role_box, fill_box = self.args.cellWidget(r, 1), self.args.cellWidget(r, 4)
+        role_box.currentTextChanged.connect(lambda text: fill_box.setEnabled(text != "scalar"))
+        fill_box.setEnabled(role != "scalar")  # a scalar has a value, not a fill
 
     def _entry_changed(self) -> None:
         if not self.args.rowCount():  # offered, never over rows the user typed

@@ -28,8 +28,8 @@ from app.ui.theme import (
 )
 
 AXIS_WIDTH = 64
-LEGEND_COLUMNS = 4  # the legend's entries side by side under the plot (rows as needed)
-AGENT_AXIS_WIDTH = 112  # 'adversary (1 case)' whole
+LEGEND_COLUMNS = 3  # the legend's entries side by side under the plot (rows as needed)
+AGENT_AXIS_WIDTH = 76  # 'evolution', 'adversary' whole (a bar's full label is in `shares`)
 SHORT_REASONS = {"compile_failed": "compile", "runtime_failed": "runtime", "invalid_config": "invalid",
                  "verification_failed": "wrong", "timeout": "timeout", "crash": "crash",
                  "resource_limit": "resources", "static_check": "static", "out_of_memory": "OOM"}
@@ -316,9 +316,12 @@ class AgentChart(pg.PlotWidget):
     """Each agent's share of the evaluations and of the improvements (%), as horizontal bars:
     agent names on the left axis stay legible however narrow the chart gets."""
 
+    TIP = ("Each agent's share of the evaluations (pale) and of the improvements (solid); the "
+           "adversary's bar is its share of the run's time")
+
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
-        self.setMinimumWidth(180)  # the central area shrinks before the docks do
+        self.setMinimumWidth(200)  # the central area shrinks before the docks do
         item = self.getPlotItem()
         item.setLabel("bottom", "share (%)")
         item.setMouseEnabled(x=False, y=False)
@@ -327,9 +330,7 @@ class AgentChart(pg.PlotWidget):
                       "solid: improvements</span>", size="9pt")
         item.getAxis("left").setWidth(AGENT_AXIS_WIDTH)
         item.invertY(True)  # the first agent on top
-        self.setToolTip("Each agent's share of the evaluations (pale) and of the improvements "
-                        "(solid); the adversary's bar is its share of the run's time, with the "
-                        "number of validation cases it found")
+        self.setToolTip(self.TIP)
         self._evals = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
         self._wins = pg.BarGraphItem(x0=[], y=[], width=[], height=0.38)
         self.addItem(self._evals)
@@ -357,7 +358,10 @@ class AgentChart(pg.PlotWidget):
         self._wins.setOpts(x0=zeros, y=y + 0.2, width=w, height=0.38,
                            brushes=[pg.mkBrush(c) for c in colors],
                            pen=pg.mkPen(theme.foreground, width=0.5))
-        self.getPlotItem().getAxis("left").setTicks([list(enumerate(agents))])
+        # the axis names the agent; the adversary's case count is in its full label (tooltip)
+        self.getPlotItem().getAxis("left").setTicks([[(i, a.split(" (")[0]) for i, a in enumerate(agents)]])
+        self.setToolTip(self.TIP + "".join(f"\n{a}: {e[i]:.0f} %" for i, a in enumerate(agents)
+                                           if a not in data.agents))
         self.getPlotItem().setXRange(0, 100, padding=0.02)
         self.getPlotItem().setYRange(-0.6, max(len(agents), 1) - 0.4, padding=0)
 

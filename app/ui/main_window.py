@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
     QMainWindow,
     QMessageBox,
     QPushButton,
+    QSizePolicy,
     QStyle,
     QTabWidget,
 )
@@ -252,7 +253,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
 
     def _make_status_bar(self) -> None:
         self.device_label = ElidedLabel("No device in use")  # a long CPU name never hides the messages
-        self.device_label.setMaximumWidth(420)
+        self.device_label.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Preferred)  # its ≤400 px
         self.state_label = QLabel("Idle")
         self.db_label = QLabel(f"History: {self.db_path.name}")  # the whole path in the tooltip
         self.db_label.setToolTip(str(self.db_path))

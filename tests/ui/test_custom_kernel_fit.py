@@ -55,6 +55,8 @@ def test_arguments_are_offered_from_the_signature(qtbot):
                     ("image", "input", "float32", "w, h", "normal"),
                     ("filter", "input", "float32", "w, h", "normal"),
                     ("w", "scalar", "int32", "w", "normal"), ("h", "scalar", "int32", "h", "normal")]
+    assert not page.args.cellWidget(3, 4).isEnabled()  # a scalar has a value, not a fill
+    assert page.args.cellWidget(0, 4).isEnabled()
     page.args.item(0, 3).setText("h, w")  # the user's shape stays when the signature is read again
     page.args.cellWidget(1, 4).setCurrentText("uniform")
     assert page.args_from_signature(replace=True)

@@ -4,13 +4,15 @@ says its unit without pyqtgraph's '(x0.001)' scale (issue 32)."""
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from app.core.types import Evaluation
 from app.ui.candidate_detail import TimingHistogram
 from app.ui.theme import LIGHT
 
 
-def test_percentile_labels_do_not_overlap(qtbot):
+@pytest.mark.parametrize("shape", ["tight", "outliers"])
+def test_percentile_labels_do_not_overlap(qtbot, shape):
     plot = TimingHistogram()
     qtbot.addWidget(plot)
     plot.resize(380, 260)  # the Candidate dock's tab at 1366x768
@@ -18,6 +20,8 @@ def test_percentile_labels_do_not_overlap(qtbot):
     qtbot.waitExposed(plot)
     rng = np.random.default_rng(1)
     samples = list(0.0021 + rng.normal(0, 2e-6, 60))  # tight: the three lines nearly meet
+    if shape == "outliers":  # the 1366x768 screenshot: a cluster at the left edge, outliers far right
+        samples = list(1.6 + rng.normal(0, 0.05, 36)) + [2.1, 2.4, 4.5, 6.7, 7.7]
     ev = Evaluation(key="k", config={}, ok=True, value=0.0021, samples_ms=samples)
     plot.show_samples(ev, LIGHT)
     qtbot.wait(50)
@@ -26,5 +30,10 @@ def test_percentile_labels_do_not_overlap(qtbot):
     for i in range(3):
         for j in range(i + 1, 3):
             assert not rects[i].intersects(rects[j]), (i, j, rects)
+    view = plot.getPlotItem().getViewBox().sceneBoundingRect()
+    for rect in rects:  # whole: never cut by the plot's edge
+        assert view.contains(rect), (rect, view)
+    title = plot.getPlotItem().titleLabel.text
+    assert "samples · median" in title and "p10–p90" in title and "e+" not in title
     bottom = plot.getPlotItem().getAxis("bottom")
     assert "x0.001" not in bottom.labelString() and "(ms)" in bottom.labelString()
