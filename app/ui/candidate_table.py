@@ -527,7 +527,7 @@ class CandidateTable(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(bar)
-        layout.addWidget(self.split)
+        layout.addWidget(self.split, 1)  # the table takes the height, never the filter row
 
         self._pending: list[tuple[int, Evaluation, float]] = []
         self._timer = QTimer(self)

@@ -250,7 +250,7 @@ class CustomKernelPage(QDialog):
         """Wide rather than tall: the page fits a 1366x768 laptop screen with its tables."""
         screen = self.screen().availableGeometry() if self.screen() else None
         w, h = (screen.width(), screen.height()) if screen else (1366, 768)
-        self.resize(min(1240, w - 40), min(700, h - 60))
+        self.resize(min(1240, w - 40), min(max(700, int(h * 0.8)), h - 60))
 
     # ---- rows -----------------------------------------------------------------------------
     def _row_buttons(self, table: QTableWidget, add: Any) -> QHBoxLayout:

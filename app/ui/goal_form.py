@@ -548,6 +548,9 @@ class GoalForm(QWidget):
             holder = self.rows.get(field)
             if holder is not None:
                 holder.parentWidget().layout().setRowVisible(holder, backend != "cpu")
+        clock = self.rows.get("simulate_time")  # only a replay has recorded times to charge
+        if clock is not None:
+            clock.parentWidget().layout().setRowVisible(clock, spec.simulated_clock)
         self.device.setEnabled(spec.selects_device)
         self._edited()
 

@@ -46,6 +46,7 @@ def test_cpu_goal_hides_gpu_limits(qtbot, window):
     form.set_goal(Goal.load(resources_dir() / "goals" / "cpu_softmax.toml"))
     assert not form.rows["constraints.max_registers"].isVisibleTo(form)
     assert not form.rows["constraints.max_shared_memory_bytes"].isVisibleTo(form)
+    assert not form.rows["simulate_time"].isVisibleTo(form)  # no recorded times to charge
     form.set_goal(Goal.load(resources_dir() / "goals" / "cuda_softmax.toml"))
     assert form.rows["constraints.max_registers"].isVisibleTo(form)
 
