@@ -153,6 +153,8 @@ def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> lis
     shoot("timing-in-window")
     tabs.setCurrentIndex(0)
     shoot("lessons-dock", window.lessons_dock)
+    report = window.export_report(out / "report.html")  # the path ends with the exported report
+    print(f"report: {report} ({report.stat().st_size} bytes)", file=sys.stderr)
     window.history.refresh()
     window.history_dock.raise_()
     shoot("history-dock", window.history_dock)
