@@ -54,7 +54,10 @@ def _choose(report: dict, others: list[str], candidates: list[str], budgets: lis
     """The candidate with the best mean P on the other spaces (ties: the first listed)."""
     scored = [(c, _mean_p(report, others, c, budgets)) for c in candidates]
     scored = [(c, v) for c, v in scored if v is not None]
-    return max(scored, key=lambda cv: cv[1])[0]
+    best = max(v for _, v in scored)
+    # the first listed within rounding of the best (the baseline, for a change): sums of the
+    # same runs taken in another order differ in the last bits
+    return next(c for c, v in scored if v >= best - 1e-12)
 
 
 def holdouts(spaces: list[str], by: str) -> list[tuple[str, list[str]]]:
@@ -92,6 +95,9 @@ def judge(report: dict, baseline: str, candidates: list[str], by: str,
                 se = 0.0 if chosen == baseline else math.hypot(base[1], pick[1])
                 row["budgets"][m] = {"baseline": base, "chosen": pick,
                                      "margin": sign * (pick[0] - base[0]), "se": se}
+                change = _cell(report, space, candidates[0], m) if keep_baseline else None
+                if change is not None:  # the change's own effect here, adopted or not
+                    row["budgets"][m]["raw"] = (change[0] - base[0], math.hypot(base[1], change[1]))
             rows.append(row)
     return rows
 
@@ -107,14 +113,21 @@ def summary(rows: list[dict]) -> dict[str, dict[str, float]]:
                   "chosen": sum(c["chosen"][0] for c in cells) / n,
                   "margin": sum(c["margin"] for c in cells) / n,
                   "se": math.sqrt(sum(c["se"] ** 2 for c in cells)) / n, "spaces": n}
+        if all("raw" in c for c in cells):
+            out[m]["raw"] = sum(c["raw"][0] for c in cells) / n
+            out[m]["raw_se"] = math.sqrt(sum(c["raw"][1] ** 2 for c in cells)) / n
     return out
 
 
 def worst(rows: list[dict]) -> dict | None:
-    """The space with the most negative margin, averaged over its budgets."""
-    scored = [(sum(c["margin"] for c in r["budgets"].values()) / len(r["budgets"]), r)
-              for r in rows if r["budgets"]]
-    return min(scored, key=lambda sr: sr[0])[1] if scored else None
+    """The space with the most negative margin, averaged over its budgets (for a change,
+    ties, e.g. nowhere adopted, go to the space the change itself hurts most)."""
+    def key(r: dict) -> tuple[float, float]:
+        cells = r["budgets"].values()
+        return (sum(c["margin"] for c in cells) / len(cells),
+                sum(c.get("raw", (0.0, 0.0))[0] for c in cells) / len(cells))
+    scored = [r for r in rows if r["budgets"]]
+    return min(scored, key=key) if scored else None
 
 
 def falls_with_budget(report: dict, strategy: str) -> list[str]:
@@ -159,19 +172,25 @@ def print_rows(title: str, rows: list[dict], baseline: str, out: Callable[[str],
         return
     out(f"\n{title}")
     out(f"  {'space':<22}{'held out':<12}{'M':>5}  {baseline:<16}  {'chosen on the others':<34}"
-        f"  margin")
+        f"  margin" + ("           (change - baseline here)" if any(
+            "raw" in c for r in rows for c in r["budgets"].values()) else ""))
     for r in rows:
         for m, c in r["budgets"].items():
-            out(f"  {r['space']:<22}{r['held_out'][:11]:<12}{m:>5}  {_fmt(c['baseline']):<16}  "
-                f"{r['chosen'][:17]:<18}{_fmt(c['chosen']):<16}  {c['margin']:+.3f} ± {c['se']:.3f}")
+            held = "itself" if r["held_out"] == r["space"] else r["held_out"][:11]
+            out(f"  {r['space']:<22}{held:<12}{m:>5}  {_fmt(c['baseline']):<16}  "
+                f"{r['chosen'][:17]:<18}{_fmt(c['chosen']):<16}  {c['margin']:+.3f} ± {c['se']:.3f}"
+                + (f"    ({c['raw'][0]:+.3f} ± {c['raw'][1]:.3f})" if "raw" in c else ""))
     for m, s in summary(rows).items():
         out(f"  mean over {s['spaces']} spaces M={m:<5} {baseline} {s['baseline']:.3f}  chosen "
-            f"{s['chosen']:.3f}  margin {s['margin']:+.3f} ± {s['se']:.3f}")
+            f"{s['chosen']:.3f}  margin {s['margin']:+.3f} ± {s['se']:.3f}"
+            + (f"  (change - baseline {s['raw']:+.3f} ± {s['raw_se']:.3f})" if "raw" in s else ""))
     w = worst(rows)
     if w is not None:
         mean = sum(c["margin"] for c in w["budgets"].values()) / len(w["budgets"])
+        raw = [c["raw"][0] for c in w["budgets"].values() if "raw" in c]
         out(f"  worst space: {w['space']} (margin {mean:+.3f} over its budgets, chosen on the "
-            f"others: {w['chosen']})")
+            f"others: {w['chosen']}"
+            + (f"; the change itself {sum(raw) / len(raw):+.3f} there)" if raw else ")"))
 
 
 def report_leave_one_out(report: dict, baseline: str = "swarm", previous: dict | None = None,

@@ -103,8 +103,11 @@ def test_a_change_is_adopted_only_where_the_other_spaces_choose_it(loo):
     kept = {r["space"]: r for r in loo.judge(flat, "swarm", ["swarm@new"], "space",
                                              keep_baseline=True)}
     assert kept["conv_A100"]["chosen"] == "swarm"
-    assert kept["conv_A100"]["budgets"]["50"] == {
-        "baseline": (0.5, 0.01), "chosen": (0.5, 0.01), "margin": 0.0, "se": 0.0}
+    cell = kept["conv_A100"]["budgets"]["50"]
+    assert (cell["chosen"], cell["margin"], cell["se"]) == ((0.5, 0.01), 0.0, 0.0)
+    # the change's own effect there is still reported (+0.2), and names the worst space
+    assert cell["raw"][0] == pytest.approx(0.2)
+    assert loo.worst(list(kept.values()))["space"] == "conv_MI250X"
 
 
 def test_falls_with_budget_and_against_previous(loo):

@@ -87,21 +87,38 @@ class DecayAllocator(_Allocator):
     over its own evaluations."""
 
     def __init__(self, agents: list[str], decay: float = 0.85, floor: float = 0.5,
+                 paid: float = 0.0,
                  spend: Callable[[str], float | None] | None = None) -> None:
         super().__init__(agents, spend)
         self.decay = decay
         self.floor = floor  # fraction of proposals spread evenly
         self.reward = {a: 0.0 for a in self.agents}
+        self.evaluations = {a: 0 for a in self.agents}
+        self.paid = paid  # > 0: the earned part follows new bests per evaluation (see paid_factors)
 
     def update(self, agent: str, reward: float) -> None:
         if agent in self.reward:
             self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * reward
+            self.evaluations[agent] += 1
             self._count(agent, reward)
+
+    def paid_factors(self) -> dict[str, float]:
+        """Each agent's new bests over what its evaluations would have brought at the run's
+        own rate (both with one pseudo-count), capped at 1 and floored at `paid`: an agent
+        whose results land near the top without ever beating the best (a model repeating
+        the elite's neighbourhood) cannot keep a large part on near-misses alone."""
+        total = sum(self.evaluations.values())
+        if not self.paid or not total:
+            return {a: 1.0 for a in self.agents}
+        rate = sum(self.improvements.values()) / total
+        return {a: min(1.0, max(self.paid, (self.improvements[a] + 1.0)
+                                / (self.evaluations[a] * rate + 1.0))) for a in self.agents}
 
     def shares(self) -> dict[str, float]:
         n = len(self.agents)
         factors = self.cost_factors()
-        weight = {a: self.reward[a] * factors[a] for a in self.agents}
+        paid = self.paid_factors()
+        weight = {a: self.reward[a] * factors[a] * paid[a] for a in self.agents}
         total = sum(weight.values())
         return {a: self.floor / n + (1.0 - self.floor) * (weight[a] / total if total > 0 else 1.0 / n)
                 for a in self.agents}
@@ -116,12 +133,14 @@ class BanditAllocator(_Allocator):
 
     def __init__(self, agents: list[str], discount: float = 0.97, floor: float = 0.3,
                  prior_hits: float = 0.5, prior_misses: float = 2.0, near_credit: float = 1.0,
+                 matching: bool = False,
                  spend: Callable[[str], float | None] | None = None) -> None:
         super().__init__(agents, spend)
         self.discount = discount
         self.floor = floor
         self.prior = (prior_hits, prior_misses)
         self.near_credit = near_credit  # weight of a reward short of a new best
+        self.matching = matching  # shares proportional to the posterior means, no draws
         self.hits = {a: 0.0 for a in self.agents}  # discounted rewards
         self.trials = {a: 0.0 for a in self.agents}  # discounted evaluations
 
@@ -144,10 +163,20 @@ class BanditAllocator(_Allocator):
             return rng.betavariate(a0 + hits, b0 + max(0.0, self.trials[a] - hits)) * factors[a]
         return max(agents, key=sample)
 
+    def _means(self) -> dict[str, float]:
+        a0, b0 = self.prior
+        factors = self.cost_factors()
+        return {a: factors[a] * (a0 + self.hits[a]) / (a0 + b0 + self.trials[a])
+                for a in self.agents}
+
     def shares(self) -> dict[str, float]:
         """Each agent's chance of being picked now (the Thompson part estimated by a fixed
         number of draws from a fixed generator: the same state gives the same shares)."""
         n = len(self.agents)
+        if self.matching:
+            means = self._means()
+            total = sum(means.values())
+            return {a: self.floor / n + (1.0 - self.floor) * means[a] / total for a in self.agents}
         factors = self.cost_factors()
         rng = random.Random(0)
         wins = {a: 0 for a in self.agents}
@@ -160,6 +189,8 @@ class BanditAllocator(_Allocator):
         allowed = [a for a in self.agents if a not in exclude]
         if not allowed:
             return None
+        if self.matching:
+            return super().pick(rng, exclude)
         if rng.random() < self.floor:
             return allowed[rng.randrange(len(allowed))]
         return self._draw(rng, allowed, self.cost_factors())
@@ -167,7 +198,13 @@ class BanditAllocator(_Allocator):
 
 ALLOCATORS: dict[str, Callable[..., _Allocator]] = {
     "bandit": BanditAllocator, "decay": DecayAllocator,
-    "bandit-strict": partial(BanditAllocator, near_credit=0.0)}
+    "bandit-strict": partial(BanditAllocator, near_credit=0.0),
+    "bandit-lean": partial(BanditAllocator, prior_misses=5.0),
+    "bandit-lean-slow": partial(BanditAllocator, prior_misses=5.0, discount=0.99),
+    "bandit-greedy": partial(BanditAllocator, prior_misses=5.0, floor=0.2, discount=0.98),
+    "decay-paid": partial(DecayAllocator, paid=0.25),
+    "bandit-mean": partial(BanditAllocator, matching=True, floor=0.5),
+    "decay-paid-hard": partial(DecayAllocator, paid=0.05)}
 BudgetAllocator = DecayAllocator  # the policy the coordinator makes
 
 
