@@ -1,19 +1,17 @@
-"""Budget allocation between agents: the run's own evidence decides which agents pay off here.
+"""Budget allocation between agents: the run's own evidence decides which agents get proposals.
 
-The default policy (`BanditAllocator`, "bandit") is discounted Thompson sampling over the
-agents. Each agent's evidence is its rewards per evaluation (1 for a new global best, the
-coordinator's smaller reward for a correct result in the top decile, 0 otherwise), discounted
-at every evaluation of the run, whoever made it: old evidence fades for all agents alike, so an
-agent that paid early but no longer does loses its share, and one left alone for a while gets
-its uncertainty back and is tried again. Each pick draws a plausible reward rate per agent
-from its Beta posterior and takes the highest; a fixed part of the picks (the floor) is spread
-evenly, so no strategy starves (evidence from every strategy keeps the others honest). An
-agent that keeps proposing without paying (a model whose suggestions miss on this space) ends
-near its floor share whatever it earned at the start.
+The coordinator's policy (`BudgetAllocator`, "decay") keeps an exponentially decayed reward
+over each agent's own evaluations (1 for a new global best, a smaller reward for a correct
+result in the top decile, 0 otherwise). An agent's share of proposals is a floor (so no
+strategy starves: evidence from every strategy keeps the others honest) plus a part
+proportional to its reward.
 
-The previous policy ("decay", `DecayAllocator`) stays for comparison (bench/search_efficiency.py
-`--strategies swarm@decay`): an exponentially decayed reward over each agent's own evaluations,
-shares a floor plus a part proportional to that reward.
+Other policies, run by name (`make_allocator`; bench/search_efficiency.py `swarm@POLICY`) and
+judged leave-one-space-out on the recorded spaces (bench/README.md), none better there so far:
+"bandit" and its variants, discounted Thompson sampling over the agents (each agent's rewards
+per evaluation, discounted at every evaluation of the run so old evidence fades for all
+agents alike; a floor of the picks spread evenly), and "decay-paid", the decay rule with each
+agent's earned part weighed by its new bests per evaluation against the run's rate.
 
 Agents that pay for their proposals (LLM agents: tokens) report what they spent through
 `spend(agent)`; their reward is weighed by cost per improvement, relative to the other paying
