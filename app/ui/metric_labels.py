@@ -13,7 +13,7 @@ def _num(unit: str = "", digits: str = ".4g"):
 
 
 def _spread(v) -> str:
-    return f"{100 * v:.3g} % of the median" if isinstance(v, (int, float)) else str(v)
+    return f"{100 * v:.3g} % of median" if isinstance(v, (int, float)) else str(v)
 
 
 METRICS = {

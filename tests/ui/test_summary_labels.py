@@ -17,6 +17,6 @@ def test_summary_rows_are_words_with_units():
                 "resource:"):
         assert raw not in text, raw
     for shown in ("memory throughput", "12.1 GB/s", "machine busy while timed</b></td><td>yes",
-                  "load average after timing</b></td><td>3.50", "20 % of the median", "CPU cores",
+                  "load average after timing</b></td><td>3.50", "20 % of median", "CPU cores",
                   "odd new</b></td><td>40 %", "registers per thread", "parameter TILE"):
         assert shown in text, shown
