@@ -31,8 +31,9 @@ from app.store import StoreError
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
 from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, source_language
+from app.ui.goal_examples import example_goals, example_name
 from app.ui.goal_files import GoalFilesMixin
-from app.ui.goal_form import GoalForm, example_goals, example_name
+from app.ui.goal_form import GoalForm
 from app.ui.history import ComparePlot, HistoryPanel
 from app.ui.history_actions import HistoryActionsMixin
 from app.ui.history_file import HistoryFileMixin, initial_history_path
