@@ -40,11 +40,11 @@ for p in (ROOT, ROOT / "tests"):
     if str(p) not in sys.path:
         sys.path.insert(0, str(p))
 
-from app.goal import Goal  # noqa: E402
-from app.llm import LLMSettings, make_llm_team  # noqa: E402
-from app.llm.settings import LLMSettingsError, resolve_api_key  # noqa: E402
-from app.session import build_evaluator  # noqa: E402
-from app.swarm.coordinator import Coordinator  # noqa: E402
+from app.goal import Goal
+from app.llm import LLMSettings, make_llm_team
+from app.llm.settings import LLMSettingsError, resolve_api_key
+from app.session import build_evaluator
+from app.swarm.coordinator import Coordinator
 
 SIZES = {"cpu": {"softmax": [1024, 1024], "rmsnorm": [1024, 1024], "transpose": [2048, 2048],
                  "gemm": [256, 256, 256]},
@@ -106,7 +106,7 @@ def bench_operator(backend: str, operator: str, settings: LLMSettings, tune_eval
     llm = [e for e in run.history if e.agent.startswith("llm-") and e.source is not None]
     print(f"  {operator}: run ended ({run.reason}) after {run.evaluations} evaluations; "
           + ", ".join(f"{a.name} {a.stats}" for a in team.agents), file=sys.stderr)
-    passed = lambda e, stage: any(s.name == stage and s.ok for s in e.stages)  # noqa: E731
+    passed = lambda e, stage: any(s.name == stage and s.ok for s in e.stages)
     base = tuned.best.value if tuned.best else None
     beat = [e for e in llm if e.ok and base is not None and e.value is not None
             and (e.value < base if goal.objective.minimize else e.value > base)]
@@ -164,7 +164,7 @@ def print_roles(rows: list[dict]) -> None:
           f"{'impr':>4} {'tokens':>8} {'cost':>8} {'cost/impr':>9}")
     for name, t in totals.items():
         n = t["candidates"]
-        pct = lambda k: f"{100.0 * t[k] / n:.0f}%" if n else "-"
+        pct = lambda k, t=t, n=n: f"{100.0 * t[k] / n:.0f}%" if n else "-"
         per = f"{t['cost'] / t['improvements']:.4f}" if t["improvements"] else "-"
         print(f"{name:<14} {n:>5} {pct('compiled'):>8} {pct('verified'):>7} {pct('beat'):>6} "
               f"{t['tuned']:>5} {t['improvements']:>4} {t['tokens']:>8} {t['cost']:>8.4f} {per:>9}")
@@ -225,12 +225,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'operator':<10} {'cands':>5} {'static':>6} {'compiled':>8} {'verified':>8} "
           f"{'beat':>5} {'tuned':>10} {'best llm':>10} {'tokens':>8} {'cost':>7} {'s':>6}")
     for r in rows:
-        fmt = lambda v: f"{v:.4g}" if v is not None else "-"  # noqa: E731
+        fmt = lambda v: f"{v:.4g}" if v is not None else "-"
         print(f"{r['operator']:<10} {r['candidates']:>5} {r['rejected']:>6} {r['compiled']:>8} "
               f"{r['verified']:>8} {r['beat']:>5} {fmt(r['tuned']):>10} {fmt(r['best_llm']):>10} "
               f"{r['tokens']:>8} {r['cost']:>7.3f} {r['seconds']:>6.0f}")
     n = sum(r["candidates"] for r in rows)
-    pct = lambda k: 100.0 * sum(r[k] for r in rows) / n if n else 0.0  # noqa: E731
+    pct = lambda k: 100.0 * sum(r[k] for r in rows) / n if n else 0.0
     print_roles(rows)
     print(f"\nllm candidates {n}: compiled {pct('compiled'):.0f}%, verified {pct('verified'):.0f}%, "
           f"beat the tuned template {pct('beat'):.0f}%")

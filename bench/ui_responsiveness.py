@@ -24,9 +24,9 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import numpy as np  # noqa: E402
-from PySide6.QtCore import QSettings, Qt, QTimer  # noqa: E402
-from PySide6.QtWidgets import QApplication  # noqa: E402
+import numpy as np
+from PySide6.QtCore import QSettings, Qt, QTimer
+from PySide6.QtWidgets import QApplication
 
 SPACE = "gemm_RTX_3090.json.gz"
 TICK_MS = 10
@@ -39,9 +39,9 @@ def rss_mb() -> float:
 
 def preload_rows(n: int, start_index: int = 1):
     """n evaluations drawn from the recorded space (real recorded measurements)."""
+    from app.core.types import Candidate
     from app.goal import Goal
     from app.gpu.replay import ReplayEvaluator, load_cache_file
-    from app.core.types import Candidate
 
     ev = ReplayEvaluator(load_cache_file(Goal(space=SPACE).resolve_space_path()))
     rng = random.Random(0)

@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from collections import Counter
 
 import pytest
 
-from app.goal import StopRules
 from app.core.evaluator import Evaluator
+from app.core.events import Evaluated, EventBus, NewBest, Proposed, RunFinished, RunStarted
+from app.core.types import Evaluation
+from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.agents.base import Agent
 from app.swarm.coordinator import Coordinator
-from app.core.events import EventBus, Evaluated, NewBest, Proposed, RunFinished, RunStarted
-from app.core.types import Evaluation
 
 
 class RandomAgent(Agent):
@@ -59,7 +60,7 @@ def run(recorded, agents, workers=1, seed=0, **stop):
 
 
 def test_each_configuration_evaluated_once_and_budget_respected(pnpoly):
-    coord, result, events = run(pnpoly, [RandomAgent, RepeatingAgent], workers=4, max_evals=150)
+    _, result, events = run(pnpoly, [RandomAgent, RepeatingAgent], workers=4, max_evals=150)
     keys = [e.key for e in result.history]
     assert len(keys) == 150 == len(set(keys))
     assert result.reason == "max_evals"
@@ -68,7 +69,7 @@ def test_each_configuration_evaluated_once_and_budget_respected(pnpoly):
     evaluated = [e for e in events if isinstance(e, Evaluated)]
     assert [e.index for e in evaluated] == list(range(1, 151))
     bests = [e.best_value for e in evaluated if e.best_value is not None]
-    assert all(b2 <= b1 for b1, b2 in zip(bests, bests[1:]))
+    assert all(b2 <= b1 for b1, b2 in itertools.pairwise(bests))
 
 
 def test_failures_recorded_with_recorded_reason(pnpoly):
@@ -109,8 +110,8 @@ def test_time_budget_on_simulated_clock(pnpoly):
 
 
 def test_small_space_is_exhausted_not_looped():
-    from app.core.space import SearchSpace
     from app.core.evaluator import Evaluator
+    from app.core.space import SearchSpace
     from app.core.types import Candidate
 
     class Quadratic(Evaluator):
@@ -164,7 +165,7 @@ def test_resume_from_prior_evidence_never_repeats(pnpoly):
 
 
 def test_credits_track_improvements(pnpoly):
-    coord, result, _ = run(pnpoly, [RandomAgent, RepeatingAgent], max_evals=80)
+    _, result, _ = run(pnpoly, [RandomAgent, RepeatingAgent], max_evals=80)
     credits = result.credits
     assert credits["random"]["evaluated"] + credits["repeater"]["evaluated"] == 80
     assert credits["repeater"]["evaluated"] <= 1  # its one idea can only be evaluated once
@@ -253,9 +254,9 @@ class _Ordered(Agent):
 
 
 def test_a_new_failing_input_rechecks_and_revokes_the_best(tmp_db):
+    from app.core.events import BestRevoked
     from app.goal import Goal
     from app.store import Store
-    from app.core.events import BestRevoked
 
     ev = _SubtlyWrong()
     store = Store(tmp_db)

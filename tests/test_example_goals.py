@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
+from project_paths import GOALS, SPACES
 
 from app.goal import Goal
-from project_paths import GOALS, SPACES
 
 
 @pytest.mark.parametrize("path", sorted(GOALS.glob("*.toml")), ids=lambda p: p.name)

@@ -3,12 +3,13 @@ earlier one, and the lessons a run ends with hold for its final best configurati
 
 from __future__ import annotations
 
+from project_paths import SPACES
+
 from app.core.types import Evaluation
 from app.goal import Goal, StopRules, SwarmSettings
 from app.session import RunSession
 from app.store import Store
 from app.swarm.lessons import LessonBook, current_lessons, good_regions
-from project_paths import SPACES
 
 
 def _ev(i: int, value: float, **config) -> Evaluation:

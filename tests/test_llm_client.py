@@ -8,10 +8,10 @@ import logging
 import time
 
 import pytest
+from llm_server import ChatServer, Endless, Garbage, Reply, Stall, Status
 
 from app.llm.client import LLMClient, LLMError
 from app.llm.settings import LLMSettings, LLMSettingsError, redact, resolve_api_key
-from llm_server import ChatServer, Endless, Garbage, Reply, Stall, Status
 
 KEY = "sk-test-0123456789-THE-SECRET-KEY"
 MSG = [{"role": "user", "content": "make it faster"}]

@@ -11,15 +11,15 @@ import shutil
 import sqlite3
 
 import pytest
+from llm_server import ChatServer, Reply
 
+from app.core.events import EventBus
 from app.goal import Goal, StopRules
 from app.gpu.cpu import CpuEvaluator
 from app.llm import LLMSettings, make_llm_team
 from app.llm.usage import run_usage
 from app.store import Store
 from app.swarm.coordinator import Coordinator
-from app.core.events import EventBus
-from llm_server import ChatServer, Reply
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="needs a C compiler")
@@ -102,7 +102,7 @@ def test_llm_kernel_wins_cheat_is_rejected_and_the_next_run_warm_starts(tmp_path
     goal = _goal(max_evals=5)
     with ChatServer([Reply(CHEAT), Reply(NO_CODE), Reply(GOOD), Reply(BROKEN)],
                     default=Reply(NO_CODE), lifetime_s=120) as srv:
-        run_id, result, team = _run(goal, store, srv)
+        run_id, result, _ = _run(goal, store, srv)
     assert srv.auth_headers and all(h == f"Bearer {KEY}" for h in srv.auth_headers)
 
     rows = store.evaluation_rows(run_id)
@@ -148,7 +148,7 @@ def test_llm_kernel_wins_cheat_is_rejected_and_the_next_run_warm_starts(tmp_path
     # a second run of the same goal: the earlier best kernel is proposed first, lessons in prompts
     goal2 = _goal(max_evals=2)
     with ChatServer(default=Reply(NO_CODE), lifetime_s=120) as srv2:
-        run2, result2, team2 = _run(goal2, store, srv2)
+        _, result2, team2 = _run(goal2, store, srv2)
     assert team2.warm_start and team2.warm_start[0]["source"] == result.best.source
     assert result2.best is not None and result2.best.source == result.best.source
     prompts = " ".join(m["content"] for body in srv2.requests for m in body["messages"])

@@ -9,8 +9,8 @@ import json
 import pytest
 from project_paths import SPACES
 
-from app.gpu.replay import CacheFileError, ReplayEvaluator, load_cache_file
 from app.core.types import COMPILE_FAILED, INVALID, RUNTIME_FAILED, Candidate
+from app.gpu.replay import CacheFileError, ReplayEvaluator, load_cache_file
 
 
 def _cache(entries: dict[tuple[int, int], object]) -> dict:
