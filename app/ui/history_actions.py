@@ -33,6 +33,7 @@ class HistoryActionsMixin:
             return None
 
     def open_run(self, run_id: int) -> None:
+        self.stop_playback()  # another run replaces one being played back
         if self.controller.running:
             self._notify("Open run", "Stop the current run first.", QMessageBox.Information)
             return

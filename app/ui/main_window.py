@@ -40,6 +40,7 @@ from app.ui.history_file import HistoryFileMixin, initial_history_path
 from app.ui.live_plots import ElidedLabel
 from app.ui.live_view import LiveView
 from app.ui.model_searches import ModelSearches
+from app.ui.playback import PACES, PlaybackMixin
 from app.ui.run_controller import RunController
 from app.ui.theme import THEMES, ThemeManager
 from app.ui.wheel_guard import install_wheel_guard
@@ -77,7 +78,7 @@ def app_icon() -> QIcon:
 
 
 class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsMixin, WindowStateMixin,
-                 QMainWindow):
+                 PlaybackMixin, QMainWindow):
     def __init__(self, db_path: str | Path | None = None, settings: QSettings | None = None,
                  theme: ThemeManager | None = None) -> None:
         super().__init__()
@@ -122,8 +123,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         self.goal_dock.raise_()
         self.table_dock = self._dock("Candidates", self.table, Qt.BottomDockWidgetArea)
         self.detail_dock = self._dock("Candidate", self.detail, Qt.RightDockWidgetArea)
-        # Lessons sit under the candidate detail rather than tabified with the table: Qt 6.12
-        # leaves a stale copy of the tab bar over the left panel when two areas are tabified.
+        # Lessons under the candidate detail, not tabified (Qt 6.12 leaves a stale tab bar).
         self.lessons_dock = self._dock("Lessons", self.lessons, Qt.RightDockWidgetArea)
         self.splitDockWidget(self.detail_dock, self.lessons_dock, Qt.Vertical)
         # Side docks of a readable width; the central plots take what is left and shrink first.
@@ -232,6 +232,10 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
             group.addAction(a)
             theme_menu.addAction(a)
             self.theme_actions[mode] = a
+        self.playback_menu = view.addMenu("Play &back the open run")  # a replay at a watchable pace
+        for pace in PACES:
+            a = self.playback_menu.addAction(f"{pace} evaluations per second")
+            a.triggered.connect(lambda _c=False, p=pace: self.play_back_run(per_second=p))
         view.addSeparator()
         for dock in (self.goal_dock, self.history_dock, self.table_dock, self.detail_dock,
                      self.lessons_dock):
@@ -375,6 +379,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
             self.offer_other_history("Cannot run", "Choose or create another history file, "
                                      "then run again.")
             return
+        self.stop_playback()
         try:
             self.current_goal = goal
             self._prepare_views(goal, title)
@@ -556,6 +561,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
                   self.act_export_json):
             a.setEnabled(has_run)
         self.history.setEnabled(not busy)
+        self.playback_menu.setEnabled(not busy and has_run)
 
     # ---- misc ---------------------------------------------------------------------------------
     def show_about(self) -> None:

@@ -1,0 +1,71 @@
+"""Play back a stored run in the Run view at a pace a person can follow: the run is opened as
+usual (table, candidate, lessons), then its evaluations are drawn again from the first, a few
+at a time. Nothing is measured again; the title says it is a playback and at what pace. A replay
+of a recorded space finishes in seconds; this is how one watches it converge."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import QTimer
+
+PACES = (5, 20, 100)  # evaluations per second offered in the View menu
+TICK_MS = 100
+
+
+class PlaybackMixin:
+    """Expects `open_run`, `store`, `live`, `table`, `controller` and `current_goal`."""
+
+    _playback_timer: QTimer | None = None
+
+    def play_back_run(self, run_id: int | None = None, per_second: float = 20.0) -> bool:
+        run_id = self.current_run_id if run_id is None else run_id
+        if run_id is None or self.controller.running:
+            return False
+        self.stop_playback()
+        self.open_run(run_id)
+        live, d = self.live, self.live.data
+        rows = self.store().load_evaluations(run_id)
+        summary, reason = live.summary_panel.summary, d.finished_reason
+        title = live.title.text()
+        live.show_run([], minimize=d.minimize, unit=live.unit,
+                      title=f"{title} — playing back at {per_second:g} evaluations/s",
+                      baseline=d.baseline, limit=d.limit, target=d.target, max_evals=d.max_evals,
+                      baseline_name=d.baseline_name)
+        live._running = True  # the x axis spans the budget while the points come in
+        live._fix_x_range()
+        self.table.reset(minimize=d.minimize, baseline=d.baseline, limit=d.limit, unit=live.unit,
+                         param_order=self.table.model.param_order)
+        step = max(1, round(per_second * TICK_MS / 1000))
+        state = {"next": 0}
+
+        def tick() -> None:
+            chunk = rows[state["next"]:state["next"] + step]
+            state["next"] += len(chunk)
+            if chunk:
+                live.preload(chunk)
+                self.table.add(chunk)
+                live.data.version += 1
+            if state["next"] >= len(rows):
+                self.stop_playback()
+                self.table.flush()
+                live.data.finished_reason = reason
+                live.title.setText(title)
+                live.show_summary(summary)
+                live._running = False
+                live._fix_x_range()
+                live.redraw()
+
+        timer = self._playback_timer = QTimer(self)
+        timer.setInterval(TICK_MS)
+        timer.timeout.connect(tick)
+        timer.start()
+        return True
+
+    def stop_playback(self) -> None:
+        if self._playback_timer is not None:
+            self._playback_timer.stop()
+            self._playback_timer.deleteLater()
+            self._playback_timer = None
+
+    @property
+    def playing_back(self) -> bool:
+        return self._playback_timer is not None
