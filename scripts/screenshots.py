@@ -7,7 +7,7 @@ The new user's path: the "Your kernel…" page filled with a C example (pnpoly o
 its signature, the TOML preview, one configuration compiled), "Use in the window", the run from
 the window (a real CPU run: compiled here, measured in the sandboxed worker), then every dock
 (Goal, History, Candidates, Candidate with each tab, Timing included, Lessons) while it runs and
-after it ends. Images go to OUT/WxH/NN-name.png. On an X display (Xvfb) the real xcb platform
+after it ends, the HTML report exported, the run played back. Images go to OUT/WxH/NN-name.png. On an X display (Xvfb) the real xcb platform
 draws them; without DISPLAY it falls back to offscreen. Uses a throwaway history database and
 settings file, so nothing of the user's is touched.
 """
@@ -161,6 +161,10 @@ def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> lis
     window.open_run(window.current_run_id)
     window.tabs.setCurrentWidget(window.live)
     shoot("reopened-run")
+    if window.play_back_run(per_second=20):  # View > Play back the open run
+        wait(app, lambda: len(window.live.data) >= 6, 30)
+        shoot("playback")
+        wait(app, lambda: not window.playing_back, 60)
     window.set_theme("dark" if args.theme == "light" else "light")
     shoot("other-theme")
     window.set_theme(args.theme)

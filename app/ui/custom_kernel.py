@@ -296,7 +296,9 @@ class CustomKernelPage(QDialog):
         if not entry or not path:
             return False
         try:
-            parsed = parse_signature(Path(path).read_text(encoding="utf-8"), entry)
+            tunables = tuple(self._text(self.params, r, 0) for r in range(self.params.rowCount()))
+            parsed = parse_signature(Path(path).read_text(encoding="utf-8"), entry,
+                                     self.language.currentData(), tunables)
         except (OSError, UnicodeDecodeError, SignatureError) as exc:
             self.signature_status.setText(f"⚠ arguments not offered: {exc}")
             return False

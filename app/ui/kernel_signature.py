@@ -1,7 +1,7 @@
 """The arguments of a C or CUDA kernel read from its signature: each parameter's name, whether
-it is a pointer (an array) or a scalar, and its dtype from the C type. The parameter list is
-parsed by pycparser (a real C parser) as a declaration; the CUDA and compiler words it does not
-know (__global__, __restrict__, __launch_bounds__, extern "C") are dropped first."""
+it is a pointer (an array) or a scalar, and its dtype from the C type. The signature itself comes
+from app.llm.contract (the compiler's own declaration output for C, pycparser for CUDA): this
+module only turns its (type, name) pairs into the Arguments table's rows."""
 
 from __future__ import annotations
 
@@ -19,10 +19,7 @@ C_DTYPES = {
     "long long unsigned": "uint64", "int long unsigned": "uint64", "uint64_t": "uint64",
     "size_t": "uint64",
 }
-TYPEDEFS = ("int8_t", "uint8_t", "int16_t", "int32_t", "uint32_t", "int64_t", "uint64_t",
-            "size_t", "ptrdiff_t", "half", "__half", "bfloat16", "__nv_bfloat16")
-DROPPED = re.compile(r'extern\s+"C"|__launch_bounds__\s*\([^)]*\)|__global__|__device__|__host__'
-                     r'|__forceinline__|__restrict__|__restrict|\brestrict\b|\binline\b|\bstatic\b')
+QUALIFIERS = re.compile(r"\b(const|volatile|restrict|__restrict__|__restrict|__grid_constant__)\b")
 
 
 @dataclass
@@ -44,45 +41,24 @@ class SignatureError(ValueError):
     pass
 
 
-def _parameter_text(source: str, entry: str) -> str:
-    code = re.sub(r"/\*.*?\*/|//[^\n]*", " ", source, flags=re.DOTALL)
-    code = "\n".join(line for line in code.splitlines() if not line.lstrip().startswith("#"))
-    for m in re.finditer(rf"\b{re.escape(entry)}\s*\(", code):
-        depth, start = 1, m.end()
-        for i in range(start, len(code)):
-            depth += {"(": 1, ")": -1}.get(code[i], 0)
-            if depth == 0:
-                if re.match(r"\s*\{", code[i + 1:]):  # the definition, not a call
-                    return code[start:i]
-                break
-    raise SignatureError(f"no definition of {entry}(...) in the source")
+def parse_signature(source: str, entry: str, language: str = "c",
+                    tunables: tuple[str, ...] = ()) -> list[SignatureArg]:
+    """The entry's parameters, in call order; SignatureError naming the problem otherwise.
+    `tunables`: the #define names the harness passes (so the declarations compile)."""
+    from app.llm.contract import signature
 
-
-def parse_signature(source: str, entry: str) -> list[SignatureArg]:
-    """The entry's parameters, in call order; SignatureError naming the problem otherwise."""
-    from pycparser import c_ast, c_parser
-    from pycparser.c_parser import ParseError
-
-    params = DROPPED.sub(" ", _parameter_text(source, entry)).strip()
-    if params in ("", "void"):
-        return []
-    text = "".join(f"typedef int {t};\n" for t in TYPEDEFS) + f"void {entry}({params});\n"
-    try:
-        ast = c_parser.CParser().parse(text)
-    except (ParseError, AssertionError) as exc:
-        raise SignatureError(f"cannot parse the parameters of {entry}: {str(exc).lstrip(': ')}") from None
+    found = signature(source, entry, language, tuple(tunables))
+    if found is None:
+        how = "the compiler" if language == "c" else "the parser"
+        raise SignatureError(f"{how} cannot read a definition of {entry}(...) in the source")
     out = []
-    for decl in ast.ext[-1].type.args.params:
-        kind, quals, pointer = decl.type, list(getattr(decl, "quals", [])), False
-        while isinstance(kind, (c_ast.PtrDecl, c_ast.ArrayDecl)):
-            pointer = True
-            kind = kind.type
-        quals += getattr(kind, "quals", [])
-        names = getattr(kind.type, "names", ["?"])
-        words = " ".join(sorted(w for w in names if w != "signed"))
-        out.append(SignatureArg(name=decl.name or f"arg{len(out)}", pointer=pointer,
-                                dtype=C_DTYPES.get(words, ""), const="const" in quals,
-                                c_type=" ".join(names)))
+    for c_type, name in found.params:
+        pointer = "*" in c_type or "[" in c_type
+        base = QUALIFIERS.sub(" ", c_type.split("*")[0].split("[")[0])
+        words = " ".join(sorted(w for w in base.split() if w != "signed"))
+        out.append(SignatureArg(name=name or f"arg{len(out)}", pointer=pointer,
+                                dtype=C_DTYPES.get(words, ""), const=bool(re.search(
+                                    r"\bconst\b", c_type.split("*")[0])), c_type=c_type))
     return out
 
 

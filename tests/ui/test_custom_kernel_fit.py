@@ -64,16 +64,20 @@ def test_arguments_are_offered_from_the_signature(qtbot):
 
 
 def test_signature_parser_reads_c_types_and_names_what_it_cannot():
-    args = parse_signature('extern "C" __global__ void __launch_bounds__(256) k(const double *__restrict__ a,'
-                           ' unsigned char *m, long long n, size_t s, float v[]) {}', "k")
-    assert [(a.name, a.pointer, a.dtype, a.role) for a in args] == [
-        ("a", True, "float64", "input"), ("m", True, "uint8", "output"), ("n", False, "int64", "scalar"),
-        ("s", False, "uint64", "scalar"), ("v", True, "float32", "output")]
+    c = ("#include <stddef.h>\n/* k(float *not_this) in a comment */\n"
+         "void k(const double *restrict a, unsigned char *m, long long n, size_t s, float v[]) {}\n")
+    cuda = ('extern "C" __global__ void __launch_bounds__(256) k(const double *__restrict__ a,'
+            ' unsigned char *m, long long n, size_t s, float v[]) {}')
+    for source, language in ((c, "c"), (cuda, "cuda")):
+        args = parse_signature(source, "k", language)
+        assert [(a.name, a.pointer, a.dtype, a.role) for a in args] == [
+            ("a", True, "float64", "input"), ("m", True, "uint8", "output"), ("n", False, "int64", "scalar"),
+            ("s", False, "uint64", "scalar"), ("v", True, "float32", "output")], language
     for bad in ("void k(int a", "void k(int a, wat b) {}"):
         try:
             parse_signature(bad, "k")
         except SignatureError as exc:
-            assert "k" in str(exc)
+            assert "k(...)" in str(exc)
         else:
             raise AssertionError(bad)
 
