@@ -20,7 +20,7 @@ import numpy as np
 from app.catalog.custom import expr
 from app.catalog.custom.reference import run_reference
 from app.catalog.custom.spec import Arg, KernelSpec, load_spec
-from app.catalog.protocol import RTOL
+from app.catalog.protocol import RTOL, dtype_limits
 from app.core.space import SearchSpace
 from app.goal import Goal
 
@@ -201,7 +201,11 @@ class CustomOperator:
             a = self._arg[name]
             rtol = a.rtol if a.rtol is not None else DEFAULT_RTOL[self.spec.dtype]
             mag = xp.abs(xp.where(xp.isfinite(r), r, 0.0))
-            atol = a.atol if a.atol is not None else rtol * float(mag.max() if mag.size else 0.0)
+            # relative to the output's largest value, never below the smallest normal number
+            # of its dtype: a float32 output cannot hold a float64 answer of 1e-80 (it is 0)
+            floor = dtype_limits(a.dtype)[1] if a.dtype in RTOL else 0.0
+            atol = a.atol if a.atol is not None else max(
+                rtol * float(mag.max() if mag.size else 0.0), floor)
             scale[name] = atol + rtol * mag if a.check else xp.full(r.shape, np.inf)
         return scale
 
@@ -214,6 +218,9 @@ class CustomOperator:
             return f"rtol {rtol:.2e}, atol {a.atol:.1e}"
         finite = abs(expected[abs(expected) < math.inf])
         top = float(finite.max()) if finite.size else 0.0
+        floor = dtype_limits(a.dtype)[1] if a.dtype in RTOL else 0.0
+        if rtol * top < floor:
+            return f"rtol {rtol:.2e}, atol {floor:.1e} (the smallest normal {a.dtype})"
         return f"rtol {rtol:.2e}, atol {rtol * top:.1e} = rtol × max |expected| {top:.4g}"
 
     def rtol_growth(self, shape: Sequence[int], dtype: str = "float32") -> float:
