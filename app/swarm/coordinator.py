@@ -309,7 +309,7 @@ class Coordinator:
                     return "stopped"
 
     def _agents_pending(self) -> bool:
-        return any(getattr(a, "pending", lambda: False)() for a in self.agents.values())
+        return any(a.pending() for a in self.agents.values())
 
     def _evaluate(self, cand: Candidate) -> Evaluation:
         try:
@@ -340,24 +340,19 @@ class Coordinator:
             cand = self._seed_candidate()
             if cand is not None:
                 return cand
+        for name, agent in self.agents.items():  # replies already paid for come first
+            if agent.ready():
+                cand = self._proposal_of(name, agent)
+                if cand is not None:
+                    return cand
         tried: set[str] = set()
         while True:
             name = self.allocator.pick(self.rng, exclude=tried)
             if name is None:
                 break
-            agent = self.agents[name]
-            for _ in range(PROPOSAL_ATTEMPTS):
-                proposals = agent.propose(self.board, 1)
-                if not proposals:
-                    break
-                for proposal in proposals:
-                    cand = self._as_candidate(proposal, name)
-                    if cand is not None and self.board.claim(cand.key):
-                        with self._lock:
-                            self._credits[name]["proposed"] += 1
-                        self.bus.publish(Proposed(agent=name, key=cand.key, config=cand.config,
-                                                  run_id=self.run_id))
-                        return cand
+            cand = self._proposal_of(name, self.agents[name])
+            if cand is not None:
+                return cand
             tried.add(name)
         # Every agent is out of fresh ideas: a last uniform draw before calling it exhausted.
         for _ in range(200):
@@ -367,6 +362,22 @@ class Coordinator:
             key = self.space.key(cfg)
             if self.board.claim(key):
                 return Candidate(config=cfg, key=key, agent="coordinator")
+        return None
+
+    def _proposal_of(self, name: str, agent: Agent) -> Candidate | None:
+        """The agent's next fresh proposal (claimed on the board), or None."""
+        for _ in range(PROPOSAL_ATTEMPTS):
+            proposals = agent.propose(self.board, 1)
+            if not proposals:
+                return None
+            for proposal in proposals:
+                cand = self._as_candidate(proposal, name)
+                if cand is not None and self.board.claim(cand.key):
+                    with self._lock:
+                        self._credits[name]["proposed"] += 1
+                    self.bus.publish(Proposed(agent=name, key=cand.key, config=cand.config,
+                                              run_id=self.run_id))
+                    return cand
         return None
 
     def _as_candidate(self, proposal: object, agent: str) -> Candidate | None:

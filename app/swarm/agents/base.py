@@ -36,5 +36,14 @@ class Agent(abc.ABC):
     def observe(self, evaluation: Evaluation) -> None:
         """Learn from one evaluation (default: nothing; the board holds the evidence)."""
 
+    def ready(self) -> bool:
+        """Proposals already paid for wait here (an LLM reply): the coordinator serves this
+        agent before its allocation share comes round, so nothing paid for goes unevaluated."""
+        return False
+
+    def pending(self) -> bool:
+        """Ideas still on their way (requests in flight): the agent is not out of ideas."""
+        return False
+
     def close(self) -> None:
         """Release resources (models, threads)."""
