@@ -7,13 +7,32 @@ OS keyring when one is available, otherwise the page says which environment vari
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from PySide6.QtWidgets import (
-    QCheckBox, QDialog, QDialogButtonBox, QDoubleSpinBox, QFormLayout, QHBoxLayout, QLabel,
-    QLineEdit, QPushButton, QSpinBox, QVBoxLayout, QWidget,
+    QCheckBox,
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
 )
 
 from app.llm.settings import (
-    KEY_ENV_VARS, ROLES, LLMSettings, LLMSettingsError, api_key_source, store_api_key_in_keyring,
+    KEY_ENV_VARS,
+    REASONING_EFFORTS,
+    ROLES,
+    LLMSettings,
+    LLMSettingsError,
+    api_key_source,
+    store_api_key_in_keyring,
     user_settings_path,
 )
 
@@ -30,6 +49,7 @@ class LLMSettingsDialog(QDialog):
             current = LLMSettings.user(self.path)
         except LLMSettingsError:
             current = LLMSettings()  # a broken file is replaced on save, not fatal
+        self.current = current  # what the page does not show (temperature, stream) is kept
         form = QFormLayout()
         self.base_url = QLineEdit(current.base_url)
         self.base_url.setPlaceholderText("https://api.openai.com/v1 or http://127.0.0.1:11434/v1")
@@ -43,6 +63,13 @@ class LLMSettingsDialog(QDialog):
         self.cost_budget.setSpecialValueText("no cap")
         self.price_in = _double(current.price_prompt_per_mtok, 0, 1e4, " per M tokens")
         self.price_out = _double(current.price_completion_per_mtok, 0, 1e4, " per M tokens")
+        self.effort = QComboBox()
+        self.effort.addItem("the endpoint's default", "")
+        for effort in REASONING_EFFORTS:
+            self.effort.addItem(effort, effort)
+        self.effort.setCurrentIndex(max(0, self.effort.findData(current.reasoning_effort)))
+        self.effort.setToolTip("How long a reasoning model may think (sent as reasoning_effort; "
+                               "an endpoint that refuses it is asked again without it)")
         self.roles = {r: QCheckBox(ROLE_TITLES.get(r, r)) for r in ROLES}
         for r, box in self.roles.items():
             box.setChecked(r in current.roles)
@@ -56,6 +83,7 @@ class LLMSettingsDialog(QDialog):
         form.addRow("Request timeout", self.timeout)
         form.addRow("Concurrent requests", self.concurrent)
         form.addRow("Reply cap (tokens)", self.max_tokens)
+        form.addRow("Reasoning effort", self.effort)
         form.addRow("Token budget per run", self.token_budget)
         form.addRow("Cost budget per run", self.cost_budget)
         form.addRow("Price, prompt", self.price_in)
@@ -96,13 +124,15 @@ class LLMSettingsDialog(QDialog):
 
     def settings(self) -> LLMSettings:
         """The settings as entered (raises LLMSettingsError naming the field)."""
-        return LLMSettings(
+        return replace(
+            self.current,
             base_url=self.base_url.text().strip(), model=self.model.text().strip(),
             timeout_s=self.timeout.value(), max_concurrent=self.concurrent.value(),
             max_tokens=self.max_tokens.value(), run_token_budget=self.token_budget.value(),
             run_cost_budget=self.cost_budget.value(), price_prompt_per_mtok=self.price_in.value(),
             price_completion_per_mtok=self.price_out.value(),
             roles=[r for r, box in self.roles.items() if box.isChecked()],
+            reasoning_effort=self.effort.currentData() or "",
         ).validate()
 
     def _validate(self) -> bool:
