@@ -407,7 +407,8 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit
     history = result.history
     ok = [e for e in history if e.ok]
     print(f"run {run_id} {result.reason}: {result.evaluations} evaluations "
-          f"({len(ok)} ok, {len(history) - len(ok)} failed), {result.elapsed_s:.1f} s on the run clock")
+          f"({len(ok)} ok, {len(history) - len(ok)} failed), {result.elapsed_s:.1f} s on the run clock"
+          + (" (simulated: the recorded measurements' times)" if goal.backend == "replay" else ""))
     learned = _learned_from(store.get_run(run_id)) if store is not None and run_id is not None \
         else []
     if learned:

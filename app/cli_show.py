@@ -40,7 +40,8 @@ def cmd_show(args: argparse.Namespace) -> int:
           f"{', ' + run['reason'] if run['reason'] else ''}]")
     print(f"  goal key {run['goal_key']}, backend {run['backend']}, device {device}, seed {run['seed']}")
     print(f"  started {_when(run['started_at'])}, finished {_when(run['finished_at'])}, "
-          f"run clock {run['elapsed_s'] or 0:.1f} s")
+          f"run clock {run['elapsed_s'] or 0:.1f} s"
+          + (" (simulated: the recorded measurements' times)" if run["backend"] == "replay" else ""))
     print(f"  evaluations {run['evaluations']} ({run['succeeded']} ok), "
           f"best {_fmt(run['best_value'], unit)}")
     if run["message"]:

@@ -291,7 +291,8 @@ class Goal:
         try:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
-            raise GoalError("toml", f"malformed TOML: {exc}") from None
+            where = f" in {Path(source_path).name!r}" if source_path else ""
+            raise GoalError("toml", f"malformed TOML{where}: {exc}") from None
         goal = cls.from_dict(data)
         goal.source_path = source_path
         return goal

@@ -135,3 +135,11 @@ def test_example_goals_are_valid_and_find_their_space(path):
     except FileNotFoundError:
         pytest.skip(f"{goal.space} is not on this machine (only the bundled spaces always are)")
     assert space.name == goal.space
+
+
+def test_a_malformed_goal_file_is_named_in_its_error(tmp_path):
+    bad = tmp_path / "my-goal.toml"
+    bad.write_text('name = "x\n')
+    with pytest.raises(GoalError) as err:
+        Goal.load(bad)
+    assert "malformed TOML in 'my-goal.toml'" in str(err.value)
