@@ -12,15 +12,15 @@ import sys
 
 import pytest
 
-from app.goal import StopRules
 from app.core.evaluator import Evaluator
+from app.core.space import SearchSpace
+from app.core.types import Candidate, Evaluation
+from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.paths import resources_dir
 from app.swarm.agents import AGENT_NAMES, make_agent
 from app.swarm.blackboard import Blackboard
 from app.swarm.coordinator import Coordinator
-from app.core.space import SearchSpace
-from app.core.types import Candidate, Evaluation
 
 
 @pytest.fixture(scope="module")
@@ -222,7 +222,7 @@ def test_a_local_optimum_restarts_the_climb_in_another_basin():
 def test_evolution_breeds_from_the_other_basins_too():
     """Children with the other basin's genes appear although its best ranks below 22
     near-copies of the climbed basin's best (a plain top-20 parent pool never holds it)."""
-    space, board, climbed, other = _two_basins()
+    space, board, _, other = _two_basins()
     agent = make_agent("evolution", space, random.Random(0))
     children = [agent.propose(board, 1)[0] for _ in range(60)]
     near_other = sum(_changes(c, other) <= 1 for c in children)

@@ -128,9 +128,9 @@ def test_latin_hypercube_samples_follow_the_seed(bench, kt_json):
 
 def test_shared_runs_restore_kernel_tuner(bench, kt_json):
     """Outside a run Kernel Tuner is its unpatched self."""
-    import scipy.stats.qmc as qmc
     from kernel_tuner import interface, util
     from kernel_tuner.searchspace import Searchspace
+    from scipy.stats import qmc
 
     read_cache, lhs = util.read_cache, qmc.LatinHypercube
     _trace(bench, kt_json, "random_sample", 10, 0)

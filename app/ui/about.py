@@ -30,7 +30,7 @@ def _nvml_info() -> tuple[str, str]:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:
+    except Exception:  # noqa: BLE001 - no driver, no library or a broken one: "not available"
         return NA, NA
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -38,19 +38,19 @@ def _nvml_info() -> tuple[str, str]:
         try:
             cuda = pynvml.nvmlSystemGetCudaDriverVersion()
             driver = f"{driver} (CUDA {cuda // 1000}.{cuda % 1000 // 10})"
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - an old driver: its version alone is shown
             pass
         names = []
         for i in range(pynvml.nvmlDeviceGetCount()):
             name = pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
             names.append(name.decode() if isinstance(name, bytes) else name)
         return driver, ", ".join(names) or NA
-    except Exception:
+    except Exception:  # noqa: BLE001 - the About box shows what it could read
         return NA, NA
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:
+        except Exception:  # noqa: BLE001, S110 - nothing to release
             pass
 
 

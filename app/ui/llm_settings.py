@@ -157,7 +157,7 @@ class LLMSettingsDialog(QDialog):
             return
         try:
             store_api_key_in_keyring(key)
-        except Exception as exc:  # no keyring package or no backend on this desktop
+        except Exception as exc:  # noqa: BLE001 - no keyring package or no backend here
             self.key_status.setText(f"Could not save the key in the OS keyring ({exc}). "
                                     f"Set {KEY_ENV_VARS[0]} in the environment instead.")
             return

@@ -6,10 +6,10 @@ import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-import pytest  # noqa: E402
-from PySide6.QtCore import QSettings  # noqa: E402
+import pytest
+from PySide6.QtCore import QSettings
 
-from app.goal import Goal, StopRules, SwarmSettings  # noqa: E402
+from app.goal import Goal, StopRules, SwarmSettings
 
 PNPOLY = "pnpoly_RTX_3090.json.gz"  # small recorded space with failures; resolved by name
 

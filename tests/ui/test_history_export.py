@@ -25,7 +25,7 @@ def _history_with_two_runs(window, replay_goal, run_headless):
 
 
 def test_open_past_run_redraws_its_convergence(qtbot, window, replay_goal, run_headless):
-    store, a, b = _history_with_two_runs(window, replay_goal, run_headless)
+    store, a, _ = _history_with_two_runs(window, replay_goal, run_headless)
     item = window.history.item_for_run(a)
     assert item is not None and item.parent().text(0) == "pnpoly A"  # goal -> runs
     window.history.select_runs([a])
@@ -38,7 +38,7 @@ def test_open_past_run_redraws_its_convergence(qtbot, window, replay_goal, run_h
     assert list(data.index.view()) == [r[0] for r in conv]
     stored_best = np.array([np.nan if r[3] is None else r[3] for r in conv])
     assert np.allclose(data.best.view(), stored_best, equal_nan=True)
-    x, y = window.live.convergence._best.getData()
+    _, y = window.live.convergence._best.getData()
     assert y[-1] == store.get_run(a)["best_value"]
     assert window.table.model.rowCount() == 30
     assert window.current_run_id == a
@@ -99,7 +99,7 @@ def test_exports_write_files_that_parse(qtbot, window, replay_goal, run_headless
 def test_delete_run_after_confirm(qtbot, window, replay_goal, run_headless, monkeypatch):
     from PySide6.QtWidgets import QMessageBox
 
-    store, a, b = _history_with_two_runs(window, replay_goal, run_headless)
+    _, a, b = _history_with_two_runs(window, replay_goal, run_headless)
     window.history.select_runs([a])
     monkeypatch.setattr(QMessageBox, "question", lambda *args, **kw: QMessageBox.Cancel)
     window.history.delete_button.click()

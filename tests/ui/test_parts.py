@@ -10,7 +10,7 @@ import threading
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSettings, QSortFilterProxyModel, Qt
 
-from app.core.events import EventBus, Evaluated, RunFinished, RunStarted
+from app.core.events import Evaluated, EventBus, RunFinished, RunStarted
 from app.core.types import Evaluation
 
 
@@ -261,10 +261,10 @@ def test_live_view_axis_and_report_show_the_runs_unit(qtbot, tmp_path, small_spa
     from app.core.events import EventBus
     from app.goal import Goal
     from app.gpu.replay import ReplayEvaluator, load_cache_file
+    from app.html_report import render_report
     from app.session import RunSession
     from app.store import Store
     from app.ui.live_view import LiveView
-    from app.html_report import render_report
 
     live = LiveView()
     qtbot.addWidget(live)

@@ -10,9 +10,6 @@ from PySide6.QtCore import Qt
 from app.store import Store
 
 
-
-
-
 def test_form_run_updates_chart_table_and_database(qtbot, window):
     form = window.form
     form.name.clear()
