@@ -26,8 +26,6 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
     QLineEdit,
-    QListWidget,
-    QListWidgetItem,
     QPlainTextEdit,
     QScrollArea,
     QSpinBox,
@@ -45,6 +43,7 @@ from app.goal import (
     SwarmSettings,
 )
 from app.gpu.registry import backend_names, backend_spec, backends
+from app.ui.form_fields import ShapeEditor, optional_float, optional_int
 from app.ui.goal_examples import (  # noqa: F401 - re-exported: tests and the window import them here
     NEEDS,
     SPACE_SUFFIXES,
@@ -77,117 +76,12 @@ def default_goal() -> Goal:
     return Goal(name="untitled goal", space=spaces[0][0] if spaces else "")
 
 
-def parse_shape(text: str) -> list[int]:
-    """'4096 x 4096', '4096, 4096' or '4096 4096' -> [4096, 4096]. Raises ValueError."""
-    parts = [p for p in re.split(r"[x×,*\s]+", text.strip()) if p]
-    if not parts:
-        raise ValueError("empty shape")
-    out = []
-    for p in parts:
-        try:
-            out.append(int(p.replace("_", "")))
-        except ValueError:
-            raise ValueError(f"{p!r} is not an integer") from None
-    return out
-
-
-def format_shape(shape: list[int]) -> str:
-    return " × ".join(str(d) for d in shape)
-
-
 def _agent_names() -> tuple[str, ...]:
     """Every registered agent: the swarm's strategies and those other packages add (llm)."""
     import app.llm  # noqa: F401 - registers the llm agent
     from app.swarm.agents import agent_names
 
     return agent_names()
-
-
-class ShapeEditor(QWidget):
-    """A list of shapes, each edited in place ('4096 × 4096'), with add / remove buttons."""
-
-    changed = Signal()
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.list = QListWidget()
-        self.list.setMaximumHeight(96)
-        self.list.setToolTip("One shape per row, e.g. 4096 × 4096. Double-click to edit.")
-        self.add_button = QToolButton(text="+")
-        self.add_button.setToolTip("Add a shape")
-        self.remove_button = QToolButton(text="−")
-        self.remove_button.setToolTip("Remove the selected shape")
-        self.add_button.clicked.connect(self._add)
-        self.remove_button.clicked.connect(self._remove)
-        self.list.itemChanged.connect(lambda _item: self.changed.emit())
-        buttons = QVBoxLayout()
-        buttons.addWidget(self.add_button)
-        buttons.addWidget(self.remove_button)
-        buttons.addStretch(1)
-        layout = QHBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.addWidget(self.list, 1)
-        layout.addLayout(buttons)
-
-    def _new_item(self, text: str) -> QListWidgetItem:
-        item = QListWidgetItem(text)
-        item.setFlags(item.flags() | Qt.ItemIsEditable)
-        return item
-
-    def _add(self) -> None:
-        last = self.list.item(self.list.count() - 1)
-        item = self._new_item(last.text() if last else "1024 × 1024")
-        self.list.addItem(item)
-        self.list.setCurrentItem(item)
-        self.list.editItem(item)
-        self.changed.emit()
-
-    def _remove(self) -> None:
-        row = self.list.currentRow()
-        if row >= 0:
-            self.list.takeItem(row)
-            self.changed.emit()
-
-    def add_shape_text(self, text: str) -> None:
-        self.list.addItem(self._new_item(text))
-        self.changed.emit()
-
-    def set_shapes(self, shapes: list[list[int]]) -> None:
-        self.list.blockSignals(True)
-        self.list.clear()
-        for s in shapes:
-            self.list.addItem(self._new_item(format_shape(s)))
-        self.list.blockSignals(False)
-        self.changed.emit()
-
-    def shapes(self) -> list[list[int]]:
-        out = []
-        for i in range(self.list.count()):
-            try:
-                out.append(parse_shape(self.list.item(i).text()))
-            except ValueError as exc:
-                raise GoalError(f"shapes[{i}]", f"row {i + 1}: {exc}") from None
-        return out
-
-
-def _optional_float(edit: QLineEdit, field: str) -> float | None:
-    text = edit.text().strip()
-    if not text:
-        return None
-    try:
-        return float(text)
-    except ValueError:
-        raise GoalError(field, f"{text!r} is not a number") from None
-
-
-def _optional_int(edit: QLineEdit, field: str) -> int | None:
-    text = edit.text().strip().replace("_", "")
-    if not text:
-        return None
-    try:
-        return int(text)
-    except ValueError:
-        raise GoalError(field, f"{text!r} is not an integer") from None
 
 
 class GoalForm(QWidget):
@@ -553,13 +447,13 @@ class GoalForm(QWidget):
             stop=edit(base.stop, max_evals=self.max_evals.value(),
                       time_budget_s=float(self.time_budget.value()),
                       plateau_patience=self.plateau.value()),
-            tolerance=edit(base.tolerance, rtol=_optional_float(self.rtol, "tolerance.rtol"),
-                           atol=_optional_float(self.atol, "tolerance.atol")),
+            tolerance=edit(base.tolerance, rtol=optional_float(self.rtol, "tolerance.rtol"),
+                           atol=optional_float(self.atol, "tolerance.atol")),
             constraints=edit(
                 base.constraints,
                 restrictions=restrictions,
-                max_registers=_optional_int(self.max_registers, "constraints.max_registers"),
-                max_shared_memory_bytes=_optional_int(self.max_shared,
+                max_registers=optional_int(self.max_registers, "constraints.max_registers"),
+                max_shared_memory_bytes=optional_int(self.max_shared,
                                                       "constraints.max_shared_memory_bytes"),
                 forbid=forbid),
             swarm=edit(base.swarm, agents=self._checked_agents(),
