@@ -134,7 +134,7 @@ def test_validation_cases_are_checked_first(tmp_path):
     try:
         cases = ev.plan_cases()
         assert cases[0].to_dict() == {"shape": [5, SHAPE[1]], "distribution": "wide", "seed": 99,
-                                      "origin": "validation"}
+                                      "origin": "validation", "family": ""}
         assert {c.origin for c in cases} == {"validation", "goal", "edge"}
     finally:
         ev.close()

@@ -449,6 +449,7 @@ class InProcessHost:
     def __init__(self) -> None:
         self.fn = None
         self.thread_limit = 0  # not enforced here (no supervisor process)
+        self.threads_seen = 0  # nothing counts them here
         self.clamped = 0
 
     def cores_busy(self) -> float:
