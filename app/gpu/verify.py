@@ -480,7 +480,7 @@ def verify(xp: Any, op: Operator, runner: Runner, cases: Sequence[CheckCase], dt
     return _repeat(xp, op, runner, pool, dtype, rtol, atol)
 
 
-REPEATS = 8  # extra calls on the smallest case: a race that strikes one call in N shows up
+REPEATS = 32  # extra calls on the smallest case: a race that strikes one call in N shows up
 
 
 def _repeat(xp: Any, op: Operator, runner: Runner, pool: Sequence[CheckCase], dtype: str,
