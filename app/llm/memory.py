@@ -9,21 +9,15 @@ in it, so a reply cannot plant text in later prompts this way.
 
 from __future__ import annotations
 
-import difflib
 from collections import deque
 from dataclasses import dataclass
 
 from app.core.types import Evaluation
-from app.llm.features import features
-from app.llm.normal import normalise
 from app.llm.outcome import REASONS, STAGES
+from app.llm.transformation import transformation
 
 MAX_REMEMBERED = 8  # attempts kept; a prompt shows the newest few
 PENDING_LIMIT = 256  # requested attempts waiting for their evaluation (a safeguard)
-FEATURE_WORDS = {"isa": "vector ISA", "threads": "threading", "tiles": "tile levels",
-                 "staging": "staging", "nests": "loop nests", "depth": "loop depth",
-                 "tensor": "tensor cores", "vector": "vector loads", "shuffle": "warp shuffles",
-                 "kernels": "kernels"}
 
 
 @dataclass
@@ -35,30 +29,10 @@ class _Started:
 
 def change_summary(base: str, source: str, language: str) -> str:
     """What a code change did, in the product's words: structural features that changed and
-    the size of the change."""
-    lang = "cuda" if language == "cuda" else "c"
-    before, after = features(base, lang), features(source, lang)
-    changes = []
-    for k, old in before.items():
-        new = after[k]
-        if new != old:
-            if isinstance(old, bool):
-                changes.append(f"{'added' if new else 'removed'} {FEATURE_WORDS[k]}")
-            else:
-                changes.append(f"{FEATURE_WORDS[k]} {_word(old)} -> {_word(new)}")
-    a, b = normalise(base).splitlines(), normalise(source).splitlines()
-    added = removed = 0
-    for op, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
-        if op in ("replace", "delete"):
-            removed += i2 - i1
-        if op in ("replace", "insert"):
-            added += j2 - j1
-    size = f"+{added}/-{removed} lines of {len(b)}"
-    return (", ".join(changes) + "; " if changes else "same structure; ") + size
-
-
-def _word(v: object) -> str:
-    return str(v) if not isinstance(v, bool) else ("yes" if v else "no")
+    the size of the change (app.llm.transformation, the lessons' description too)."""
+    t = transformation(base, source, language)
+    size = f"+{t['added']}/-{t['removed']} lines of {t['lines']}"
+    return (", ".join(t["changes"]) + "; " if t["changes"] else "same structure; ") + size
 
 
 def outcome_text(e: Evaluation, parent_value: float | None, minimize: bool, unit: str) -> str:
