@@ -103,14 +103,7 @@ def _memoised(module, kind: str):
         raw = _measure(kind)
         if raw is None:
             return real(compiler)
-        data = json.loads(raw)
-        if kind == "memory":
-            levels = [module.CacheLevel(**lv) for lv in data["levels"]]
-            return module.Roofs(levels, data["threads"], data["one_thread"], data["all_threads"],
-                                data.get("measured_one_thread", {}),
-                                data.get("measured_all_threads", {}))
-        return module.ComputeRoof(int(data["threads"]), float(data["one_thread"]),
-                                  float(data["all_threads"]))
+        return module.decode(json.loads(raw))
 
     return measure
 

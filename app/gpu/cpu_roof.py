@@ -288,6 +288,13 @@ def encode(roofs: Roofs, identity: str) -> bytes:
                        "measured_all_threads": roofs.measured_all_threads}).encode()
 
 
+def decode(data: dict) -> Roofs:
+    """The roofs in a cache file's parsed JSON (encode's counterpart; raises on a damaged one)."""
+    levels = [CacheLevel(**lv) for lv in data["levels"]]
+    return Roofs(levels, data["threads"], data["one_thread"], data["all_threads"],
+                 data.get("measured_one_thread", {}), data.get("measured_all_threads", {}))
+
+
 def _must_be_signed(path: Path) -> bool:
     """A roof file in the trusted directory, or anywhere a cell may write (the cache and the
     baseline cell's cache), or one written with a MAC, is used only with a matching MAC; a
@@ -328,10 +335,7 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
         try:
             data = json.loads(raw)
             if data.get("key") == key and time.time() - data.get("measured_at", 0) < max_age_s:
-                levels = [CacheLevel(**lv) for lv in data["levels"]]
-                roofs = Roofs(levels, data["threads"], data["one_thread"], data["all_threads"],
-                              data.get("measured_one_thread", {}), data.get("measured_all_threads", {}))
-                return roofs, True
+                return decode(data), True
         except (ValueError, KeyError, TypeError, AttributeError):
             pass  # a damaged cache is measured again
     roofs = measure(compiler)

@@ -175,8 +175,7 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
             data = json.loads(raw)
             if data.get("key") == cache_key(identity) and \
                     time.time() - data.get("measured_at", 0) < max_age_s:
-                return ComputeRoof(int(data["threads"]), float(data["one_thread"]),
-                                   float(data["all_threads"])), True
+                return decode(data), True
         except (ValueError, KeyError, TypeError, AttributeError):
             pass  # a damaged cache is measured again
     roof = measure(compiler)
@@ -188,6 +187,11 @@ def encode(roof: ComputeRoof, identity: str) -> bytes:
     return json.dumps({"threads": roof.threads, "one_thread": roof.one_thread,
                        "all_threads": roof.all_threads, "key": cache_key(identity),
                        "measured_at": time.time()}).encode()
+
+
+def decode(data: dict) -> ComputeRoof:
+    """The peak in a cache file's parsed JSON (encode's counterpart; raises on a damaged one)."""
+    return ComputeRoof(int(data["threads"]), float(data["one_thread"]), float(data["all_threads"]))
 
 
 class Probe:
