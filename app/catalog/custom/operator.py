@@ -50,6 +50,13 @@ def _numpy(a: Any) -> np.ndarray:
     return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
+def _atol_floor(arg: Arg) -> float:
+    """An output's tolerance is relative to its largest value, but never below the smallest
+    normal number of its dtype: a float32 output cannot hold a float64 answer of 1e-80 (it is
+    0). Integer outputs have no floor."""
+    return dtype_limits(arg.dtype)[1] if arg.dtype in RTOL else 0.0
+
+
 class CustomOperator:
     """A custom C kernel (and the shared part of a custom CUDA kernel)."""
 
@@ -201,11 +208,8 @@ class CustomOperator:
             a = self._arg[name]
             rtol = a.rtol if a.rtol is not None else DEFAULT_RTOL[self.spec.dtype]
             mag = xp.abs(xp.where(xp.isfinite(r), r, 0.0))
-            # relative to the output's largest value, never below the smallest normal number
-            # of its dtype: a float32 output cannot hold a float64 answer of 1e-80 (it is 0)
-            floor = dtype_limits(a.dtype)[1] if a.dtype in RTOL else 0.0
             atol = a.atol if a.atol is not None else max(
-                rtol * float(mag.max() if mag.size else 0.0), floor)
+                rtol * float(mag.max() if mag.size else 0.0), _atol_floor(a))
             scale[name] = atol + rtol * mag if a.check else xp.full(r.shape, np.inf)
         return scale
 
@@ -218,7 +222,7 @@ class CustomOperator:
             return f"rtol {rtol:.2e}, atol {a.atol:.1e}"
         finite = abs(expected[abs(expected) < math.inf])
         top = float(finite.max()) if finite.size else 0.0
-        floor = dtype_limits(a.dtype)[1] if a.dtype in RTOL else 0.0
+        floor = _atol_floor(a)
         if rtol * top < floor:
             return f"rtol {rtol:.2e}, atol {floor:.1e} (the smallest normal {a.dtype})"
         return f"rtol {rtol:.2e}, atol {rtol * top:.1e} = rtol × max |expected| {top:.4g}"
