@@ -14,6 +14,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from test_load_time import PYTHON_REFERENCE_GOAL  # a goal with a Python reference
 
 from app.core.types import Candidate
 from app.goal import Goal
@@ -24,23 +25,6 @@ pytestmark = [pytest.mark.skipif(not sandbox.enabled(), reason="sandbox switched
               pytest.mark.skipif(not sandbox.status()["file view"].startswith("on"),
                                  reason="no mount namespace on this platform")]
 REPO = Path(__file__).resolve().parents[1]
-
-REFERENCE_GOAL = """\
-name = "measure the home"
-backend = "cpu"
-shapes = [[257]]
-
-[kernel]
-source = "k.c"
-entry = "scale"
-reference = "reference.py:scale"
-tune_params = { U = [1] }
-args = [
-  { name = "out", role = "output", shape = "n" },
-  { name = "x", shape = "n" },
-  { name = "n", role = "scalar", dtype = "int64", value = "n" },
-]
-"""
 
 
 @pytest.fixture
@@ -75,7 +59,7 @@ def test_a_colleagues_python_reference_cannot_stat_hidden_files(tmp_path, canary
         """))
     (tmp_path / "k.c").write_text("void scale(float *out, const float *x, long n) {\n"
                                   "  for (long i = 0; i < n; i++) out[i] = 2.0f * x[i]; }\n")
-    (tmp_path / "goal.toml").write_text(REFERENCE_GOAL)
+    (tmp_path / "goal.toml").write_text(PYTHON_REFERENCE_GOAL)
     with CpuEvaluator(Goal.load(tmp_path / "goal.toml")) as ev:
         result = ev.evaluate(Candidate(config={"U": 1}, key="stat-attack", agent="user"))
     assert result.ok, (result.reason, result.detail)  # the honest kernel still passes
