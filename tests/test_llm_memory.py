@@ -10,6 +10,7 @@ import random
 import time
 
 from llm_server import ChatServer, Reply
+from test_llm_agent import _until  # propose until a reply is in
 
 from app.core.space import SearchSpace
 from app.core.types import Evaluation, Stage
@@ -45,16 +46,6 @@ GOAL = Goal(name="scale", operator="softmax", backend="cpu", shapes=[[8, 100]])
 
 def _reply(src: str) -> Reply:
     return Reply(f"Idea: SECRET PLAN from the model\n```c\n{src}```\n")
-
-
-def _until(agent: LLMAgent, board: Blackboard, seconds: float = 5.0):
-    t_end = time.monotonic() + seconds
-    while time.monotonic() < t_end:
-        got = agent.propose(board, 1)
-        if got:
-            return got
-        time.sleep(0.05)
-    return []
 
 
 def _record(board, agent, e):
