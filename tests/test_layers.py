@@ -1,59 +1,129 @@
-"""The layers of app/ (README "Layout"), checked on the source: imports only point downward.
+"""The layers of app/ (../shared/DESIGN.md "Layers"), checked on the source: imports only point
+downward.
 
-Every import counts, including those inside functions: a lazy import is still a dependency.
+Every import counts, including those inside functions and relative ones (a lazy import is still
+a dependency), and so does a module named in a string ("app.gpu.cpu.worker:CpuWorker", `-m
+app.kt_import.runner`): code loaded by name is a dependency too.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import shutil
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from project_paths import ROOT
 
-QT = ("PySide6", "pyqtgraph", "shiboken6")
-SQL = ("sqlite3", "sqlite_utils")
-
-# (who, what it may not import, why)
-RULES = [
-    ("app.core", ("app",), "the ground floor imports nothing from the rest of app"),
-    ("app.swarm app.gpu app.store app.catalog app.llm", QT + ("app.ui",),
-     "only app/ui talks to Qt"),
-    ("app.gpu app.catalog", ("app.swarm",), "backends and the catalog never import the search"),
+# Top to bottom. A module imports only its own unit and units of the layers below it; units
+# of one layer are siblings and never import each other. "app" alone is app/__init__.py; a
+# unit of several names ("a,b") is one unit.
+LAYERS = [
+    "app.cli,app.cli_*,app.__main__",
+    "app.ui",
+    "app.engine_process app.selftest",
+    "app.export",
+    "app.html_report",
+    "app.session",
+    "app.llm app.cluster app.kt_import",
+    "app.swarm",
+    "app.gpu",
+    "app.catalog",
+    "app.store",
+    "app.goal",
+    "app.paths app.run_summary",
+    "app.core app",
 ]
 
-
-def _imports(path: Path) -> set[str]:
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        if isinstance(node, ast.Import):
-            found.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
-            found.add(node.module)
-            found.update(f"{node.module}.{a.name}" for a in node.names)
-    return found
+QT = ("PySide6", "pyqtgraph", "shiboken6")
+SQL = ("sqlite3", "sqlite_utils")
+_NAMED = re.compile(r"app(\.\w+)+")
 
 
 def _within(module: str, prefix: str) -> bool:
     return module == prefix or module.startswith(prefix + ".")
 
 
+def unit_of(module: str) -> tuple[int, str] | None:
+    """(layer index, unit) of an app module; None when no layer lists it."""
+    for index, layer in enumerate(LAYERS):
+        for unit in layer.split():
+            if any((module == "app") if name == "app" else (
+                    _within(module, name) or fnmatchcase(module, name))
+                   for name in unit.split(",")):
+                return index, unit
+    return None
+
+
+def _module_name(root: Path, path: Path) -> str:
+    rel = path.relative_to(root).with_suffix("")
+    return ".".join(p for p in rel.parts if p != "__init__")
+
+
+def _resolve(name: str, known: set[str]) -> str:
+    """The app module `name` refers to: "app.core.types.Evaluation" -> "app.core.types"."""
+    while name not in known and "." in name:
+        name = name.rsplit(".", 1)[0]
+    return name
+
+
+def imports_of(root: Path, path: Path, known: set[str]) -> list[tuple[int, str]]:
+    """(line, module) for every import in one file; app names resolved to their module."""
+    module = _module_name(root, path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, a.name) for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([node.module] if node.module else []))
+            found.append((node.lineno, base))
+            if _within(base, "app"):  # `from app import ui` names a module
+                found += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            named = _NAMED.fullmatch(node.value.partition(":")[0])
+            if named and _resolve(named.group(0), known) != "app":
+                found.append((node.lineno, named.group(0)))
+    return [(line, _resolve(name, known) if _within(name, "app") else name)
+            for line, name in found]
+
+
 def violations(root: Path) -> list[str]:
+    paths = sorted((root / "app").rglob("*.py"))
+    known = {_module_name(root, p) for p in paths}
     found = []
-    for path in sorted((root / "app").rglob("*.py")):
-        rel = path.relative_to(root).with_suffix("")
-        module = ".".join(p for p in rel.parts if p != "__init__")
-        imports = _imports(path)
-        for who, banned, why in RULES:
-            if not any(_within(module, w) for w in who.split()):
+    for path in paths:
+        rel = path.relative_to(root)
+        module = _module_name(root, path)
+        mine = unit_of(module)
+        if mine is None:
+            found.append(f"{rel}: in no layer (add it to LAYERS and to DESIGN.md's list)")
+            continue
+        seen = set()
+        for line, name in sorted(set(imports_of(root, path, known))):
+            theirs = unit_of(name)
+            if (line, theirs) in seen and theirs:  # `from app.x import a, b`: one arrow
                 continue
-            for name in sorted(imports):
-                if any(_within(name, b) for b in banned) and not _within(name, "app.core"):
-                    found.append(f"{rel}.py imports {name}: {why}")
-        if not _within(module, "app.store"):
-            for name in sorted(imports):
-                if any(_within(name, s) for s in SQL):
-                    found.append(f"{rel}.py imports {name}: only app/store speaks SQL")
+            seen.add((line, theirs))
+            where = f"{rel}:{line} imports {name}"
+            if not _within(name, "app"):
+                if mine[1] != "app.ui" and name.split(".")[0] in QT:
+                    found.append(f"{where}: only app/ui talks to Qt")
+                if mine[1] != "app.store" and name.split(".")[0] in SQL:
+                    found.append(f"{where}: only app/store speaks SQL")
+                continue
+            if theirs is None or theirs[1] == mine[1]:
+                continue
+            if theirs[0] < mine[0]:
+                found.append(f"{where}: an arrow up ({theirs[1]} is above {mine[1]})")
+            elif theirs[0] == mine[0]:
+                found.append(f"{where}: siblings ({mine[1]}, {theirs[1]}) never import each other")
+            elif mine[1] == "app.swarm" and theirs[1] == "app.gpu":
+                found.append(f"{where}: the search sees evaluators only through app/core")
     return found
 
 
@@ -61,19 +131,36 @@ def test_imports_point_downward():
     assert violations(ROOT) == []
 
 
+def test_the_order_is_whole():
+    """Every package and top-level module of app/ is in exactly one layer."""
+    units = [u for layer in LAYERS for u in layer.split()]
+    assert len(units) == len(set(units))
+    tops = {p.stem if p.suffix else p.name for p in (ROOT / "app").iterdir()
+            if (p.suffix == ".py" or (p / "__init__.py").exists())}
+    assert all(unit_of("app" if t == "__init__" else f"app.{t}") for t in tops), tops
+
+
 def test_a_forbidden_import_is_caught(tmp_path):
     """The checker itself works: plant one forbidden import of each kind in a copy of app/."""
     shutil.copytree(ROOT / "app", tmp_path / "app",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
     planted = {
-        "core/types.py": "from app.swarm import blackboard\n",
-        "gpu/replay.py": "def f():\n    from PySide6 import QtCore\n",
-        "catalog/__init__.py": "import app.swarm.coordinator\n",
-        "llm/usage.py": "import sqlite3\n",
+        "core/planted.py": "from app.swarm import blackboard\n",  # the ground floor
+        "gpu/planted.py": "def f():\n    from PySide6 import QtCore\n",  # Qt, lazily
+        "catalog/planted.py": "import app.swarm.coordinator\n",  # an arrow up
+        "llm/planted.py": "import sqlite3\n",  # SQL outside the store
+        "session_planted.py": "x = 1\n",  # a module no layer lists
+        "session.py": "from . import engine_process\n",  # relative, up one layer
+        "cli_planted.py": "from PySide6.QtWidgets import QApplication\n",  # Qt in the CLI
+        "cluster/planted.py": "def f():\n    from ..llm import agent\n",  # a sibling
+        "swarm/planted.py": "import app.gpu.verify\n",  # the search into a backend
+        "store/planted.py": 'FACTORY = "app.ui.main_window:MainWindow"\n',  # named in a string
     }
-    for rel, line in planted.items():
+    for rel, text in planted.items():
         path = tmp_path / "app" / rel
-        path.write_text(path.read_text(encoding="utf-8") + "\n" + line, encoding="utf-8")
+        before = path.read_text(encoding="utf-8") if path.exists() else ""
+        path.write_text(before + "\n" + text, encoding="utf-8")
     found = violations(tmp_path)
     for rel in planted:
         assert any(v.startswith(f"app/{rel}") for v in found), (rel, found)
+    assert len(found) == len(planted), found
