@@ -1,4 +1,4 @@
-"""Evaluations on a Ray cluster (issue 16): an optional extra, `pip install 'kernelswarm[cluster]'`.
+"""Evaluations on a Ray cluster: an optional extra, `pip install 'kernelswarm[cluster]'`.
 
 A goal with a [cluster] table (or `kernelswarm run --cluster ADDRESS`) gets a ClusterEvaluator:
 worker actors on the cluster's nodes, each holding the same local evaluator a workstation uses

@@ -1,4 +1,4 @@
-"""One search per GPU model from one command (issue 16, heterogeneous devices).
+"""One search per GPU model from one command, for clusters of mixed GPUs.
 
 A cuda goal with devices = "each" on a cluster whose GPUs are of several models is not one
 search: a configuration timed on an A100 and on an H100 is two measurements, and one search
