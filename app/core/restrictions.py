@@ -60,99 +60,99 @@ def compile_restriction(text: str, names: Iterable[str]) -> Callable[[Mapping[st
     comparisons, boolean logic, a few math functions and the parameter names: no eval, no
     attribute access, no calls to anything else.
     """
-    known = set(names)
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise RestrictionError(f"restriction {text!r} is not a valid expression: {exc.msg}") from None
-
-    def check(node: ast.AST) -> None:
-        if isinstance(node, ast.Expression):
-            check(node.body)
-        elif isinstance(node, ast.BinOp):
-            if type(node.op) not in _BINOPS:
-                raise RestrictionError(f"restriction {text!r}: operator {type(node.op).__name__} not allowed")
-            check(node.left)
-            check(node.right)
-        elif isinstance(node, ast.UnaryOp):
-            if type(node.op) not in _UNARY:
-                raise RestrictionError(f"restriction {text!r}: operator not allowed")
-            check(node.operand)
-        elif isinstance(node, ast.BoolOp):
-            for v in node.values:
-                check(v)
-        elif isinstance(node, ast.Compare):
-            for op in node.ops:
-                if type(op) not in _CMPOPS:
-                    raise RestrictionError(f"restriction {text!r}: comparison not allowed")
-            check(node.left)
-            for c in node.comparators:
-                check(c)
-        elif isinstance(node, ast.IfExp):
-            check(node.test)
-            check(node.body)
-            check(node.orelse)
-        elif isinstance(node, ast.Name):
-            if node.id not in known and node.id not in ("True", "False"):
-                raise RestrictionError(f"restriction {text!r}: unknown parameter {node.id!r}")
-        elif isinstance(node, ast.Constant):
-            if not isinstance(node.value, (int, float, bool, str)):
-                raise RestrictionError(f"restriction {text!r}: constant {node.value!r} not allowed")
-        elif isinstance(node, (ast.Tuple, ast.List)):
-            for e in node.elts:
-                check(e)
-        elif isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
-                raise RestrictionError(f"restriction {text!r}: only {sorted(_FUNCS)} may be called")
-            for a in node.args:
-                check(a)
-        else:
-            raise RestrictionError(f"restriction {text!r}: {type(node).__name__} is not allowed")
-
-    check(tree)
-
-    def ev(node: ast.AST, env: Mapping[str, Any]) -> Any:
-        if isinstance(node, ast.Expression):
-            return ev(node.body, env)
-        if isinstance(node, ast.Constant):
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id == "True":
-                return True
-            if node.id == "False":
-                return False
-            return env[node.id]
-        if isinstance(node, ast.BinOp):
-            left, right = ev(node.left, env), ev(node.right, env)
-            if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW:
-                raise RestrictionError(f"restriction {text!r}: exponent too large")
-            return _BINOPS[type(node.op)](left, right)
-        if isinstance(node, ast.UnaryOp):
-            return _UNARY[type(node.op)](ev(node.operand, env))
-        if isinstance(node, ast.BoolOp):
-            if isinstance(node.op, ast.And):
-                return all(ev(v, env) for v in node.values)
-            return any(ev(v, env) for v in node.values)
-        if isinstance(node, ast.Compare):
-            left = ev(node.left, env)
-            for op, comp in zip(node.ops, node.comparators):
-                right = ev(comp, env)
-                if not _CMPOPS[type(op)](left, right):
-                    return False
-                left = right
-            return True
-        if isinstance(node, ast.IfExp):
-            return ev(node.body, env) if ev(node.test, env) else ev(node.orelse, env)
-        if isinstance(node, (ast.Tuple, ast.List)):
-            return tuple(ev(e, env) for e in node.elts)
-        if isinstance(node, ast.Call):
-            return _FUNCS[node.func.id](*(ev(a, env) for a in node.args))  # type: ignore[union-attr]
-        raise RestrictionError(f"restriction {text!r}: cannot evaluate {type(node).__name__}")
+    _check(tree, text, set(names))
 
     def predicate(config: Mapping[str, Any]) -> bool:
         try:
-            return bool(ev(tree, config))
+            return bool(_evaluate(tree, config, text))
         except ZeroDivisionError:
             return False
 
     return predicate
+
+
+def _check(node: ast.AST, text: str, known: set[str]) -> None:
+    """Refuse, before anything runs, every node the interpreter does not know."""
+    def refuse(why: str) -> RestrictionError:
+        return RestrictionError(f"restriction {text!r}: {why}")
+
+    children: list[ast.AST] = []
+    if isinstance(node, ast.Expression):
+        children = [node.body]
+    elif isinstance(node, ast.BinOp):
+        if type(node.op) not in _BINOPS:
+            raise refuse(f"operator {type(node.op).__name__} not allowed")
+        children = [node.left, node.right]
+    elif isinstance(node, ast.UnaryOp):
+        if type(node.op) not in _UNARY:
+            raise refuse("operator not allowed")
+        children = [node.operand]
+    elif isinstance(node, ast.BoolOp):
+        children = list(node.values)
+    elif isinstance(node, ast.Compare):
+        if any(type(op) not in _CMPOPS for op in node.ops):
+            raise refuse("comparison not allowed")
+        children = [node.left, *node.comparators]
+    elif isinstance(node, ast.IfExp):
+        children = [node.test, node.body, node.orelse]
+    elif isinstance(node, ast.Name):
+        if node.id not in known and node.id not in ("True", "False"):
+            raise refuse(f"unknown parameter {node.id!r}")
+    elif isinstance(node, ast.Constant):
+        if not isinstance(node.value, (int, float, bool, str)):
+            raise refuse(f"constant {node.value!r} not allowed")
+    elif isinstance(node, (ast.Tuple, ast.List)):
+        children = list(node.elts)
+    elif isinstance(node, ast.Call):
+        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
+            raise refuse(f"only {sorted(_FUNCS)} may be called")
+        children = list(node.args)
+    else:
+        raise refuse(f"{type(node).__name__} is not allowed")
+    for child in children:
+        _check(child, text, known)
+
+
+def _evaluate(node: ast.AST, env: Mapping[str, Any], text: str) -> Any:
+    """The value of a checked expression for one configuration."""
+    def ev(child: ast.AST) -> Any:
+        return _evaluate(child, env, text)
+
+    if isinstance(node, ast.Expression):
+        return ev(node.body)
+    if isinstance(node, ast.Constant):
+        return node.value
+    if isinstance(node, ast.Name):
+        if node.id in ("True", "False"):
+            return node.id == "True"
+        return env[node.id]
+    if isinstance(node, ast.BinOp):
+        left, right = ev(node.left), ev(node.right)
+        if isinstance(node.op, ast.Pow) and abs(right) > _MAX_POW:
+            raise RestrictionError(f"restriction {text!r}: exponent too large")
+        return _BINOPS[type(node.op)](left, right)
+    if isinstance(node, ast.UnaryOp):
+        return _UNARY[type(node.op)](ev(node.operand))
+    if isinstance(node, ast.BoolOp):
+        if isinstance(node.op, ast.And):
+            return all(ev(v) for v in node.values)
+        return any(ev(v) for v in node.values)
+    if isinstance(node, ast.Compare):
+        left = ev(node.left)
+        for op, comp in zip(node.ops, node.comparators):
+            right = ev(comp)
+            if not _CMPOPS[type(op)](left, right):
+                return False
+            left = right
+        return True
+    if isinstance(node, ast.IfExp):
+        return ev(node.body) if ev(node.test) else ev(node.orelse)
+    if isinstance(node, (ast.Tuple, ast.List)):
+        return tuple(ev(e) for e in node.elts)
+    if isinstance(node, ast.Call):
+        return _FUNCS[node.func.id](*(ev(a) for a in node.args))  # type: ignore[union-attr]
+    raise RestrictionError(f"restriction {text!r}: cannot evaluate {type(node).__name__}")
