@@ -52,7 +52,6 @@ from threadpoolctl import threadpool_info, threadpool_limits
 from app.catalog import get_operator
 from app.catalog.cpu.operator import REFERENCE_SOURCE, kernel_source
 from app.goal import Goal
-from app.gpu import cpu_roof
 from app.gpu.cpu import (
     CpuEvaluator,
     CpuSettings,
@@ -61,6 +60,7 @@ from app.gpu.cpu import (
     kernels_dir,
     toolchain,
 )
+from app.gpu.cpu import memory_roof as cpu_roof
 from app.gpu.timing import TimingSettings, time_interleaved
 from app.gpu.verify import CheckCase, make_inputs
 from app.paths import cache_dir

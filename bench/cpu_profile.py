@@ -75,7 +75,7 @@ import numpy as np
 from threadpoolctl import threadpool_info, threadpool_limits
 
 from app.catalog import get_operator
-from app.gpu import cpu_roof
+from app.gpu.cpu import memory_roof as cpu_roof
 from app.gpu.cpu import toolchain
 from app.paths import cache_dir
 

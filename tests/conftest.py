@@ -34,8 +34,8 @@ def _measure(kind: str) -> bytes | None:
     if kind not in _MEASURED:
         if shutil.which("cc") is None:
             return None
-        from app.gpu import cpu_roof
         from app.gpu.cpu import compute_roof, toolchain
+        from app.gpu.cpu import memory_roof as cpu_roof
 
         try:
             tc = toolchain()
@@ -76,10 +76,11 @@ def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("KERNELSWARM_DB", str(home / "history.sqlite"))
     monkeypatch.setenv("KERNELSWARM_CACHE", str(home / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(home / "config"))  # user LLM settings
-    if "app.gpu.cpu_roof" not in sys.modules and not _MEASURED:
+    if "app.gpu.cpu.memory_roof" not in sys.modules and not _MEASURED:
         return  # nothing has touched the CPU backend yet: nothing to store or memoise
-    from app.gpu import cpu_roof, trusted_cache
+    from app.gpu import trusted_cache
     from app.gpu.cpu import compute_roof
+    from app.gpu.cpu import memory_roof as cpu_roof
 
     _REAL.setdefault("memory", cpu_roof.measure)
     _REAL.setdefault("compute", compute_roof.measure)

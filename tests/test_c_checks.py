@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from app.gpu import c_checks
+from app.gpu.cpu import c_checks
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC", "-fopenmp")

@@ -193,8 +193,7 @@ def test_a_roof_cached_too_low_is_measured_again_before_anything_is_refused(tmp_
     machine can be) is held to the roof measured again beside the candidate, and an honest
     kernel passes (issue 27). A kernel that skips work is still refused beside the fresh roof:
     tests/test_honest_roof.py."""
-    from app.gpu import cpu_roof
-    from app.gpu.cpu import toolchain
+    from app.gpu.cpu import memory_roof, toolchain
 
     tc = toolchain()
     levels = [{"name": "L1", "size_bytes": 1 << 15, "shared_by": 1},
@@ -202,7 +201,7 @@ def test_a_roof_cached_too_low_is_measured_again_before_anything_is_refused(tmp_
     slow = {"L1": 1e-4, "DRAM": 1e-4}  # GB/s
     roofs = tmp_path / "roofs.json"
     roofs.write_text(json.dumps({"threads": 1, "one_thread": slow, "all_threads": slow,
-                                 "levels": levels, "key": cpu_roof.cache_key(tc.identity),
+                                 "levels": levels, "key": memory_roof.cache_key(tc.identity),
                                  "measured_at": time.time()}))
     settings = dataclasses.replace(FAST, roof_file=roofs)
     with CpuEvaluator(Goal(name="roof", backend="cpu", operator="transpose", shapes=[[64, 96]]),

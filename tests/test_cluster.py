@@ -39,7 +39,8 @@ def ray_head(_machine_roofs):
     cache = Path(tmp) / "cache"
     cache.mkdir()
     if _machine_roofs is not None:  # the roofs' cache is trusted and MAC-checked
-        from app.gpu import cpu_roof, trusted_cache
+        from app.gpu import trusted_cache
+        from app.gpu.cpu import memory_roof as cpu_roof
 
         with pytest.MonkeyPatch.context() as mp:
             mp.setenv("KERNELSWARM_CACHE", str(cache))

@@ -268,7 +268,7 @@ def test_a_worker_runs_the_template_with_or_without_the_kernel_host(monkeypatch,
     from app.catalog import get_operator
     from app.gpu import cpu
     from app.gpu.cascade import CascadeRequest
-    from app.gpu.kernel_host import InProcessHost, KernelHost
+    from app.gpu.cpu.kernel_host import InProcessHost, KernelHost
 
     monkeypatch.setattr(cpu.worker, "host_supported", lambda: own_process)
     op = get_operator("cpu", "transpose")

@@ -18,8 +18,14 @@ from app.catalog.cpu.operator import kernel_source
 from app.catalog.cpu.ops import GEMM
 from app.core.types import Candidate
 from app.goal import Goal
-from app.gpu import c_checks
-from app.gpu.cpu import CpuEvaluator, CpuSettings, compile_library, find_compiler, toolchain
+from app.gpu.cpu import (
+    CpuEvaluator,
+    CpuSettings,
+    c_checks,
+    compile_library,
+    find_compiler,
+    toolchain,
+)
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines
 

@@ -7,8 +7,8 @@ import shutil
 
 import pytest
 
-from app.gpu import cpu_roof
-from app.gpu.cpu_roof import CacheLevel, Roofs
+from app.gpu.cpu import memory_roof
+from app.gpu.cpu.memory_roof import CacheLevel, Roofs
 
 
 def _fake_sysfs(root, caches):
@@ -25,7 +25,7 @@ def _fake_sysfs(root, caches):
 def test_levels_come_from_sysfs_without_instruction_caches(tmp_path):
     sysfs = _fake_sysfs(tmp_path, [(1, "Data", "48K", "0"), (1, "Instruction", "32K", "0"),
                                    (2, "Unified", "2048K", "0"), (3, "Unified", "32M", "0-7")])
-    levels = cpu_roof.cache_levels(sysfs)
+    levels = memory_roof.cache_levels(sysfs)
     assert [(lv.name, lv.size_bytes, lv.shared_by) for lv in levels] == [
         ("L1", 48 * 1024, 1), ("L2", 2 * 2**20, 1), ("L3", 32 * 2**20, 8), ("DRAM", 0, levels[-1].shared_by)]
 
@@ -48,19 +48,19 @@ def test_a_working_set_gets_the_roof_of_the_level_that_holds_it():
 
 
 def test_noise_cannot_make_a_bigger_level_faster():
-    rates = cpu_roof._monotone({"L1": 50, "L2": 70, "L3": 20, "DRAM": 25}, LEVELS)
+    rates = memory_roof._monotone({"L1": 50, "L2": 70, "L3": 20, "DRAM": 25}, LEVELS)
     assert rates == {"L1": 70, "L2": 70, "L3": 25, "DRAM": 25}
 
 
 @pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 def test_measured_roofs_rank_the_hierarchy(tmp_path):
-    roofs, from_cache = cpu_roof.cached("cc", "test-cc", tmp_path / "roofs.json")
+    roofs, from_cache = memory_roof.cached("cc", "test-cc", tmp_path / "roofs.json")
     assert not from_cache
     measured = roofs.measured_one_thread
     assert set(measured) == {lv.name for lv in roofs.levels} and all(v > 0 for v in measured.values())
     # L1 is several times faster than DRAM on any machine this runs on
     assert measured["L1"] > 2 * measured["DRAM"], measured
-    again, from_cache = cpu_roof.cached("cc", "test-cc", tmp_path / "roofs.json")
+    again, from_cache = memory_roof.cached("cc", "test-cc", tmp_path / "roofs.json")
     assert from_cache and again.one_thread == roofs.one_thread
-    _, from_cache = cpu_roof.cached("cc", "another compiler", tmp_path / "roofs.json")
+    _, from_cache = memory_roof.cached("cc", "another compiler", tmp_path / "roofs.json")
     assert not from_cache

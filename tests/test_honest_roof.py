@@ -20,8 +20,7 @@ import pytest
 
 from app.core.types import SUSPECT, Candidate
 from app.goal import Goal
-from app.gpu import cpu_roof
-from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler, toolchain
+from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler, memory_roof, toolchain
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines
 
@@ -73,7 +72,7 @@ args = [
 def _low_roofs(path: Path) -> Path:
     """Roofs as a loaded machine might have cached them (far too low), in the file's format."""
     tc = toolchain()
-    key = (cpu_roof.cache_key(tc.identity) if hasattr(cpu_roof, "cache_key")
+    key = (memory_roof.cache_key(tc.identity) if hasattr(memory_roof, "cache_key")
            else f"{tc.identity}|{os.cpu_count()}")  # the format before issue 27
     levels = [{"name": "L1", "size_bytes": 1 << 15, "shared_by": 1},
               {"name": "DRAM", "size_bytes": 0, "shared_by": os.cpu_count() or 1}]

@@ -1,4 +1,4 @@
-"""The kernel host (app/gpu/host/kernel_host.c) on its own: real gcc, a real zygote and child.
+"""The kernel host (app/gpu/cpu/host/kernel_host.c) on its own: real gcc, a real zygote and child.
 Arguments of every kind reach the kernel with their values (the calling convention trick
 passes integer-class and float-class arguments in order, whatever their interleaving)."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from app.gpu.cpu import find_compiler
-from app.gpu.kernel_host import ArrayArg, HostDied, KernelHost, Scalar, host_binary
+from app.gpu.cpu.kernel_host import ArrayArg, HostDied, KernelHost, Scalar, host_binary
 from app.gpu.sandbox import seccomp
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
@@ -88,7 +88,7 @@ def test_the_arena_grows_for_a_larger_call(host):
 def _judged(timed: list[tuple[int, int, int]]) -> bool:
     """check_reports on calls as the zygote saw them (window, report, CPU time; ns), with a
     channel that costs 10 us. No process is needed for the judgement itself."""
-    from app.gpu.kernel_host import KernelHost
+    from app.gpu.cpu.kernel_host import KernelHost
 
     host = KernelHost.__new__(KernelHost)
     host.null_ns, host.timed = [10_000] * 25, list(timed)
@@ -105,7 +105,7 @@ def test_waiting_for_a_core_is_clamped_never_refused_as_forged():
 def test_working_far_longer_than_reported_is_refused_as_forged():
     """The forger's signature: it computed for 3 ms (the kernel counts its CPU time) and
     reported 0.5 us."""
-    from app.gpu.kernel_host import ForgedTiming
+    from app.gpu.cpu.kernel_host import ForgedTiming
 
     with pytest.raises(ForgedTiming):
         _judged([(3_100_000, 500, 3_000_000)] * 20)

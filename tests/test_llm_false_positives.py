@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from llm_server import ChatServer, Reply, Status
 
-from app.gpu import c_checks
+from app.gpu.cpu import c_checks
 from app.llm.client import LLMClient, model_quirks
 from app.llm.policy import PolicyViolation, check
 from app.llm.settings import LLMSettings

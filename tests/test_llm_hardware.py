@@ -8,7 +8,7 @@ from __future__ import annotations
 from app.catalog.cuda.gemm import HOPPER_GEMM
 from app.core.types import Evaluation
 from app.goal import Goal
-from app.gpu.cpu_roof import cache_levels
+from app.gpu.cpu.memory_roof import cache_levels
 from app.llm.prompts import PromptContext, build_messages
 from app.llm.spec import kernel_spec
 

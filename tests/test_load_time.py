@@ -17,8 +17,15 @@ import pytest
 
 from app.core.types import Candidate
 from app.goal import Goal
-from app.gpu import cpu_roof, sandbox
-from app.gpu.cpu import CpuEvaluator, CpuSettings, find_compiler, host_program_for, toolchain
+from app.gpu import sandbox
+from app.gpu.cpu import (
+    CpuEvaluator,
+    CpuSettings,
+    find_compiler,
+    host_program_for,
+    memory_roof,
+    toolchain,
+)
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines
 from app.paths import cache_dir
@@ -40,7 +47,7 @@ void ks_kernel(float *y, const float *x, long rows, long cols) {
 
 def _roofs_file() -> Path:
     """Where the next run reads its roofs (the cache itself before issue 28)."""
-    default = getattr(cpu_roof, "default_file", None)
+    default = getattr(memory_roof, "default_file", None)
     return default() if default else cache_dir() / "cpu-roofs.json"
 
 
@@ -81,7 +88,7 @@ def test_a_line_directive_cannot_hide_an_ifunc_resolver_that_writes_the_cache():
 
 def test_an_ifunc_is_refused_by_the_library_check_alone(tmp_path):
     """Without the source check (a resolver GCC makes itself, target_clones): still refused."""
-    from app.gpu import c_checks
+    from app.gpu.cpu import c_checks
 
     tc = toolchain()
     src, lib = tmp_path / "k.c", tmp_path / "k.so"
@@ -140,7 +147,7 @@ def test_a_colleagues_python_reference_cannot_poison_the_roofs_or_the_host(tmp_p
                       str(cache_dir() / "cpu-host" / host.name)})
     fake = ('{"threads": 1, "one_thread": {"DRAM": 99999}, "all_threads": {"DRAM": 99999}, '
             '"levels": [{"name": "DRAM", "size_bytes": 0, "shared_by": 1}], '
-            f'"key": "{cpu_roof.cache_key(tc.identity)}", "measured_at": 1e12}}')
+            f'"key": "{memory_roof.cache_key(tc.identity)}", "measured_at": 1e12}}')
     (tmp_path / "reference.py").write_text(textwrap.dedent(f"""\
         import os
         for target in {targets!r}:
@@ -177,9 +184,9 @@ def test_tampered_roofs_and_host_are_discarded_and_rebuilt(monkeypatch, caplog):
     roofs_file.write_text(
         '{"threads": 1, "one_thread": {"DRAM": 99999}, "all_threads": {"DRAM": 99999}, '
         '"levels": [{"name": "DRAM", "size_bytes": 0, "shared_by": 1}], '
-        f'"key": "{cpu_roof.cache_key(tc.identity)}", "measured_at": {time.time()}}}')
-    honest = cpu_roof.Roofs([cpu_roof.CacheLevel("DRAM", 0, 1)], 1, {"DRAM": 10.0}, {"DRAM": 20.0})
-    monkeypatch.setattr(cpu_roof, "measure", lambda *a, **k: honest)
+        f'"key": "{memory_roof.cache_key(tc.identity)}", "measured_at": {time.time()}}}')
+    honest = memory_roof.Roofs([memory_roof.CacheLevel("DRAM", 0, 1)], 1, {"DRAM": 10.0}, {"DRAM": 20.0})
+    monkeypatch.setattr(memory_roof, "measure", lambda *a, **k: honest)
     with _transpose() as ev:
         roofs = ev.roofs()
         host = Path(host_program_for(tc))

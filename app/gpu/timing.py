@@ -81,7 +81,7 @@ class CacheFlusher:
 def time_call(fn: Callable[[], float | None]) -> float:
     """One harness-timed call, in milliseconds. A call that runs in another process (a CPU
     candidate in the kernel host) returns the time taken there around the kernel alone; the
-    host checks it against this process's clock (app.gpu.kernel_host)."""
+    host checks it against this process's clock (app.gpu.cpu.kernel_host)."""
     t0 = time.perf_counter_ns()
     own = fn()
     wall = (time.perf_counter_ns() - t0) / 1e6

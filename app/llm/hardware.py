@@ -68,7 +68,7 @@ def _cpu(device: str, measured: dict[str, Any]) -> list[str]:
 
 def _caches() -> list[str]:
     try:
-        from app.gpu.cpu_roof import cache_levels
+        from app.gpu.cpu.memory_roof import cache_levels
 
         out = []
         for lv in cache_levels():

@@ -40,7 +40,8 @@ def custom_run(tmp_path_factory, _machine_roofs):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KERNELSWARM_CACHE", str(home / "cache"))
         if _machine_roofs is not None:  # the roofs' cache is trusted and MAC-checked
-            from app.gpu import cpu_roof, trusted_cache
+            from app.gpu import trusted_cache
+            from app.gpu.cpu import memory_roof as cpu_roof
 
             trusted_cache.store_trusted(cpu_roof.default_file(), _machine_roofs.read_bytes())
         with Store(d / "h.sqlite") as store:

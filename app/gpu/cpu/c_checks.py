@@ -15,7 +15,7 @@ macro computes an include path, an attribute after the declarator hides a static
    agree with the files the preprocessor really entered, or the candidate is refused.
    `__has_include` is poisoned before the candidate's first line: it would answer whether any
    file exists (Landlock refuses the open, but EACCES still means "there"), one bit per run.
-3. The built library is read with pyelftools (app.gpu.elf_check): imports on an allow-list, no
+3. The built library is read with pyelftools (app.gpu.cpu.elf_check): imports on an allow-list, no
    load-time code (init/fini arrays, constructors, IFUNC resolvers), no writable data or
    thread-local storage beyond the same toolchain's empty kernel.
 
@@ -33,8 +33,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# the built library's check lives in app.gpu.elf_check; its names stay importable from here
-from app.gpu.elf_check import (
+# the built library's check lives in app.gpu.cpu.elf_check; its names stay importable from here
+from app.gpu.cpu.elf_check import (
     ALLOWED_IMPORTS,
     GUARDED_SECTIONS,
     empty_kernel_sections,

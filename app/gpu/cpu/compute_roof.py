@@ -8,7 +8,7 @@ chains per thread, enough to cover the FMA latency on every unit (12 x 16 lanes 
 12 x 8 with AVX2), in registers, no memory traffic. Each sample lasts SAMPLE_S; the roof is the
 fastest of SAMPLES (the machine's peak is what it reaches, a busy moment only lowers it).
 
-The figures are cached like the memory roofs (app.gpu.cpu_roof): in the trusted directory,
+The figures are cached like the memory roofs (app.gpu.cpu.memory_roof): in the trusted directory,
 outside every cell's write set, MAC-checked (app.gpu.trusted_cache), keyed by the compiler,
 the CPU model and the core count. A cached peak may have been measured on a loaded machine:
 it is a floor, never a ceiling. Before a figure beyond it is refused, the cell measures the
@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from app.gpu.cpu_roof import build_c_probe
+from app.gpu.cpu.memory_roof import build_c_probe
 
 PROBE_SOURCE = r"""
 #include <omp.h>
@@ -165,7 +165,7 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
     """The peak measured on this machine with this compiler, from `cache_file` (default:
     default_file(); a file in the trusted directory or the cells' cache is used only with its
     MAC, as the memory roofs are) when fresh and intact; (roof, from_cache)."""
-    from app.gpu.cpu_roof import _read  # the memory roofs' rule for which files need a MAC
+    from app.gpu.cpu.memory_roof import _read  # the memory roofs' rule for which files need a MAC
     from app.gpu.trusted_cache import store_trusted
 
     cache_file = cache_file or default_file()

@@ -22,17 +22,16 @@ from app.core.evaluator import DeviceInfo, Evaluator
 from app.core.space import SearchSpace
 from app.core.types import INVALID, Candidate, Evaluation, Stage
 from app.goal import Goal, GoalError
-from app.gpu import cpu_roof
 from app.gpu.cascade import (
     CascadeRequest,
     account_stages,
     evaluation_from_reply,
     probe_results,
 )
-from app.gpu.cpu import compute_roof
+from app.gpu.cpu import compute_roof, memory_roof
+from app.gpu.cpu.kernel_host import host_supported
 from app.gpu.cpu.toolchain import build_key, key_extra, toolchain
 from app.gpu.cpu.worker import host_program_for
-from app.gpu.kernel_host import host_supported
 from app.gpu.roof_check import RoofCheck
 from app.gpu.timing import TimingSettings
 from app.gpu.verify import ValidationSet
@@ -58,7 +57,7 @@ class CpuSettings:
     flush_bytes: int = 64 * 2**20  # written between timing samples to evict caches
     # hold figures to the roofs: cache levels (memory-bound), FP32 peak (compute-bound)
     measure_roofs: bool = True
-    roof_file: Path | None = None  # None: cpu_roof.default_file() (trusted, MAC-checked)
+    roof_file: Path | None = None  # None: memory_roof.default_file() (trusted, MAC-checked)
     compute_roof_file: Path | None = None  # None: compute_roof.default_file() (the same)
 
 
@@ -125,7 +124,7 @@ class CpuEvaluator(Evaluator):
                                name=f"cpu-{self.op.name}-", programs=[host] if host else [])
         self._baselines: dict[str, Any] | None = None
         self._baseline_start_s = 0.0  # seconds the baselines' request spent starting the worker
-        self._roofs: cpu_roof.Roofs | bool | None = None
+        self._roofs: memory_roof.Roofs | bool | None = None
         self._peak: compute_roof.ComputeRoof | bool | None = None
         self._roof_lock = threading.Lock()
         # GB/s the worker measured beside a candidate this run, by (level, threads): they only
@@ -146,16 +145,16 @@ class CpuEvaluator(Evaluator):
     def validation_cases(self) -> list[dict]:
         return self._validation.cases()
 
-    def roofs(self) -> cpu_roof.Roofs | None:
+    def roofs(self) -> memory_roof.Roofs | None:
         """The machine's L1/L2/L3/DRAM copy roofs (memory-bound operators only), measured by
-        our own probe in this process once per machine and compiler (app.gpu.cpu_roof)."""
+        our own probe in this process once per machine and compiler (app.gpu.cpu.memory_roof)."""
         if self.op.throughput_unit != "GB/s" or not self.settings.measure_roofs:
             return None
         with self._roof_lock:
             if self._roofs is None:
-                path = self.settings.roof_file or cpu_roof.default_file()  # no cell may write it
+                path = self.settings.roof_file or memory_roof.default_file()  # no cell may write it
                 try:
-                    self._roofs, _ = cpu_roof.cached(self.tc.compiler, self.tc.identity, path)
+                    self._roofs, _ = memory_roof.cached(self.tc.compiler, self.tc.identity, path)
                 except (OSError, RuntimeError, ValueError) as exc:
                     self._roofs, self.roof_error = False, str(exc)[:300]
             return self._roofs or None

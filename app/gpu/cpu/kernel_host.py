@@ -2,7 +2,7 @@
 
 The cell is a Python process with numpy, so numpy's BLAS is mapped in it: a candidate loaded
 there could walk memory to the BLAS and call it, or overwrite what the cell reports. So the
-cell starts a zygote (app/gpu/host/kernel_host.c: libc and libdl only) before it is sealed,
+cell starts a zygote (app/gpu/cpu/host/kernel_host.c: libc and libdl only) before it is sealed,
 and the zygote forks one child per candidate that loads the candidate's library, maps the
 arena (a memfd the cell copies inputs and outputs through), under its own seccomp filters
 (app.gpu.sandbox.seccomp.export_candidate_filters): no programs, processes, sockets, signals,

@@ -15,8 +15,8 @@ from typing import Any
 from app.catalog.cpu.operator import ENTRY_SYMBOL, CpuOperator
 from app.core.evaluator import BackendUnavailable
 from app.core.space import config_key
-from app.gpu import c_checks
 from app.gpu.cascade import scrub
+from app.gpu.cpu import c_checks
 
 BASE_FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC")
 MAX_SOURCE_BYTES = 200_000
@@ -79,7 +79,7 @@ def key_extra(op: CpuOperator, source: str, tc: Toolchain) -> dict[str, str]:
 def static_problems(source: str, tc: Toolchain, defines: dict[str, Any] | None = None,
                     entry: str = ENTRY_SYMBOL) -> list[str]:
     """What the compiler's preprocessor makes of `source`: vetted includes only, no forbidden
-    construct in the candidate's own expanded code (app.gpu.c_checks)."""
+    construct in the candidate's own expanded code (app.gpu.cpu.c_checks)."""
     return c_checks.check_source(source, tc.compiler, tc.flags, defines or {}, entry,
                                  max_bytes=MAX_SOURCE_BYTES)
 

@@ -1,6 +1,6 @@
 """The CPU backend's worker side: the cascade's hooks (CpuKernelBackend) and the request
 handler (CpuWorker) that live in the sandboxed worker process. Candidates run in the kernel
-host's child process (app.gpu.kernel_host), never in the worker itself."""
+host's child process (app.gpu.cpu.kernel_host), never in the worker itself."""
 
 from __future__ import annotations
 
@@ -21,18 +21,10 @@ from app.catalog import get_operator
 from app.catalog.cpu.operator import REFERENCE_SOURCE, CpuOperator, kernel_source
 from app.core.evaluator import BackendUnavailable
 from app.core.types import COMPILE_FAILED, CRASH, RESOURCE_LIMIT, RUNTIME_FAILED, SUSPECT, TIMEOUT
-from app.gpu import c_checks, cpu_roof, sandbox
+from app.gpu import sandbox
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
-from app.gpu.cpu.toolchain import (
-    Toolchain,
-    build_key,
-    compile_command,
-    compile_library,
-    kernels_dir,
-    static_problems,
-    toolchain,
-)
-from app.gpu.kernel_host import (
+from app.gpu.cpu import c_checks, memory_roof
+from app.gpu.cpu.kernel_host import (
     ArrayArg,
     ForgedTiming,
     HostDied,
@@ -43,6 +35,15 @@ from app.gpu.kernel_host import (
     ThreadLimit,
     host_binary,
     host_supported,
+)
+from app.gpu.cpu.toolchain import (
+    Toolchain,
+    build_key,
+    compile_command,
+    compile_library,
+    kernels_dir,
+    static_problems,
+    toolchain,
 )
 from app.gpu.roof_check import RoofCheck
 from app.gpu.timed_slots import TimedSlots
@@ -70,8 +71,8 @@ class CpuKernelBackend:
                  host: KernelHost | InProcessHost | None = None) -> None:
         self.op, self.tc, self.compile_timeout_s = op, tc, compile_timeout_s
         self.flusher = flusher
-        self.host = host  # where candidates run (app.gpu.kernel_host); None: in this process
-        self._probe: cpu_roof.Probe | None = None  # built on the first figure beyond the roof
+        self.host = host  # where candidates run (app.gpu.cpu.kernel_host); None: in this process
+        self._probe: memory_roof.Probe | None = None  # built on the first figure beyond the roof
 
     def static_check(self, source: str, config: dict[str, Any] | None = None,
                      shapes: Sequence[Sequence[int]] = ()) -> list[str]:
@@ -176,10 +177,10 @@ class CpuKernelBackend:
 
     def measure_roof(self, check: RoofCheck) -> dict[str, float]:
         """Each level of `check` measured now, in this cell, at the kernel's thread count
-        (app.gpu.cpu_roof.Probe) and at its own working set; the candidate's process is idle meanwhile."""
+        (app.gpu.cpu.memory_roof.Probe) and at its own working set; the candidate's process is idle meanwhile."""
         if self._probe is None:
-            self._probe = cpu_roof.Probe(self.tc.compiler)
-        levels = [cpu_roof.CacheLevel(*lv) for lv in check.levels]
+            self._probe = memory_roof.Probe(self.tc.compiler)
+        levels = [memory_roof.CacheLevel(*lv) for lv in check.levels]
         by_name = {lv.name: lv for lv in levels}
         rates: dict[str, float] = {}
         for amount, name, _ in check.shapes:
@@ -435,7 +436,7 @@ def _start_host(program: str, flush_bytes: int) -> KernelHost | InProcessHost:
 
 
 def host_program_for(tc: Toolchain) -> str:
-    """The kernel host for this compiler, built once into the cache (app/gpu/host)."""
+    """The kernel host for this compiler, built once into the cache (app/gpu/cpu/host)."""
     try:
         # outside every cell's write set (app.gpu.trusted_cache): a cell could replace it
         return str(host_binary(tc.compiler, tc.identity, trusted_dir() / "cpu-host"))

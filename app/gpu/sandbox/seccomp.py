@@ -172,7 +172,7 @@ def deny_writing_opens(sc, f) -> None:
 
 
 def export_candidate_filters(load_path: str, run_path: str) -> str:
-    """Write the two filters of the process a CPU candidate runs in (app/gpu/host/
+    """Write the two filters of the process a CPU candidate runs in (app/gpu/cpu/host/
     kernel_host.c) as BPF; a one-line description. The host loads `load_path` before it loads
     the candidate's library (a constructor then meets the cell's seal: no programs, processes,
     sockets, signals) and stacks `run_path` on it once the library is loaded: no file can be

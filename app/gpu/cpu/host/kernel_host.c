@@ -1,4 +1,4 @@
-/* The process a CPU candidate runs in (see app/gpu/kernel_host.py).
+/* The process a CPU candidate runs in (see app/gpu/cpu/kernel_host.py).
  *
  * The worker cell that verifies and times candidates is a Python process with numpy, and so
  * with numpy's BLAS mapped: a candidate loaded there can find the BLAS in memory and call it.
