@@ -161,7 +161,3 @@ class SearchSpace:
                 if self.is_valid(cand):
                     out.append(cand)
         return out
-
-    def index_vector(self, config: Mapping[str, Any]) -> list[int]:
-        """Each parameter's position in its value list (for distance and models)."""
-        return [self.params[n].index(config[n]) for n in self.params]

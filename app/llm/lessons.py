@@ -82,7 +82,6 @@ class LessonBook:
         self._texts: list[str] = [t for t in (prior_lessons or []) if is_measured_lesson(t)]
         self._seen: set[str] = set(self._texts)
         self._failure_counts: Counter = Counter()
-        self._failure_reported: dict[tuple, int] = {}
         self._retime = retime
         self._retimes_left = max(0, max_retimes) if retime is not None else 0
         self._retimer: cf.ThreadPoolExecutor | None = None

@@ -47,7 +47,6 @@ import sqlite3
 import threading
 import weakref
 from pathlib import Path
-from typing import Any
 
 import sqlite_utils
 
@@ -140,14 +139,6 @@ def release(shared: Shared) -> None:
             del _registry[shared.ident]
     with shared.lock:
         shared.conn.close()
-
-
-def is_open_here(path: str | Path) -> bool:
-    """Whether this process holds a connection on the file at `path`."""
-    ident = _ident(Path(os.path.realpath(path)))
-    with _registry_lock:
-        shared = _registry.get(ident) if ident is not None else None
-        return shared is not None and shared.pid == os.getpid()
 
 
 def check_file(path: str | Path) -> None:
@@ -326,8 +317,3 @@ def _filesystem_of(path: Path) -> str:
                 best, fstype = mount, rest[0]
     return fstype
 
-
-def registered() -> dict[tuple[int, int], Any]:
-    """The live connections of this process (for tests and diagnostics)."""
-    with _registry_lock:
-        return dict(_registry.items())
