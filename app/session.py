@@ -19,6 +19,7 @@ from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
 from app.run_summary import RunSummary, summarize
 from app.swarm.agents import agent_spec, check_agents
 from app.swarm.coordinator import Coordinator, RunResult
+from app.swarm.plan import RunPlan
 from app.swarm.transfer import evidence_from_store
 
 if TYPE_CHECKING:  # the store is optional: benchmarks run without one
@@ -155,17 +156,17 @@ class RunSession:
             self.llm_team = self._make_llm_team(goal)
             agents += self.llm_team.agents
             evaluator_for_run = self.llm_team.evaluator  # source policy before compiling
-        self.coordinator = Coordinator(
-            self.evaluator.space, evaluator_for_run, agents=agents,
-            minimize=goal.objective.minimize, stop=goal.stop, workers=goal.swarm.workers,
-            seed=goal.swarm.seed, bus=self.bus, run_id=self.run_id, prior=prior,
-            prior_elapsed_s=prior_elapsed,
-            simulated_clock=self.backend.runs_on_simulated_clock(goal),
+        plan = RunPlan(
+            agents=agents, minimize=goal.objective.minimize, seed=goal.swarm.seed,
+            workers=goal.swarm.workers, max_evals=goal.stop.max_evals,
+            time_budget_s=goal.stop.time_budget_s, plateau_patience=goal.stop.plateau_patience,
             target_value=target_value(goal, baseline, limit), baseline_value=baseline,
-            baseline_name=baseline_name,
-            limit_value=limit, goal_name=goal.name, backend=goal.backend, unit=self.unit,
-            transfer=transfer, on_finish=self._finish,
-        )
+            baseline_name=baseline_name, limit_value=limit, goal_name=goal.name,
+            backend=goal.backend, unit=self.unit, run_id=self.run_id, prior=prior,
+            prior_elapsed_s=prior_elapsed, transfer=transfer,
+            simulated_clock=self.backend.runs_on_simulated_clock(goal))
+        self.coordinator = Coordinator(self.evaluator.space, evaluator_for_run, plan,
+                                       bus=self.bus, on_finish=self._finish)
         self._unsubscribe: list = []
         if store is not None and self.run_id is not None:
             # critical: a failed commit must stop the run, never silently drop an evaluation.

@@ -27,7 +27,7 @@ from app.catalog.cuda import OPERATORS
 from app.catalog.cuda.compiled_baselines import COMPILERS
 from app.core.evaluator import BackendUnavailable
 from app.core.types import Candidate, Evaluation
-from app.goal import Goal, StopRules
+from app.goal import Goal
 from app.gpu.cuda.evaluator import CudaEvaluator, make_pool, visible_devices
 from app.gpu.cuda.timing import Protocol
 from app.gpu.worker import Deadlines
@@ -55,6 +55,7 @@ def swarm(ev: CudaEvaluator, prior: list[Evaluation], max_evals: int, seconds: f
     local search where the swarm cannot be imported (the GPU machine may lack optuna)."""
     try:
         from app.swarm.coordinator import Coordinator
+        from app.swarm.plan import RunPlan
     except ImportError as exc:
         print(f"  swarm unavailable ({exc}); using local search", flush=True)
         return local_search(ev, prior, max_evals, seconds)
@@ -64,9 +65,9 @@ def swarm(ev: CudaEvaluator, prior: list[Evaluation], max_evals: int, seconds: f
         agents.append("model")
     except ImportError:
         pass
-    coord = Coordinator(ev.space, ev, agents=agents, minimize=True,
-                        stop=StopRules(max_evals=max_evals + len(prior), time_budget_s=seconds),
-                        workers=1, seed=0, prior=prior, goal_name=ev.goal.name, backend="cuda")
+    coord = Coordinator(ev.space, ev, RunPlan(agents=agents, minimize=True,
+                        max_evals=max_evals + len(prior), time_budget_s=seconds, workers=1,
+                        seed=0, prior=prior, goal_name=ev.goal.name, backend="cuda"))
     result = coord.run()
     return list(result.history)
 

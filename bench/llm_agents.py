@@ -45,6 +45,7 @@ from app.llm import LLMSettings, make_llm_team
 from app.llm.settings import LLMSettingsError, resolve_api_key
 from app.session import build_evaluator
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 SIZES = {"cpu": {"softmax": [1024, 1024], "rmsnorm": [1024, 1024], "transpose": [2048, 2048],
                  "gemm": [256, 256, 256]},
@@ -94,13 +95,14 @@ def bench_operator(backend: str, operator: str, settings: LLMSettings, tune_eval
     t0 = time.perf_counter()
     try:
         goal.stop.max_evals = tune_evals
-        tuned = Coordinator(evaluator.space, evaluator, agents=CLASSICAL, stop=goal.stop,
-                            seed=seed, goal_name=goal.name, backend=backend).run()
+        tuned = Coordinator(evaluator.space, evaluator, RunPlan(agents=CLASSICAL,
+                            max_evals=goal.stop.max_evals, seed=seed, goal_name=goal.name,
+                            backend=backend)).run()
         team = make_llm_team(goal, evaluator, settings=settings)
         goal.stop.max_evals = tune_evals + llm_evals
-        run = Coordinator(team.evaluator.space, team.evaluator, agents=team.agents,
-                          stop=goal.stop, seed=seed, prior=tuned.history, goal_name=goal.name,
-                          backend=backend).run()
+        run = Coordinator(team.evaluator.space, team.evaluator, RunPlan(agents=team.agents,
+                          max_evals=goal.stop.max_evals, seed=seed, prior=tuned.history,
+                          goal_name=goal.name, backend=backend)).run()
     finally:
         evaluator.close()
     llm = [e for e in run.history if e.agent.startswith("llm-") and e.source is not None]

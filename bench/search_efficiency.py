@@ -137,10 +137,10 @@ class Task:
 
 
 def run_swarm(task: Task) -> dict[int, float | None]:
-    from app.goal import StopRules
     from app.gpu.replay import ReplayEvaluator, load_cache_file
     from app.swarm.agents import AGENT_NAMES
     from app.swarm.coordinator import Coordinator
+    from app.swarm.plan import RunPlan
 
     strategy, _, policy = task.strategy.partition("@")  # swarm@POLICY: another allocation policy
     agents = list(AGENT_NAMES) if strategy == "swarm" else [strategy.split("-", 1)[1]]
@@ -155,9 +155,9 @@ def run_swarm(task: Task) -> dict[int, float | None]:
         from app.swarm.transfer import rank_transfer
 
         transfer = rank_transfer(evaluator.space, [sibling])
-    coordinator = Coordinator(evaluator.space, evaluator, agents=agents, minimize=True,
-                              stop=StopRules(max_evals=task.budget), workers=1, seed=task.seed,
-                              transfer=transfer)
+    coordinator = Coordinator(evaluator.space, evaluator, RunPlan(agents=agents, minimize=True,
+                              max_evals=task.budget, workers=1, seed=task.seed,
+                              transfer=transfer))
     if policy:  # the coordinator reads its allocator at every pick: swap it before the run
         from app.swarm.allocation import make_allocator
 

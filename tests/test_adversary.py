@@ -14,12 +14,13 @@ from test_cheats import FAST, HONEST, KERNELS
 from app.cli import main
 from app.core.events import BestRevoked, CaseFound, EventBus
 from app.core.types import Candidate
-from app.goal import Goal, StopRules
+from app.goal import Goal
 from app.gpu.cpu import CpuEvaluator, find_compiler
 from app.store import Store, goal_key
 from app.swarm.agents.adversary import Adversary, primes_upto
 from app.swarm.agents.base import Agent
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 needs_cc = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
 CHEAT = "prime_rows_transpose.c"
@@ -62,8 +63,8 @@ def test_the_adversary_dethrones_a_kernel_wrong_only_on_prime_rows(tmp_path, cap
     bus.subscribe(store.subscriber(run_id), critical=True)
     bus.subscribe(events.append)
     with CpuEvaluator(g, settings=FAST) as ev:
-        coord = Coordinator(ev.space, ev, agents=[Planted(sources())], seed=3, bus=bus,
-                            run_id=run_id, stop=StopRules(max_evals=6), adversary_share=1.0)
+        coord = Coordinator(ev.space, ev, RunPlan(agents=[Planted(sources())], seed=3,
+                            run_id=run_id, max_evals=6, adversary_share=1.0), bus=bus)
         result = coord.run()
     firsts = {e.evaluation.key: e for e in events if type(e).__name__ == "Evaluated"}
     assert firsts["cheat"].evaluation.ok  # the fixed verification let it through

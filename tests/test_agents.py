@@ -15,12 +15,12 @@ import pytest
 from app.core.evaluator import Evaluator
 from app.core.space import SearchSpace
 from app.core.types import Candidate, Evaluation
-from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.paths import resources_dir
 from app.swarm.agents import AGENT_NAMES, make_agent
 from app.swarm.blackboard import Blackboard
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +48,8 @@ class FormulaEvaluator(Evaluator):
 
 
 def run_agent(evaluator, agent: str, budget: int, seed: int = 0):
-    coord = Coordinator(evaluator.space, evaluator, agents=[agent], stop=StopRules(max_evals=budget),
-                        workers=1, seed=seed)
+    coord = Coordinator(evaluator.space, evaluator, RunPlan(agents=[agent], max_evals=budget,
+                        workers=1, seed=seed))
     return coord.run()
 
 
@@ -157,8 +157,8 @@ def test_best_of_first_counts_distinct_configurations_only():
 def test_agents_follow_the_direction_when_maximizing(pnpoly, agent):
     """With a throughput-like objective (higher is better) the search climbs the other way."""
     evaluator = ReplayEvaluator(pnpoly, simulate_time=False)
-    coord = Coordinator(evaluator.space, evaluator, agents=[agent], minimize=False,
-                        stop=StopRules(max_evals=60), workers=1, seed=4)
+    coord = Coordinator(evaluator.space, evaluator, RunPlan(agents=[agent], minimize=False,
+                        max_evals=60, workers=1, seed=4))
     best = coord.run().best
     times = sorted(pnpoly.valid_times())
     assert best.value >= times[-len(times) // 10]

@@ -9,11 +9,11 @@ import random
 from project_paths import SPACES
 
 from app.core.types import Evaluation
-from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.agents.explorer import ExplorerAgent
 from app.swarm.allocation import MAX_COST_FACTOR, BudgetAllocator
 from app.swarm.coordinator import TRANSFER_SEEDS, Coordinator
+from app.swarm.plan import RunPlan
 from app.swarm.transfer import SourceRun, rank_correlation, rank_transfer
 
 PNPOLY_OLD = SPACES / "pnpoly_RTX_2080_Ti.json.gz"
@@ -85,8 +85,8 @@ def test_the_coordinator_moves_proposals_away_from_the_costly_agent():
         evaluator = ReplayEvaluator(load_cache_file(PNPOLY_NEW), simulate_time=False)
         space = evaluator.space
         cheap, costly = _Paid("llm-cheap", 500, space, 1), _Paid("llm-costly", 20_000, space, 2)
-        coordinator = Coordinator(space, evaluator, agents=[cheap, costly, "local"],
-                                  stop=StopRules(max_evals=150), workers=1, seed=seed)
+        coordinator = Coordinator(space, evaluator, RunPlan(agents=[cheap, costly, "local"],
+                                  max_evals=150, workers=1, seed=seed))
         coordinator.run()
         factors = coordinator.allocator.cost_factors()
         assert factors["llm-costly"] < 1.0 < factors["llm-cheap"] and factors["local"] == 1.0
@@ -116,10 +116,9 @@ def _source(path, flip=False) -> SourceRun:
 
 def _run(transfer, budget=60, seed=0):
     evaluator = ReplayEvaluator(load_cache_file(PNPOLY_NEW), simulate_time=False)
-    coordinator = Coordinator(evaluator.space, evaluator,
-                              agents=["explorer", "local", "evolution", "model"],
-                              stop=StopRules(max_evals=budget), workers=1, seed=seed,
-                              transfer=transfer(evaluator.space) if transfer else None)
+    coordinator = Coordinator(evaluator.space, evaluator, RunPlan(agents=["explorer", "local",
+                              "evolution", "model"], max_evals=budget, workers=1, seed=seed,
+                              transfer=transfer(evaluator.space) if transfer else None))
     return coordinator, coordinator.run()
 
 

@@ -11,7 +11,6 @@ import random
 
 from project_paths import SPACES
 
-from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.allocation import (
     ALLOCATORS,
@@ -21,6 +20,7 @@ from app.swarm.allocation import (
     make_allocator,
 )
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 AGENTS = ["explorer", "local", "evolution", "model"]
 
@@ -101,8 +101,8 @@ def test_policies_by_name_and_the_default():
 def test_the_coordinator_allocates_with_the_bandit_on_a_recorded_space():
     evaluator = ReplayEvaluator(load_cache_file(SPACES / "pnpoly_RTX_3090.json.gz"),
                                 simulate_time=False)
-    coordinator = Coordinator(evaluator.space, evaluator, agents=AGENTS,
-                              stop=StopRules(max_evals=80), workers=1, seed=0)
+    coordinator = Coordinator(evaluator.space, evaluator, RunPlan(agents=AGENTS, max_evals=80,
+                              workers=1, seed=0))
     old = coordinator.allocator
     coordinator.allocator = make_allocator("bandit", old.agents, spend=old.spend)
     result = coordinator.run()

@@ -9,17 +9,17 @@ from __future__ import annotations
 
 from project_paths import SPACES
 
-from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.agents import AGENT_NAMES
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 
 def _keys(budget: int, seed: int, policy: str = "") -> list[str]:
     evaluator = ReplayEvaluator(load_cache_file(SPACES / "pnpoly_RTX_3090.json.gz"),
                                 simulate_time=False)
-    coordinator = Coordinator(evaluator.space, evaluator, agents=list(AGENT_NAMES),
-                              stop=StopRules(max_evals=budget), workers=1, seed=seed)
+    coordinator = Coordinator(evaluator.space, evaluator, RunPlan(agents=list(AGENT_NAMES),
+                              max_evals=budget, workers=1, seed=seed))
     if policy:
         from app.swarm.allocation import make_allocator
 

@@ -5,6 +5,7 @@ applied to a resumed run's kernels before one of them can be the best again."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from test_adversary import Planted, sources
@@ -12,11 +13,12 @@ from test_cheats import FAST
 
 from app.cli import main
 from app.core.events import BestRevoked, Evaluated, EventBus
-from app.goal import Goal, StopRules
+from app.goal import Goal
 from app.gpu.cpu import CpuEvaluator, find_compiler
 from app.session import RunSession
 from app.store import Store, goal_key
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 GOAL_TOML = """name = "cases transpose"
 backend = "cpu"
@@ -120,8 +122,8 @@ def test_a_stored_case_rechecks_warm_started_kernels(setup, tmp_path, capsys):
         bus = EventBus()
         bus.subscribe(store.subscriber(run_id), critical=True)
         with CpuEvaluator(goal, store.validation_cases(goal), settings=FAST) as ev:
-            first = Coordinator(ev.space, ev, agents=[Planted(sources(1))], bus=bus,
-                                run_id=run_id, stop=StopRules(max_evals=2), adversary_share=0.0)
+            first = Coordinator(ev.space, ev, RunPlan(agents=[Planted(sources(1))], run_id=run_id,
+                                max_evals=2, adversary_share=0.0), bus=bus)
             assert first.run().best.key == "cheat"
     case = tmp_path / "prime.json"
     case.write_text(json.dumps({"shape": [29, 2], "seed": 1}))
@@ -132,7 +134,7 @@ def test_a_stored_case_rechecks_warm_started_kernels(setup, tmp_path, capsys):
         # what the session builds: the goal's stored cases go to the evaluator
         ev = CpuEvaluator(goal, store.validation_cases(goal), settings=FAST)
         session = RunSession(store=store, resume_run_id=run_id, bus=bus, evaluator=ev)
-        session.coordinator.stop_rules = StopRules(max_evals=3)
+        session.coordinator.plan = replace(session.coordinator.plan, max_evals=3)
         try:
             result = session.coordinator.run()
         finally:

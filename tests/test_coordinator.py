@@ -12,10 +12,10 @@ import pytest
 from app.core.evaluator import Evaluator
 from app.core.events import Evaluated, EventBus, NewBest, Proposed, RunFinished, RunStarted
 from app.core.types import Evaluation
-from app.goal import StopRules
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.swarm.agents.base import Agent
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 
 class RandomAgent(Agent):
@@ -53,9 +53,9 @@ def run(recorded, agents, workers=1, seed=0, **stop):
     bus = EventBus()
     events = []
     bus.subscribe(events.append)
-    coord = Coordinator(ev.space, ev, agents=[a(ev.space, random.Random(seed)) for a in agents],
-                        stop=StopRules(**stop), workers=workers, seed=seed, bus=bus,
-                        simulated_clock=True)
+    plan = RunPlan(agents=[a(ev.space, random.Random(seed)) for a in agents], **stop,
+                   workers=workers, seed=seed, simulated_clock=True)
+    coord = Coordinator(ev.space, ev, plan, bus=bus)
     return coord, coord.run(), events
 
 
@@ -125,8 +125,8 @@ def test_small_space_is_exhausted_not_looped():
             return Evaluation(key=c.key, config=c.config, ok=True, value=v)
 
     ev = Quadratic()
-    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(1))],
-                        stop=StopRules(max_evals=100), workers=2)
+    coord = Coordinator(ev.space, ev, RunPlan(agents=[RandomAgent(ev.space, random.Random(1))],
+                        max_evals=100, workers=2))
     result = coord.run()
     assert result.reason == "exhausted"
     assert result.evaluations == 17  # 10*2 minus the 3 combinations with x+y>8
@@ -145,8 +145,8 @@ def test_stop_from_another_thread_keeps_completed_work(pnpoly):
                 threading.Thread(target=coord.stop).start()
 
     bus.subscribe(on_event)
-    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(0))],
-                        stop=StopRules(max_evals=10_000), workers=3, bus=bus)
+    coord = Coordinator(ev.space, ev, RunPlan(agents=[RandomAgent(ev.space, random.Random(0))],
+                        max_evals=10_000, workers=3), bus=bus)
     result = coord.run()
     assert result.reason == "stopped"
     assert result.evaluations == len(seen) >= 30
@@ -155,8 +155,8 @@ def test_stop_from_another_thread_keeps_completed_work(pnpoly):
 def test_resume_from_prior_evidence_never_repeats(pnpoly):
     _, first, _ = run(pnpoly, [RandomAgent], seed=3, max_evals=40)
     ev = ReplayEvaluator(pnpoly)
-    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(3))],
-                        stop=StopRules(max_evals=100), prior=first.history, seed=3)
+    coord = Coordinator(ev.space, ev, RunPlan(agents=[RandomAgent(ev.space, random.Random(3))],
+                        max_evals=100, prior=first.history, seed=3))
     second = coord.run()
     assert second.evaluations == 100
     keys = [e.key for e in second.history]
@@ -185,8 +185,8 @@ def test_evaluator_exception_becomes_failed_evaluation(pnpoly):
             return super().evaluate(c)
 
     ev = Flaky(pnpoly)
-    coord = Coordinator(ev.space, ev, agents=[RandomAgent(ev.space, random.Random(0))],
-                        stop=StopRules(max_evals=20))
+    coord = Coordinator(ev.space, ev, RunPlan(agents=[RandomAgent(ev.space, random.Random(0))],
+                        max_evals=20))
     result = coord.run()
     crashed = [e for e in result.history if e.reason == "crash"]
     assert len(crashed) == 4 and "boom" in crashed[0].log
@@ -265,8 +265,8 @@ def test_a_new_failing_input_rechecks_and_revokes_the_best(tmp_db):
     bus.subscribe(store.subscriber(run_id), critical=True)
     revoked = []
     bus.subscribe(lambda e: revoked.append(e) if isinstance(e, BestRevoked) else None)
-    coord = Coordinator(ev.space, ev, agents=[_Ordered(ev.space, [7, 1, 3, 2])],
-                        stop=StopRules(max_evals=4), bus=bus, run_id=run_id)
+    coord = Coordinator(ev.space, ev, RunPlan(agents=[_Ordered(ev.space, [7, 1, 3, 2])],
+                        max_evals=4, run_id=run_id), bus=bus)
     result = coord.run()
 
     assert len(revoked) == 1 and revoked[0].evaluation.config == {"x": 7}

@@ -174,8 +174,8 @@ def test_cuda_kernels_compile_with_nvrtc_for_every_configuration_the_swarm_propo
     except nvrtc.NvrtcUnavailable as exc:
         pytest.skip(str(exc))
     from app.core.evaluator import DeviceInfo, Evaluator
-    from app.goal import StopRules
     from app.swarm.coordinator import Coordinator
+    from app.swarm.plan import RunPlan
 
     class NvrtcOnly(Evaluator):
         max_parallel = 1
@@ -202,8 +202,8 @@ def test_cuda_kernels_compile_with_nvrtc_for_every_configuration_the_swarm_propo
         goal = Goal.load(EXAMPLES / name / "goal.toml")
         op = custom_operator(goal, "cuda")
         ev = NvrtcOnly(op, list(goal.shapes[0]))
-        result = Coordinator(op.space(), ev, agents=["explorer", "local", "evolution", "model"],
-                             stop=StopRules(max_evals=evals), seed=1).run()
+        result = Coordinator(op.space(), ev, RunPlan(agents=["explorer", "local", "evolution",
+                             "model"], max_evals=evals, seed=1)).run()
         assert result.evaluations == evals and len(ev.compiled) == evals
         assert all(e.ok for e in result.history)
 
@@ -368,6 +368,7 @@ def test_llm_agent_rewrites_the_users_c_kernel(tmp_path, monkeypatch):
     from app.gpu.cpu import CpuEvaluator
     from app.llm import LLMSettings, make_llm_team
     from app.swarm.coordinator import Coordinator
+    from app.swarm.plan import RunPlan
 
     rewrite = SCALE_C.replace("/* out[i] =", "/* rewritten by the LLM: out[i] =").replace(
         "for (int u = 0; u < UNROLL; u++) out[i + u]", "for (int u = UNROLL - 1; u >= 0; u--) out[i + u]")
@@ -381,8 +382,8 @@ def test_llm_agent_rewrites_the_users_c_kernel(tmp_path, monkeypatch):
                                backoff_s=0.05, max_retries=1, roles=["memory"])
         team = make_llm_team(goal, evaluator, settings=settings, bus=EventBus())
         try:
-            result = Coordinator(team.evaluator.space, team.evaluator, agents=team.agents,
-                                 stop=goal.stop, backend="cpu").run()
+            result = Coordinator(team.evaluator.space, team.evaluator, RunPlan(agents=team.agents,
+                                 max_evals=goal.stop.max_evals, backend="cpu")).run()
         finally:
             evaluator.close()
     prompts = " ".join(m["content"] for body in server.requests for m in body["messages"])

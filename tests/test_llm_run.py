@@ -20,6 +20,7 @@ from app.llm import LLMSettings, make_llm_team
 from app.llm.usage import run_usage
 from app.store import Store
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                                 reason="needs a C compiler")
@@ -82,9 +83,9 @@ def _run(goal: Goal, store: Store, server: ChatServer):
                            price_prompt_per_mtok=1.0, price_completion_per_mtok=2.0)
     team = make_llm_team(goal, evaluator, settings=settings, bus=bus, run_id=run_id,
                          db_path=store.path)
-    coordinator = Coordinator(team.evaluator.space, team.evaluator, agents=team.agents,
-                              stop=goal.stop, bus=bus, run_id=run_id, goal_name=goal.name,
-                              backend="cpu")
+    coordinator = Coordinator(team.evaluator.space, team.evaluator, RunPlan(agents=team.agents,
+                              max_evals=goal.stop.max_evals, run_id=run_id, goal_name=goal.name,
+                              backend="cpu"), bus=bus)
     try:
         result = coordinator.run()
     finally:

@@ -74,6 +74,7 @@ def test_a_declared_tunable_is_searched_in_the_same_run_and_the_tuned_structure_
     from app.gpu.cpu import CpuEvaluator
     from app.llm import LLMSettings, make_llm_team
     from app.swarm.coordinator import Coordinator
+    from app.swarm.plan import RunPlan
 
     monkeypatch.setenv("KERNELSWARM_LLM_API_KEY", "sk-test")
     goal = Goal(name="softmax tunables", operator="softmax", backend="cpu", shapes=[[64, 1500]],
@@ -85,7 +86,8 @@ def test_a_declared_tunable_is_searched_in_the_same_run_and_the_tuned_structure_
                                backoff_s=0.05, max_retries=0, roles=["memory"])
         team = make_llm_team(goal, evaluator, settings=settings, bus=EventBus())
         coordinator = Coordinator(team.evaluator.space, team.evaluator,
-                                  agents=[*team.agents, "local"], stop=goal.stop, seed=3)
+                                  RunPlan(agents=[*team.agents, "local"],
+                                  max_evals=goal.stop.max_evals, seed=3))
         try:
             result = coordinator.run()
         finally:

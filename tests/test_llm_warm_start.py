@@ -109,6 +109,7 @@ def _run(goal: Goal, store: Store, server):
     from app.gpu.cpu import CpuEvaluator
     from app.llm import LLMSettings, make_llm_team
     from app.swarm.coordinator import Coordinator
+    from app.swarm.plan import RunPlan
 
     evaluator = CpuEvaluator(goal)
     bus = EventBus()
@@ -118,9 +119,9 @@ def _run(goal: Goal, store: Store, server):
                            backoff_s=0.05, max_retries=1, roles=["memory"])
     team = make_llm_team(goal, evaluator, settings=settings, bus=bus, run_id=run_id,
                          db_path=store.path, seed=1)
-    coordinator = Coordinator(team.evaluator.space, team.evaluator, agents=team.agents,
-                              stop=goal.stop, bus=bus, run_id=run_id, goal_name=goal.name,
-                              backend="cpu", seed=1)
+    coordinator = Coordinator(team.evaluator.space, team.evaluator, RunPlan(agents=team.agents,
+                              max_evals=goal.stop.max_evals, run_id=run_id, goal_name=goal.name,
+                              backend="cpu", seed=1), bus=bus)
     try:
         result = coordinator.run()
     finally:

@@ -8,11 +8,12 @@ from project_paths import SPACES
 
 from app.core.events import RunStarted
 from app.core.types import Evaluation
-from app.goal import Goal, StopRules
+from app.goal import Goal
 from app.gpu.replay import ReplayEvaluator, load_cache_file
 from app.session import RunSession
 from app.store import Store
 from app.swarm.coordinator import Coordinator
+from app.swarm.plan import RunPlan
 from app.swarm.transfer import SourceRun, rank_transfer
 
 OLD_GPU = SPACES / "pnpoly_RTX_2080_Ti.json.gz"
@@ -63,9 +64,8 @@ def test_warm_start_beats_cold_start_within_twenty_evaluations():
         for seed in range(3):
             evaluator = ReplayEvaluator(load_cache_file(NEW_GPU), simulate_time=False)
             transfer = rank_transfer(evaluator.space, [_recorded_run(OLD_GPU)]) if warm else None
-            result = Coordinator(evaluator.space, evaluator, agents=["explorer", "local", "model"],
-                                 stop=StopRules(max_evals=20), workers=1, seed=seed,
-                                 transfer=transfer).run()
+            result = Coordinator(evaluator.space, evaluator, RunPlan(agents=["explorer", "local",
+                                 "model"], max_evals=20, workers=1, seed=seed, transfer=transfer)).run()
             bests.append(result.best.value)
         found[warm] = sum(optimum / b for b in bests) / len(bests)
     assert found[True] >= 0.95

@@ -17,7 +17,7 @@ import random
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,13 +36,12 @@ from app.core.events import (
 )
 from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
-from app.goal import StopRules
 from app.swarm.adversary_driver import DEFAULT_SHARE, AdversaryDriver
 from app.swarm.agents.base import Agent
 from app.swarm.allocation import BudgetAllocator
 from app.swarm.blackboard import Blackboard
 from app.swarm.lessons import FailureTally, LessonBook, good_regions
-from app.swarm.transfer import TransferEvidence
+from app.swarm.plan import RunPlan
 
 log = logging.getLogger(__name__)
 
@@ -76,46 +75,34 @@ def _derive_seed(seed: int, name: str) -> int:
 
 
 class Coordinator:
-    def __init__(self, space: SearchSpace, evaluator: Evaluator, *, agents: Sequence[str | Agent],
-                 minimize: bool = True, stop: StopRules | None = None, workers: int = 1,
-                 seed: int = 0, bus: EventBus | None = None, run_id: int | None = None,
-                 prior: Sequence[Evaluation] = (), prior_elapsed_s: float = 0.0,
-                 simulated_clock: bool = False, target_value: float | None = None,
-                 baseline_value: float | None = None, limit_value: float | None = None,
-                 baseline_name: str = "", goal_name: str = "", backend: str = "", unit: str = "",
-                 transfer: TransferEvidence | None = None,
-                 adversary_share: float | None = None,
+    def __init__(self, space: SearchSpace, evaluator: Evaluator, plan: RunPlan, *,
+                 bus: EventBus | None = None,
                  on_finish: Callable[[str, Evaluation | None, list[Evaluation]], dict[str, Any]]
                  | None = None) -> None:
         self.space = space
+        self.plan = plan
         # called once the search has ended, before RunFinished: the session re-times the best
         # against the baseline there and returns the run's speedup and summary, so the event
         # the window ends on carries the figure `show` and the report give
         self.on_finish = on_finish
         self.evaluator = evaluator
-        self.minimize = minimize
-        self.stop_rules = stop or StopRules()
+        self.minimize = minimize = plan.minimize
         self.bus = bus or EventBus()
-        self.run_id = run_id
-        self.seed = seed
-        self.goal_name = goal_name
-        self.backend = backend
-        self.unit = unit  # the objective's unit, decided by the session (app.core.units)
-        self.target_value = target_value
-        self.baseline_value = baseline_value
-        self.baseline_name = baseline_name
-        self.limit_value = limit_value
-        self.simulated_clock = simulated_clock
+        self.run_id = run_id = plan.run_id
+        self.seed = seed = plan.seed
+        self.target_value = plan.target_value
+        self.simulated_clock = plan.simulated_clock
         self.board = Blackboard(space, minimize=minimize)
         self.rng = random.Random(_derive_seed(seed, "coordinator"))
         self.agents: dict[str, Agent] = {}
-        for a in agents:
+        for a in plan.agents:
             agent = a if isinstance(a, Agent) else self._make_agent(a, seed)
             self.agents[agent.name] = agent
         if not self.agents:
             raise ValueError("the swarm needs at least one agent")
         self.learned_from: list[dict] = []
         self._seeds_left = 0
+        transfer = plan.transfer
         if transfer:
             from app.swarm.agents.transfer import TransferAgent
 
@@ -123,19 +110,19 @@ class Coordinator:
                 space, random.Random(_derive_seed(seed, "transfer")), minimize, transfer.ranked,
                 transfer.scores, transfer.prior, transfer.candidates)
             self.learned_from = list(transfer.sources)
-            self._seeds_left = min(TRANSFER_SEEDS, max(1, self.stop_rules.max_evals // 4))
+            self._seeds_left = min(TRANSFER_SEEDS, max(1, plan.max_evals // 4))
         self.allocator = BudgetAllocator(  # LLM agents report tokens: cost per improvement
             list(self.agents), spend=lambda a: getattr(self.agents.get(a), "tokens_spent", None))
         cap = evaluator.max_parallel or 1
-        self.slots = max(1, min(int(workers), int(cap)))
+        self.slots = max(1, min(int(plan.workers), int(cap)))
         self._credits = {name: {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0}
                          for name in self.agents}
-        self._prior = list(prior)
+        self._prior = list(plan.prior)
         # keys of stored correct rows not yet verified and timed by this process: a history
         # file may be a colleague's, its figures forged (_check_history_best)
         self._unchecked: set[str] = set()
-        self._elapsed0 = float(prior_elapsed_s)
-        self._sim_clock = float(prior_elapsed_s)
+        self._elapsed0 = float(plan.prior_elapsed_s)
+        self._sim_clock = float(plan.prior_elapsed_s)
         self._t0 = 0.0
         self._stop = threading.Event()
         self._running = threading.Event()
@@ -148,8 +135,13 @@ class Coordinator:
         # inputs that break the best, within a share of the run's time (app.swarm.adversary_driver)
         self.adversary = AdversaryDriver(
             evaluator, self.board, self.bus, random.Random(_derive_seed(seed, "adversary")),
-            share=DEFAULT_SHARE if adversary_share is None else adversary_share, run_id=run_id,
+            share=DEFAULT_SHARE if plan.adversary_share is None else plan.adversary_share,
+            run_id=run_id,
             revoke=self._revoke_for_case)
+
+    @property
+    def baseline_value(self) -> float | None:
+        return self.plan.baseline_value
 
     def _make_agent(self, name: str, seed: int) -> Agent:
         from app.swarm.agents import make_agent
@@ -192,12 +184,13 @@ class Coordinator:
     def run(self) -> RunResult:
         self._t0 = time.monotonic()
         self._replay_prior()
+        plan = self.plan
         self.bus.publish(RunStarted(
-            goal_name=self.goal_name, backend=self.backend, agents=list(self.agents),
-            max_evals=self.stop_rules.max_evals, time_budget_s=self.stop_rules.time_budget_s or None,
-            baseline_value=self.baseline_value, limit_value=self.limit_value,
-            baseline_name=self.baseline_name,
-            target_value=self.target_value, resumed_evals=len(self._prior), unit=self.unit,
+            goal_name=plan.goal_name, backend=plan.backend, agents=list(self.agents),
+            max_evals=plan.max_evals, time_budget_s=plan.time_budget_s or None,
+            baseline_value=plan.baseline_value, limit_value=plan.limit_value,
+            baseline_name=plan.baseline_name,
+            target_value=plan.target_value, resumed_evals=len(self._prior), unit=plan.unit,
             learned_from=self.learned_from, run_id=self.run_id))
         reason = "error"
         message = ""
@@ -254,7 +247,7 @@ class Coordinator:
         self._index = len(self._prior)
 
     def _budget_left(self) -> int:
-        return self.stop_rules.max_evals - self._index
+        return self.plan.max_evals - self._index
 
     def _loop(self) -> str:
         in_flight: dict[cf.Future, tuple[int, Candidate]] = {}
@@ -523,12 +516,12 @@ class Coordinator:
     def _check_stop(self) -> str | None:
         if self._stop.is_set():
             return "stopped"
-        if self._index >= self.stop_rules.max_evals:
+        if self._index >= self.plan.max_evals:
             return "max_evals"
-        budget = self.stop_rules.time_budget_s
+        budget = self.plan.time_budget_s
         if budget and self.elapsed() >= budget:
             return "time_budget"
-        patience = self.stop_rules.plateau_patience
+        patience = self.plan.plateau_patience
         if patience and self._since_improvement >= patience and self.board.best is not None:
             return "plateau"
         best = self.board.best
