@@ -14,7 +14,8 @@ def sibling_source(path: str):
     """A recorded space as the history of one run on its device (kept per process: the replay
     loader holds one file at a time)."""
     from app.core.types import Evaluation
-    from app.gpu.replay import _is_number, load_cache_file
+    from app.gpu.replay import is_number as _is_number
+    from app.gpu.replay import load_cache_file
     from app.swarm.transfer import SourceRun
 
     if path not in _SIBLINGS:
