@@ -53,13 +53,15 @@ _REAL: dict[str, object] = {}
 
 def pytest_collection_modifyitems(items):
     """Tests whose module compiles C measure the roofs before their first test (once)."""
+    compiles: dict[str, bool] = {}  # per module, not per test: a module has up to 100 tests
     for item in items:
-        path = Path(str(item.fspath))
-        try:
-            text = path.read_text(encoding="utf-8")
-        except OSError:
-            continue
-        if _NEEDS_C.search(text):
+        path = str(item.fspath)
+        if path not in compiles:
+            try:
+                compiles[path] = bool(_NEEDS_C.search(Path(path).read_text(encoding="utf-8")))
+            except OSError:
+                compiles[path] = False
+        if compiles[path]:
             item.fixturenames.append("_machine_roofs")
 
 
