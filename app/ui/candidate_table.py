@@ -35,6 +35,7 @@ from PySide6.QtWidgets import (
 from app.core.types import SUSPECT, Evaluation
 from app.core.units import format_value, gain, occupancy_text
 from app.run_summary import broken_by, hardware_fraction, refusal_text
+from app.ui.candidate_notes import device_note, measurement_note
 from app.ui.device_progress import DeviceProgress, device_label
 from app.ui.device_summary import DeviceSummary
 from app.ui.theme import agent_color
@@ -46,6 +47,8 @@ COLUMNS = ("#", "agent", "status", "objective", "speedup", "% of roof", "paramet
            "registers", "shared mem", "device")
 RESOURCE_COLUMNS = (7, 8)  # registers, shared memory (CUDA)
 DEVICE_COLUMN = 9  # where a cluster evaluation ran; hidden while no evaluation says
+
+
 def shared_memory_bytes(resources: dict) -> int | None:
     """Shared memory per block as the CUDA backend records it (static + dynamic)."""
     parts = [resources.get(k) for k in ("static_shared_bytes", "dynamic_shared_bytes")]
@@ -436,36 +439,6 @@ def spread_percent(spread: float) -> str:
 OBJECTIVE_SAMPLE = "12345.6 ±100% ⚠ busy"
 
 
-def device_note(ev: Evaluation) -> str:
-    """Node, device and the pool's notes on a cluster evaluation (a requeue, dead workers)."""
-    r = ev.resources
-    lines = [f"{k}: {r[k]}" for k in ("node", "device", "device_id") if r.get(k)]
-    if r.get("requeued_after"):
-        lines.append(f"ran again after its first worker died: {r['requeued_after']}")
-    if r.get("killed_workers"):
-        lines.append("killed its workers: " + "; ".join(map(str, r["killed_workers"])))
-    return "\n".join(lines)
-
-
-def measurement_note(ev: Evaluation) -> str:
-    """How a figure was measured: samples, spread, the machine's load, the roof it was held to."""
-    m = ev.metrics
-    lines = []
-    if ev.time_ms is not None and ev.p10_ms is not None and ev.p90_ms is not None:
-        lines.append(f"median {ev.time_ms:.4g} ms of {int(m.get('samples', 0))} samples, "
-                     f"p10–p90 {ev.p10_ms:.4g}–{ev.p90_ms:.4g} ms")
-    if "load_before" in m:
-        lines.append(f"machine load {m['load_before']:.2g} → {m.get('load_after', 0):.2g} on "
-                     f"{int(m.get('cpu_count', 0))} cores")
-    if m.get("noisy"):
-        lines.append("measured while the machine was busy or the spread was wide: "
-                     "treat the figure with care")
-    if "roof_gbs" in m:
-        level = ev.resources.get("roof_level", "")
-        lines.append(f"held to the {level} roof, {m['roof_gbs']:.4g} GB/s".replace("the  roof", "the roof"))
-    return "\n".join(lines)
-
-
 class CandidateTable(QWidget):
     """Filter bar + table. Rows added through `add` are flushed on a timer in batches."""
 
@@ -530,6 +503,7 @@ class CandidateTable(QWidget):
         layout.addWidget(self.split, 1)  # the table takes the height, never the filter row
 
         self._pending: list[tuple[int, Evaluation, float]] = []
+        self.backend: str | None = None  # the run's, from reset
         self._timer = QTimer(self)
         self._timer.setInterval(400)  # a table needs no more than a few updates a second
         self._timer.timeout.connect(self._tick)
@@ -542,8 +516,13 @@ class CandidateTable(QWidget):
         if self.view.columnWidth(3) < needed:
             self.view.setColumnWidth(3, needed)
 
-    def reset(self, **kwargs) -> None:
+    def reset(self, backend: str | None = None, **kwargs) -> None:
+        """A new run; registers and shared memory are CUDA's figures, hidden for any other
+        backend (None: not known, shown)."""
         self._pending.clear()
+        self.backend = backend
+        for col in RESOURCE_COLUMNS:
+            self.view.setColumnHidden(col, backend not in (None, "cuda"))
         self.model.reset(**kwargs)
         self.count.setText("0 candidates")
         self._update_devices()

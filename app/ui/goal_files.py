@@ -16,6 +16,8 @@ MAX_RECENT = 8
 class GoalFilesMixin:
     """Expects `form`, `goal_dock`, `settings`, `recent_menu` and `_notify` on the window."""
 
+    _page_wired = None  # the "Your kernel…" page whose goals reach Recent goals
+
     def recent_goals(self) -> list[str]:
         value = self.settings.value("recentGoals", [])
         if isinstance(value, str):
@@ -26,6 +28,23 @@ class GoalFilesMixin:
         recent = [p for p in self.recent_goals() if p != path]
         self.settings.setValue("recentGoals", [path, *recent][:MAX_RECENT])
         self._rebuild_recent()
+
+    def remember_goal_file(self, path: str) -> None:
+        """A goal file written or read outside File > Open and Save (the "Your kernel…" page's
+        Save as TOML): it belongs in Recent goals too."""
+        if path and Path(path).is_file():
+            self._remember_goal(str(Path(path).resolve()))
+
+    def show_custom_kernel_page(self):
+        """File > Your kernel…: the page beside the window. A goal it hands over that was
+        saved to a file joins Recent goals, and File > Save writes back to that file."""
+        from app.ui.custom_kernel import open_custom_kernel_page
+
+        page = open_custom_kernel_page(self)
+        if page is not self._page_wired:  # once: the page is kept and shown again
+            page.goal_ready.connect(lambda goal: self.remember_goal_file(goal.source_path))
+            self._page_wired = page
+        return page
 
     def _rebuild_recent(self) -> None:
         self.recent_menu.clear()

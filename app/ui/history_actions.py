@@ -54,8 +54,8 @@ class HistoryActionsMixin:
                            max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"],
                            baseline_name=(run.get("device") or {}).get("baseline", ""),
                            summary=self.run_summary(run_id))
-        self.table.reset(minimize=bool(run["minimize"]), baseline=baseline, limit=limit, unit=unit,
-                         param_order=parameter_order(goal))
+        self.table.reset(backend=goal.backend, minimize=bool(run["minimize"]), baseline=baseline,
+                         limit=limit, unit=unit, param_order=parameter_order(goal))
         self.table.model.set_references(baseline, limit, (run.get("device") or {}).get("baseline", ""))
         # not the last run's candidate; your kernel as the run kept it (what ran)
         self.detail.set_run(goal, source_language(goal.backend), started_at=run.get("started_at"),

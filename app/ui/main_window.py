@@ -199,8 +199,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         file = bar.addMenu("&File")
         for a in (self.act_new, self.act_open, self.act_save, self.act_save_as):
             file.addAction(a)
-        from app.ui.custom_kernel import open_custom_kernel_page  # the "Your kernel" goal page
-        file.addAction(self._action("Your &kernel…", lambda: open_custom_kernel_page(self)))
+        file.addAction(self._action("Your &kernel…", self.show_custom_kernel_page))
         self.examples_menu = file.addMenu("Exa&mples")  # shipped goals and your-own-kernel ones
         for path in example_goals():
             a = self.examples_menu.addAction(example_name(path))
@@ -343,7 +342,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
     def _prepare_views(self, goal: Goal, title: str) -> None:
         unit = objective_unit(goal.objective.metric)  # until RunStarted says the run's own
         self.live.reset(minimize=goal.objective.minimize, title=title, unit=unit)
-        self.table.reset(minimize=goal.objective.minimize, unit=unit,
+        self.table.reset(backend=goal.backend, minimize=goal.objective.minimize, unit=unit,
                          param_order=parameter_order(goal))
         self.detail.set_run(goal, source_language(goal.backend), started_at=time.time())
         self.lessons.clear()

@@ -32,8 +32,8 @@ class PlaybackMixin:
                       baseline_name=d.baseline_name)
         live._running = True  # the x axis spans the budget while the points come in
         live._fix_x_range()
-        self.table.reset(minimize=d.minimize, baseline=d.baseline, limit=d.limit, unit=live.unit,
-                         param_order=self.table.model.param_order)
+        self.table.reset(backend=self.table.backend, minimize=d.minimize, baseline=d.baseline,
+                         limit=d.limit, unit=live.unit, param_order=self.table.model.param_order)
         step = max(1, round(per_second * TICK_MS / 1000))
         state = {"next": 0}
 

@@ -8,6 +8,7 @@ from PySide6.QtCore import Qt
 
 from app.gpu.cpu import find_compiler
 from app.store import Store
+from app.ui.candidates import COLUMNS, RESOURCE_COLUMNS
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
 
@@ -45,6 +46,8 @@ def test_cpu_goal_runs_from_the_form(qtbot, window):
     # the window: evaluations arrived, the title and the status bar name this run and device
     assert result.evaluations == 4 and len(window.live.data) == 4
     assert window.table.model.rowCount() == 4
+    shown = [c for c in range(len(COLUMNS)) if not window.table.view.isColumnHidden(c)]
+    assert not set(RESOURCE_COLUMNS) & set(shown)  # no empty CUDA-only columns on a CPU run
     assert "starting" not in window.live.title.text()
     assert "cpu softmax from the form" in window.windowTitle()
     assert window.device_label.text() not in ("an earlier device", "Preparing the device…")
