@@ -70,7 +70,7 @@ def write_goal(tmp_path: Path, goal: str = GOAL_TOML, reference: str = REFERENCE
 
 
 def test_a_cuda_goal_with_a_reference_source_parses_and_its_reference_compiles(tmp_path):
-    from app.gpu.custom_reference.cuda_kernel import (
+    from app.gpu.cuda.reference_kernel import (
         compile_reference,
         reference_config,
         render_reference,
@@ -167,7 +167,7 @@ def test_the_cuda_worker_verifies_candidates_against_the_reference_kernel(fake_c
 
 
 def test_the_reference_kernel_refuses_to_run_off_the_gpu(tmp_path):
-    from app.gpu.custom_reference.cuda_kernel import ReferenceKernelError
+    from app.gpu.cuda.reference_kernel import ReferenceKernelError
 
     op = custom_operator(Goal.load(write_goal(tmp_path)), "cuda")
     inputs = op.make_inputs(np, [3000], "float32", np.random.default_rng(0))
@@ -176,7 +176,7 @@ def test_the_reference_kernel_refuses_to_run_off_the_gpu(tmp_path):
 
 
 def test_a_first_configuration_over_the_thread_limit_is_named(tmp_path):
-    from app.gpu.custom_reference.cuda_kernel import ReferenceKernelError, compile_reference
+    from app.gpu.cuda.reference_kernel import ReferenceKernelError, compile_reference
 
     goal = Goal.load(write_goal(tmp_path, GOAL_TOML.replace("[64, 128, 256]", "[2048, 128]")))
     op = custom_operator(goal, "cuda")

@@ -39,7 +39,7 @@ def _build(source: str, out, flags=()) -> None:
 def _old_reference_path(goal: Goal):
     """Where the old code kept this goal's reference library (app.gpu.custom_reference)."""
     from app.catalog.custom import custom_operator
-    from app.gpu.custom_reference.c_kernel import reference_defines
+    from app.gpu.cpu.reference_kernel import reference_defines
 
     op, tc = custom_operator(goal, "cpu"), toolchain()
     defines = reference_defines(op, goal.shapes[0])

@@ -126,8 +126,9 @@ class CascadeBackend(Protocol):
         """Free cached device memory between stages (a no-op on the CPU)."""
         ...
     def measure_roof(self, check: RoofCheck) -> dict[str, float] | None:
-        """GB/s of each level in `check`, measured now beside the candidate at its thread
-        count (None: this backend cannot, its figure is held to the cached roof)."""
+        """GB/s of each level in `check` (GFLOP/s of the peak for a compute-bound check),
+        measured now beside the candidate at its thread count (None: this backend cannot, its
+        figure is held to the cached roof)."""
         ...
 
 
@@ -456,7 +457,7 @@ def _hold_to_roof(op: Operator, backend: CascadeBackend, runner: Runner, request
         return timed, (roof_ms, label)
 
     def measure_again() -> tuple[tuple[float, str], str]:
-        got = _measure_roof(backend, check) if check else None
+        got = backend.measure_roof(check) if check else None
         if got:
             check.raise_to(got)
             return (check.roof_ms(), check.label()), ", ".join(
@@ -487,16 +488,6 @@ def _hold_to_roof(op: Operator, backend: CascadeBackend, runner: Runner, request
 
     # judged beside a fresh measurement of the roof where the backend has one
     return timed, stage("roof", judge)
-
-
-def _measure_roof(backend: CascadeBackend, check: RoofCheck) -> dict[str, float] | None:
-    """The roof measured again now, beside the candidate: the FP32 peak for a compute-bound
-    figure (app.gpu.cpu.compute_roof, with the backend's compiler), else the backend's levels."""
-    if check.compute:
-        from app.gpu.cpu.compute_roof import measure_beside
-
-        return measure_beside(backend, check.threads)
-    return backend.measure_roof(check)
 
 
 def _reverify(op: Operator, backend: CascadeBackend, runner: Runner, timed: list[_Timed],

@@ -27,8 +27,8 @@ from app.goal import Goal
 Shape = tuple[int, ...]
 DEFAULT_RTOL = {"float32": 1e-4, "float64": 1e-10}
 TABLE_RTOL = {d: RTOL[d] for d in ("float32", "float64")}  # the verifier's table (scaled away, see above)
-# Reference kernel sources are built and run by the backends (app.gpu.custom_reference
-# registers its runners here when app.gpu is imported; workers always import it).
+# Reference kernel sources are built and run by the backends: app.gpu.cpu.reference_kernel and
+# app.gpu.cuda.reference_kernel register their runners here; each backend's worker imports its own.
 REFERENCE_KERNEL_RUNNERS: dict[str, Callable[..., Any]] = {}
 
 
@@ -37,7 +37,7 @@ def _reference_runner(language: str) -> Callable[..., Any]:
         return REFERENCE_KERNEL_RUNNERS[language]
     except KeyError:
         raise RuntimeError(f"no runner for a {language} reference kernel in this process "
-                           "(import app.gpu first)") from None
+                           "(its backend's reference_kernel module registers it)") from None
 
 
 C_TYPES = {"float32": ctypes.c_float, "float64": ctypes.c_double, "int8": ctypes.c_int8,

@@ -26,7 +26,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from app.gpu.cpu.memory_roof import build_c_probe
 
@@ -213,11 +212,8 @@ class Probe:
 _probes: dict[str, Probe] = {}  # per compiler, for the worker process's life
 
 
-def measure_beside(backend: Any, threads: int) -> dict[str, float] | None:
-    """{LEVEL: GFLOP/s} measured now in this cell (the backend's compiler) at `threads`
-    threads, the candidate's process idle meanwhile; None when the backend has no compiler."""
-    compiler = getattr(getattr(backend, "tc", None), "compiler", None)
-    if not compiler:
-        return None
+def measure_beside(compiler: str, threads: int) -> dict[str, float]:
+    """{LEVEL: GFLOP/s} measured now in this cell with `compiler` at `threads` threads, the
+    candidate's process idle meanwhile."""
     probe = _probes.setdefault(compiler, Probe(compiler))
     return {LEVEL: probe.rate(max(1, threads))}

@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
-import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
+import app.gpu.cpu.reference_kernel  # noqa: F401 - registers the C reference runner (custom goals)
 from app.catalog import get_operator
 from app.catalog.cpu.operator import REFERENCE_SOURCE, CpuOperator, kernel_source
 from app.core.evaluator import BackendUnavailable
 from app.core.types import COMPILE_FAILED, CRASH, RESOURCE_LIMIT, RUNTIME_FAILED, SUSPECT, TIMEOUT
 from app.gpu import sandbox
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
-from app.gpu.cpu import c_checks, memory_roof
+from app.gpu.cpu import c_checks, compute_roof, memory_roof
 from app.gpu.cpu.kernel_host import (
     ArrayArg,
     ForgedTiming,
@@ -177,7 +177,10 @@ class CpuKernelBackend:
 
     def measure_roof(self, check: RoofCheck) -> dict[str, float]:
         """Each level of `check` measured now, in this cell, at the kernel's thread count
-        (app.gpu.cpu.memory_roof.Probe) and at its own working set; the candidate's process is idle meanwhile."""
+        (app.gpu.cpu.memory_roof.Probe) and at its own working set, or the FP32 peak for a
+        compute-bound check (compute_roof); the candidate's process is idle meanwhile."""
+        if check.compute:
+            return compute_roof.measure_beside(self.tc.compiler, check.threads)
         if self._probe is None:
             self._probe = memory_roof.Probe(self.tc.compiler)
         levels = [memory_roof.CacheLevel(*lv) for lv in check.levels]

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-import app.gpu.custom_reference  # noqa: F401 - reference kernel runners (custom goals)
+import app.gpu.cuda.reference_kernel  # noqa: F401 - registers the CUDA reference runner (custom goals)
 from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator, Launch, Step
 from app.catalog.cuda.compiled_baselines import COMPILERS, compiled_kinds

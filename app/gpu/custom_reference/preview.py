@@ -36,7 +36,7 @@ def preview(goal: Goal) -> tuple[bool, str]:
                        f"{res.shared_bytes} bytes shared memory, {res.spill_stores} bytes spilled\n"
                        + built.log)
         if op.spec.reference_source:  # the reference kernel must compile too (it runs on the GPU)
-            from app.gpu.custom_reference.cuda_kernel import ReferenceKernelError, compile_reference
+            from app.gpu.cuda.reference_kernel import ReferenceKernelError, compile_reference
 
             try:
                 compile_reference(op, list(goal.shapes[0]), cache=False)
@@ -53,7 +53,7 @@ def preview(goal: Goal) -> tuple[bool, str]:
         flags = " ".join(tc.flags)
         text = head + (f"compiled with {tc.identity} ({flags})\n" if ok else "compile failed\n") + log
         if ok and op.spec.reference_source:  # the reference kernel must compile too
-            from app.gpu.custom_reference.c_kernel import reference_defines
+            from app.gpu.cpu.reference_kernel import reference_defines
 
             defines = reference_defines(op, goal.shapes[0])
             ref_ok, ref_log = compile_library(op.spec.reference_source, defines,

@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 
 from app.catalog.custom.operator import CustomOperator
-from app.gpu.custom_reference.cuda_kernel import ReferenceKernelError, compile_reference
+from app.gpu.cpu import reference_kernel  # noqa: F401 - registers the C reference runner
+from app.gpu.cuda.reference_kernel import ReferenceKernelError, compile_reference
 from app.gpu.worker import Deadlines, WorkerPool
 
 

@@ -2,12 +2,18 @@
 Rendered like a candidate (Kernel Tuner's #define preamble, extern "C") with each tunable at its
 FIRST value, compiled with NVRTC (app.gpu.cuda.nvrtc, as candidates are) and launched with the
 goal's geometry for that configuration. It runs only in the GPU worker, where the verification's
-xp is CuPy; without a GPU it is compile-checked (probe_reference, the preview, the tests)."""
+xp is CuPy; without a GPU it is compile-checked (probe_reference, the preview, the tests).
+Importing this module registers the runner with the custom operator (the catalog never imports
+backends)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from app.catalog.custom.operator import REFERENCE_KERNEL_RUNNERS
+from app.gpu.cuda import nvrtc
+from app.gpu.sandbox.private import private_dir
 
 if TYPE_CHECKING:
     from app.catalog.custom.operator import CustomCudaOperator
@@ -36,9 +42,6 @@ def compile_reference(op: CustomCudaOperator, shape: Sequence[int], arch: str = 
     """The reference's cubin for `shape` (ReferenceKernelError names the file when NVRTC
     refuses it or the entry is missing). Cached in this cell's own scratch by default: a cubin
     in the shared cache could have been planted by another cell (app.gpu.sandbox.private)."""
-    from app.gpu.cuda import nvrtc
-    from app.gpu.sandbox.private import private_dir
-
     if cache is None:
         cache = private_dir("cuda-references")
 
@@ -67,8 +70,6 @@ def device_arch(cp: Any) -> str:
 
 
 def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[Any, Any]:
-    from app.gpu.cuda import nvrtc
-
     try:
         arch = nvrtc.target_arch(device_arch(cp), op.spec.reference_source)
     except nvrtc.CompileError as exc:  # Hopper-only instructions on another device
@@ -109,3 +110,6 @@ def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
 
 def _config_text(config: dict[str, Any]) -> str:
     return ", ".join(f"{k}={v}" for k, v in config.items()) or "no tunables"
+
+
+REFERENCE_KERNEL_RUNNERS["cuda"] = run_reference_cuda

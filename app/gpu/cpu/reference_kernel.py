@@ -1,7 +1,8 @@
-"""A reference kernel source (C): the user's trusted version of the kernel, with the kernel's
-signature. It runs only in a worker (inside the sandbox): built once per content through the
-cpu backend's compile_library (which a sealed worker routes to its compile helper), with the
-goal's defines and each tunable at its FIRST value, then called on copies of the inputs."""
+"""A custom goal's reference kernel source (C): the user's trusted version of the kernel, with
+the kernel's signature. It runs only in a worker (inside the sandbox): built once per content
+through compile_library (which a sealed worker routes to its compile helper), with the goal's
+defines and each tunable at its FIRST value, then called on copies of the inputs. Importing
+this module registers the runner with the custom operator (the catalog never imports backends)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from app.catalog.custom.operator import REFERENCE_KERNEL_RUNNERS
+from app.gpu.cpu.toolchain import compile_library, kernels_dir, toolchain
 
 if TYPE_CHECKING:
     from app.catalog.custom.operator import CustomOperator
@@ -25,8 +29,6 @@ def reference_defines(op: CustomOperator, shape: Sequence[int]) -> dict[str, Any
 
 
 def _function(op: CustomOperator, shape: Sequence[int]) -> Any:
-    from app.gpu.cpu import compile_library, kernels_dir, toolchain
-
     spec, tc = op.spec, toolchain()
     defines = reference_defines(op, shape)
     key = hashlib.sha256(repr((spec.reference_source, spec.reference_entry, sorted(defines.items()),
@@ -60,3 +62,6 @@ def run_reference_kernel(op: CustomOperator, arrays: dict[str, np.ndarray],
                for name, sizes in op.output_shapes(shape).items()}
     op.prepare_call(fn, inputs, outputs, shape)()
     return outputs
+
+
+REFERENCE_KERNEL_RUNNERS["c"] = run_reference_kernel

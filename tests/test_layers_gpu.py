@@ -1,0 +1,142 @@
+"""The shape of app/gpu (../shared/DESIGN.md "app/gpu/"), checked on the source: the backends
+cpu/, cuda/ and replay/ are matching siblings (an evaluator.py and a worker.py each) that never
+reach into each other; the shared modules (cascade, verify, timing, sandbox, ...) reach into no
+backend; and no circle runs through app.gpu's modules.
+
+Every import counts, lazy ones too, and a module named in a string ("app.gpu.cpu.worker:
+CpuWorker"): a worker loads its handler by name. `from package import module` is an arrow to
+that module, not to the package's __init__ (which only gathers names for outside users).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import shutil
+from pathlib import Path
+
+from project_paths import ROOT
+
+BACKENDS = ("cpu", "cuda", "replay")
+ABOVE = ("app.gpu", "app.gpu.custom_reference")  # may use every backend: registration, previews
+_NAMED = re.compile(r"app\.gpu(\.\w+)*")
+
+
+def _name(root: Path, path: Path) -> str:
+    return ".".join(p for p in path.relative_to(root).with_suffix("").parts if p != "__init__")
+
+
+def graph(root: Path) -> dict[str, set[str]]:
+    """module -> the app.gpu modules it imports (by explicit arrows, see the module docstring)."""
+    paths = {_name(root, p): p for p in sorted((root / "app" / "gpu").rglob("*.py"))}
+
+    def resolve(name: str) -> str | None:
+        while name not in paths and "." in name:
+            name = name.rsplit(".", 1)[0]
+        return name if name in paths else None
+
+    arrows: dict[str, set[str]] = {}
+    for module, path in paths.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        found: set[str | None] = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {resolve(a.name) for a in node.names}
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join(parts + ([base] if base else []))
+                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in paths else resolve(base)
+                          for a in node.names}
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+                    _NAMED.fullmatch(node.value.partition(":")[0]):
+                found.add(resolve(node.value.partition(":")[0]))
+        arrows[module] = {m for m in found if m and m != module}
+    return arrows
+
+
+def _backend(module: str) -> str | None:
+    return next((b for b in BACKENDS if module.startswith(f"app.gpu.{b}.") or
+                 module == f"app.gpu.{b}"), None)
+
+
+def _reach(arrows: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), list(arrows[start])
+    while todo:
+        m = todo.pop()
+        if m not in seen:
+            seen.add(m)
+            todo += arrows.get(m, ())
+    return seen
+
+
+def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per module that lies on one, as the path back to itself (shortest first)."""
+    found = []
+    for start in sorted(arrows):
+        paths, seen = [[start]], {start}
+        while paths:
+            path = paths.pop(0)
+            for nxt in sorted(arrows[path[-1]]):
+                if nxt == start:
+                    found.append(path + [start])
+                    paths = []
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    paths.append(path + [nxt])
+    return found
+
+
+def violations(root: Path) -> list[str]:
+    arrows = graph(root)
+    found = []
+    for b in BACKENDS:
+        for side in ("evaluator", "worker"):
+            if not (root / "app" / "gpu" / b / f"{side}.py").exists():
+                found.append(f"app/gpu/{b}/ has no {side}.py")
+    for module in sorted(arrows):
+        if module in ABOVE or any(module.startswith(a + ".") for a in ABOVE[1:]):
+            continue
+        mine = _backend(module)
+        for other in sorted(_reach(arrows, module)):
+            theirs = _backend(other)
+            if other in ABOVE or any(other.startswith(a + ".") for a in ABOVE[1:]):
+                found.append(f"{module} reaches {other}, which sits above the backends")
+            elif theirs and theirs != mine:
+                found.append(f"{module} reaches {other}: " + (
+                    f"the backends {mine} and {theirs} are siblings" if mine
+                    else "a shared module reaches into a backend"))
+    found += ["a circle: " + " -> ".join(c) for c in _circles(arrows)]
+    return found
+
+
+def test_backends_are_matching_siblings_without_circles():
+    assert violations(ROOT) == []
+
+
+def test_a_crossing_or_a_circle_is_caught(tmp_path):
+    """The checker itself works: plant one of each violation in a copy of app/gpu."""
+    shutil.copytree(ROOT / "app" / "gpu", tmp_path / "app" / "gpu",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    gpu = tmp_path / "app" / "gpu"
+    planted = {
+        "cuda/planted.py": "def f():\n    from app.gpu.cpu import toolchain\n",  # lazily, a sibling
+        "replay/planted.py": 'FACTORY = "app.gpu.cuda.worker:make_handler"\n',  # by name
+        "timing.py": "from app.gpu.cpu.memory_roof import Probe\n",  # shared into a backend
+        "verify.py": "from app.gpu.probe import case_label\n",  # probe -> verify: a circle
+        "cpu/planted2.py": "from app.gpu.custom_reference import probe\n",  # up, above backends
+    }
+    for rel, text in planted.items():
+        path = gpu / rel
+        path.write_text((path.read_text(encoding="utf-8") if path.exists() else "") + "\n" + text,
+                        encoding="utf-8")
+    (gpu / "replay" / "worker.py").unlink()
+    found = "\n".join(violations(tmp_path))
+    assert "app.gpu.cuda.planted reaches app.gpu.cpu.toolchain: the backends cuda and cpu" in found
+    assert "app.gpu.replay.planted reaches app.gpu.cuda.worker" in found
+    assert "app.gpu.timing reaches app.gpu.cpu.memory_roof: a shared module" in found
+    assert "a circle: app.gpu.probe -> app.gpu.verify -> app.gpu.probe" in found
+    assert "app.gpu.cpu.planted2 reaches app.gpu.custom_reference.probe, which sits above" in found
+    assert "app/gpu/replay/ has no worker.py" in found
