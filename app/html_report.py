@@ -37,6 +37,8 @@ def agent_colour(agent: str) -> str:
 def spread_percent(percent: float) -> str:
     """'170 %' or '3.5 %' (never '1.7e+02 %')."""
     return f"{percent:.0f} %" if abs(percent) >= 10 else f"{percent:.2g} %"
+
+
 FAILURE_COLOUR = "#d62728"
 CSS = """
 body { font-family: system-ui, -apple-system, "Segoe UI", sans-serif; margin: 2em auto;
@@ -94,91 +96,146 @@ def _ticks(lo: float, hi: float, count: int = 5) -> list[float]:
     return [start + i * step for i in range(int((hi - start) / step) + 1)]
 
 
+class _Frame:
+    """Where the convergence plot's data go: the plot area and its value range."""
+
+    left, right, top, bottom = 70, 150, 16, 76  # the bottom: ticks, failure marks, title, notes
+
+    def __init__(self, n: int, lo: float, hi: float, width: int, height: int) -> None:
+        self.n, self.lo, self.hi, self.width, self.height = n, lo, hi, width, height
+        self.w, self.h = width - self.left - self.right, height - self.top - self.bottom
+
+    def x(self, i: float) -> float:
+        return self.left + (i - 0.5) / max(self.n, 1) * self.w
+
+    def y(self, v: float) -> float:
+        return self.top + (self.hi - v) / (self.hi - self.lo) * self.h
+
+    def below(self, dy: float) -> float:
+        return self.top + self.h + dy
+
+
+def _value_range(ranked: list[float], minimize: bool, refs: list[float]) -> tuple[float, float]:
+    """The bulk of the candidates (a few very slow ones would flatten the staircase that
+    matters) and the reference lines, padded; points beyond it sit on the edge as triangles."""
+    bulk = ranked[int(0.9 * (len(ranked) - 1))] if minimize else ranked[int(0.1 * (len(ranked) - 1))]
+    values = ([v for v in ranked if v <= bulk] if minimize else [v for v in ranked if v >= bulk]) + refs
+    lo, hi = min(values), max(values)
+    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    return lo - pad, hi + pad
+
+
+def _axes_svg(f: _Frame, unit: str) -> list[str]:
+    parts = [f"<rect x='{f.left}' y='{f.top}' width='{f.w}' height='{f.h}' fill='#fff' stroke='#bbb'/>"]
+    for t in _ticks(f.lo, f.hi, 6):
+        parts.append(f"<line x1='{f.left}' x2='{f.left + f.w}' y1='{f.y(t):.1f}' y2='{f.y(t):.1f}' "
+                     f"stroke='#eee'/><text x='{f.left - 6}' y='{f.y(t) + 4:.1f}' "
+                     f"text-anchor='end'>{_num(t)}</text>")
+    for t in _ticks(1, f.n):
+        if 1 <= t <= f.n:
+            parts.append(f"<text x='{f.x(t):.1f}' y='{f.below(16)}' text-anchor='middle'>{_num(t)}</text>")
+    parts.append(f"<text x='{f.left + f.w / 2}' y='{f.below(46)}' text-anchor='middle'>evaluation</text>"
+                 f"<text transform='translate(14 {f.top + f.h / 2}) rotate(-90)' text-anchor='middle'>"
+                 f"objective ({_esc(unit)})</text>")
+    return parts
+
+
+def _reference_svg(f: _Frame, unit: str, baseline: float | None, limit: float | None) -> list[str]:
+    """Baseline and limit as dashed lines, each labelled inside the plot at its own end (the
+    baseline on the right, the limit on the left, so close values never print on top of each
+    other), above its line unless that is the top edge; a white halo keeps dots from
+    crossing the text."""
+    parts = []
+    for label, value, dash, anchor, lx in (("baseline", baseline, "6 4", "end", f.left + f.w - 4),
+                                          ("limit", limit, "2 3", "start", f.left + 4)):
+        if not value:
+            continue
+        ly = f.y(value)
+        ty = ly - 4 if ly - 16 > f.top else ly + 13
+        parts.append(f"<line x1='{f.left}' x2='{f.left + f.w}' y1='{ly:.1f}' y2='{ly:.1f}' "
+                     f"stroke='#555' stroke-dasharray='{dash}'/>"
+                     f"<text x='{lx}' y='{ty:.1f}' text-anchor='{anchor}' stroke='#fff' "
+                     f"stroke-width='3' paint-order='stroke'>{label} "
+                     f"{_esc(format_value(value, unit))}</text>")
+    return parts
+
+
+def _points_svg(f: _Frame, ok: list[tuple[int, Evaluation]], colour: dict, unit: str) -> list[str]:
+    parts = []
+    for i, e in ok:
+        tip = f"<title>#{i} {_esc(e.agent)}: {_esc(format_value(e.value, unit))}</title>"
+        if f.lo <= e.value <= f.hi:
+            parts.append(f"<circle cx='{f.x(i):.1f}' cy='{f.y(e.value):.1f}' r='2.6' "
+                         f"fill='{colour[e.agent]}' fill-opacity='.75'>{tip}</circle>")
+        else:  # beyond the range: a triangle on the edge, pointing out
+            edge, d = (f.top + 1, -5) if e.value > f.hi else (f.top + f.h - 1, 5)
+            parts.append(f"<path d='M{f.x(i) - 3:.1f},{edge} L{f.x(i) + 3:.1f},{edge} "
+                         f"L{f.x(i):.1f},{edge + d}' fill='{colour[e.agent]}'>{tip}</path>")
+    return parts
+
+
+def _staircase_svg(f: _Frame, ok: list[tuple[int, Evaluation]], minimize: bool) -> str:
+    """The best so far; a step beyond the range runs along the plot's edge, never out of it."""
+    def y(v: float) -> float:
+        return min(max(f.y(v), f.top), f.top + f.h)
+
+    best, path = None, []
+    for i, e in ok:
+        if best is None or (e.value < best if minimize else e.value > best):
+            if best is not None:
+                path.append(f"L{f.x(i):.1f},{y(best):.1f}")
+            best = e.value
+            path.append(("M" if not path else "L") + f"{f.x(i):.1f},{y(best):.1f}")
+    path.append(f"L{f.x(f.n):.1f},{y(best):.1f}")
+    return f"<path d='{' '.join(path)}' fill='none' stroke='#111' stroke-width='2'/>"
+
+
+def _failures_svg(f: _Frame, evals: list[Evaluation], clipped: int) -> list[str]:
+    """Failures as red marks under the axis; a note under the axis title counts them and the
+    points beyond the range."""
+    parts = [f"<line x1='{f.x(i):.1f}' x2='{f.x(i):.1f}' y1='{f.below(22)}' y2='{f.below(30)}' "
+             f"stroke='{FAILURE_COLOUR}'><title>#{i} {_esc(e.reason)}</title></line>"
+             for i, e in enumerate(evals, 1) if not e.ok]
+    notes = []
+    if parts:
+        notes.append(f"<tspan fill='{FAILURE_COLOUR}'>{len(parts)} failed (red marks)</tspan>")
+    if clipped:
+        notes.append(f"{clipped} outside the range shown (triangles on the edge)")
+    if notes:
+        parts.append(f"<text x='{f.left}' y='{f.below(66)}'>{' · '.join(notes)}</text>")
+    return parts
+
+
+def _legend_svg(f: _Frame, agents: list[str], colour: dict) -> list[str]:
+    legend = [("best so far", "#111")] + [(a or "?", colour[a]) for a in agents]
+    parts = []
+    for k, (name, c) in enumerate(legend):
+        ly = f.top + 14 + 18 * k
+        parts.append(f"<rect x='{f.left + f.w + 8}' y='{ly - 8}' width='10' height='10' fill='{c}'/>"
+                     f"<text x='{f.left + f.w + 22}' y='{ly + 1}'>{_esc(name)}</text>")
+    return parts
+
+
 def convergence_svg(evals: list[Evaluation], minimize: bool, unit: str,
                     baseline: float | None, limit: float | None,
-                    width: int = 960, height: int = 360) -> str:
+                    width: int = 960, height: int = 378) -> str:
     """Every correct candidate as a dot coloured by agent, the best-so-far as a staircase,
     failures as red marks under the axis, baseline and limit as labelled lines."""
     ok = [(i + 1, e) for i, e in enumerate(evals) if e.ok and e.value is not None]
     if not ok:
         return "<p class='note'>No correct candidate: nothing to plot.</p>"
-    left, right, top, bottom = 70, 150, 16, 58
-    plot_w, plot_h = width - left - right, height - top - bottom
-    # The range follows the bulk of the candidates (a few very slow ones would flatten the
-    # staircase that matters); points beyond it sit on the edge as triangles.
     ranked = sorted(e.value for _, e in ok)
-    bulk = ranked[int(0.9 * (len(ranked) - 1))] if minimize else ranked[int(0.1 * (len(ranked) - 1))]
-    values = ([v for v in ranked if v <= bulk] if minimize else [v for v in ranked if v >= bulk]) \
-        + [v for v in (baseline, limit) if v]
-    lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
-    lo, hi = lo - pad, hi + pad
-    clipped = sum(1 for v in ranked if v > hi or v < lo)
-    n = len(evals)
-
-    def x(i: float) -> float:
-        return left + (i - 0.5) / max(n, 1) * plot_w
-
-    def y(v: float) -> float:
-        return top + (hi - v) / (hi - lo) * plot_h
-
+    lo, hi = _value_range(ranked, minimize, [v for v in (baseline, limit) if v])
+    f = _Frame(len(evals), lo, hi, width, height)
     agents = sorted({e.agent for e in evals})
     colour = {a: agent_colour(a) for a in agents}
-    parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
-             f"viewBox='0 0 {width} {height}' role='img' aria-label='convergence'>"),
-             f"<rect x='{left}' y='{top}' width='{plot_w}' height='{plot_h}' fill='#fff' stroke='#bbb'/>"]
-    for t in _ticks(lo, hi):
-        parts.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y(t):.1f}' y2='{y(t):.1f}' stroke='#eee'/>"
-                     f"<text x='{left - 6}' y='{y(t) + 4:.1f}' text-anchor='end'>{_num(t)}</text>")
-    for t in _ticks(1, n):
-        if 1 <= t <= n:
-            parts.append(f"<text x='{x(t):.1f}' y='{top + plot_h + 16}' text-anchor='middle'>{_num(t)}</text>")
-    parts.append(f"<text x='{left + plot_w / 2}' y='{height - 6}' text-anchor='middle'>evaluation</text>"
-                 f"<text transform='translate(14 {top + plot_h / 2}) rotate(-90)' text-anchor='middle'>"
-                 f"objective ({_esc(unit)})</text>")
-    for label, value, dash in (("baseline", baseline, "6 4"), ("limit", limit, "2 3")):
-        if value:
-            parts.append(f"<line x1='{left}' x2='{left + plot_w}' y1='{y(value):.1f}' y2='{y(value):.1f}' "
-                         f"stroke='#555' stroke-dasharray='{dash}'/>"
-                         f"<text x='{left + plot_w + 6}' y='{y(value) + 4:.1f}'>{label} {_esc(format_value(value, unit))}</text>")
-    for i, e in ok:
-        tip = f"<title>#{i} {_esc(e.agent)}: {_esc(format_value(e.value, unit))}</title>"
-        if lo <= e.value <= hi:
-            parts.append(f"<circle cx='{x(i):.1f}' cy='{y(e.value):.1f}' r='2.6' fill='{colour[e.agent]}' "
-                         f"fill-opacity='.75'>{tip}</circle>")
-        else:  # beyond the range: a triangle on the edge, pointing out
-            edge, d = (top + 1, -5) if e.value > hi else (top + plot_h - 1, 5)
-            parts.append(f"<path d='M{x(i) - 3:.1f},{edge} L{x(i) + 3:.1f},{edge} L{x(i):.1f},{edge + d}' "
-                         f"fill='{colour[e.agent]}'>{tip}</path>")
-    best, path = None, []
-    for i, e in ok:
-        if best is None or (e.value < best if minimize else e.value > best):
-            if best is not None:
-                path.append(f"L{x(i):.1f},{y(best):.1f}")
-            best = e.value
-            path.append(("M" if not path else "L") + f"{x(i):.1f},{y(best):.1f}")
-    path.append(f"L{x(n):.1f},{y(best):.1f}")
-    parts.append(f"<path d='{' '.join(path)}' fill='none' stroke='#111' stroke-width='2'/>")
-    for i, e in enumerate(evals, 1):
-        if not e.ok:
-            parts.append(f"<line x1='{x(i):.1f}' x2='{x(i):.1f}' y1='{top + plot_h + 22}' "
-                         f"y2='{top + plot_h + 30}' stroke='{FAILURE_COLOUR}'><title>#{i} "
-                         f"{_esc(e.reason)}</title></line>")
-    legend = [("best so far", "#111")] + [(a or "?", colour[a]) for a in agents]
-    for k, (name, c) in enumerate(legend):
-        ly = top + 14 + 18 * k
-        parts.append(f"<rect x='{left + plot_w + 8}' y='{ly - 8}' width='10' height='10' fill='{c}'/>"
-                     f"<text x='{left + plot_w + 22}' y='{ly + 1}'>{_esc(name)}</text>")
-    failures = sum(1 for e in evals if not e.ok)
-    notes = []
-    if failures:
-        notes.append(f"<tspan fill='{FAILURE_COLOUR}'>{failures} failed (red marks)</tspan>")
-    if clipped:
-        notes.append(f"{clipped} outside the range shown (triangles on the edge)")
-    if notes:
-        parts.append(f"<text x='{left}' y='{top + plot_h + 44}'>{' · '.join(notes)}</text>")
-    parts.append("</svg>")
-    return "".join(parts)
+    clipped = sum(1 for v in ranked if v > hi or v < lo)
+    return "".join([
+        (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
+         f"viewBox='0 0 {width} {height}' role='img' aria-label='convergence'>"),
+        *_axes_svg(f, unit), *_reference_svg(f, unit, baseline, limit),
+        *_points_svg(f, ok, colour, unit), _staircase_svg(f, ok, minimize),
+        *_failures_svg(f, evals, clipped), *_legend_svg(f, agents, colour), "</svg>"])
 
 
 def agents_svg(agents: dict[str, list[int]], width: int = 640) -> str:
@@ -355,7 +412,9 @@ def _summary_rows(run: dict, summary: RunSummary, best: Evaluation | None, evals
         ["speedup", _esc(speed)], *[["", f"<span class='note'>{_esc(n)}</span>"] for n in summary.notes],
         ["of the hardware", hardware],
         ["limit", _esc(format_value(limit, unit) if limit else "— (unknown for this backend)")],
-        ["run time", f"{run.get('elapsed_s') or 0:.1f} s"], ["seed", _esc(run.get("seed"))],
+        ["run time", f"{run.get('elapsed_s') or 0:.1f} s" + (
+            " simulated (the recorded measurements' times added up)" if run["backend"] == "replay"
+            else "")], ["seed", _esc(run.get("seed"))],
     ]
 
 
