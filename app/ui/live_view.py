@@ -75,8 +75,27 @@ class LiveView(QWidget):
         self.frames = 0
         self._agents_drawn_at = 0.0
 
-        # header: progress, ETA, axis toggle
-        # Fonts, not style sheets: the labels keep following the palette (dark theme).
+        header, budget = self._make_header()
+        counter_row = self._make_counters()
+        splitter = self._make_plots()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(8, 6, 8, 6)
+        layout.addLayout(header)
+        layout.addLayout(budget)
+        layout.addLayout(counter_row)
+        layout.addWidget(splitter, 1)
+        layout.addWidget(self.telemetry)
+        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
+
+        self.timer = QTimer(self)
+        self.timer.setInterval(int(1000 / REDRAW_HZ))
+        self.timer.timeout.connect(self.redraw)
+        self.timer.start()
+        self.apply_theme(current_plot_theme())
+
+    def _make_header(self) -> tuple[QHBoxLayout, QHBoxLayout]:
+        """The title row, and the budget bar with the ETA. Fonts, not style sheets: the labels
+        keep following the palette (dark theme)."""
         self.title = ElidedLabel("No run yet — fill in a goal and press Run")
         self.title.setFont(label_font(self.title, 13, bold=True))
         self.progress = QProgressBar()
@@ -101,8 +120,10 @@ class LiveView(QWidget):
         budget.addWidget(QLabel("Budget"))
         budget.addWidget(self.progress, 1)
         budget.addWidget(self.eta)
+        return header, budget
 
-        # counters
+    def _make_counters(self) -> QGridLayout:
+        """The counters, the plot's axis choices beside them and the run summary under them."""
         self.counters: dict[str, QLabel] = {}
         self.counter_names: dict[str, QLabel] = {}
         counter_row = QGridLayout()
@@ -127,7 +148,10 @@ class LiveView(QWidget):
         counter_row.setColumnStretch(5, 1)
         self.summary_panel = RunSummaryPanel()  # speedup basis, hardware share, failures
         counter_row.addWidget(self.summary_panel, 2, 0, 1, 6)
+        return counter_row
 
+    def _make_plots(self) -> QSplitter:
+        """Convergence over the failure strip, beside the agent chart (telemetry goes under)."""
         self.convergence = ConvergencePlot()
         self.failures = FailureStrip()
         self.failures.setXLink(self.convergence)
@@ -146,21 +170,7 @@ class LiveView(QWidget):
         splitter.setStretchFactor(0, 4)
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([760, 320])
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(8, 6, 8, 6)
-        layout.addLayout(header)
-        layout.addLayout(budget)
-        layout.addLayout(counter_row)
-        layout.addWidget(splitter, 1)
-        layout.addWidget(self.telemetry)
-        self.setSizePolicy(QSizePolicy.Expanding, QSizePolicy.Expanding)
-
-        self.timer = QTimer(self)
-        self.timer.setInterval(int(1000 / REDRAW_HZ))
-        self.timer.timeout.connect(self.redraw)
-        self.timer.start()
-        self.apply_theme(current_plot_theme())
+        return splitter
 
     # ---- feeding --------------------------------------------------------------------------
     def reset(self, minimize: bool = True, title: str = "", unit: str = "ms") -> None:
