@@ -16,6 +16,7 @@ import tomli_w
 
 from app.core.cluster_settings import check_cluster_table
 from app.core.errors import GoalError
+from app.goal.ranges import FIELDS, default
 
 __all__ = ["GoalError"]  # raised here; defined in app.core so every layer may raise it
 
@@ -46,9 +47,9 @@ class Target:
 
 @dataclass
 class StopRules:
-    max_evals: int = 200
-    time_budget_s: float = 0.0  # 0: no wall-clock budget
-    plateau_patience: int = 0  # evaluations without improvement; 0: off
+    max_evals: int = default("stop.max_evals")
+    time_budget_s: float = default("stop.time_budget_s")  # 0: no wall-clock budget
+    plateau_patience: int = default("stop.plateau_patience")  # evaluations without improvement; 0: off
 
 
 @dataclass
@@ -68,8 +69,8 @@ class Constraints:
 @dataclass
 class SwarmSettings:
     agents: list[str] = field(default_factory=lambda: list(DEFAULT_AGENTS))
-    workers: int = 4
-    seed: int = 0
+    workers: int = default("swarm.workers")
+    seed: int = default("swarm.seed")
     transfer: bool = True  # start from earlier runs of the same kernel, here and elsewhere (app.swarm.transfer)
 
 
@@ -189,8 +190,8 @@ class Goal:
                     raise GoalError(f"shapes[{i}]", f"dimension {d!r} is not a positive integer")
                 if d > 1 << 31:
                     raise GoalError(f"shapes[{i}]", f"dimension {d} is larger than 2^31")
-        if self.device is not None and (not isinstance(self.device, int) or self.device < 0):
-            raise GoalError("device", "must be a device index >= 0")
+        if self.device is not None:
+            FIELDS["device"].check(self.device)
         if self.objective.metric not in OBJECTIVES:
             raise GoalError("objective.metric", f"unknown metric {self.objective.metric!r}; "
                             f"choose one of {', '.join(OBJECTIVES)}")
@@ -199,26 +200,22 @@ class Goal:
         if self.target.kind not in TARGET_KINDS:
             raise GoalError("target.kind", f"unknown target {self.target.kind!r}; "
                             f"choose one of {', '.join(TARGET_KINDS)}")
-        if self.target.kind != "none" and not _positive(self.target.value):
-            raise GoalError("target.value", "must be a positive number")
+        if self.target.kind != "none":
+            FIELDS["target.value"].check(self.target.value)
+            if not _positive(self.target.value):
+                raise GoalError("target.value", "must be a positive number")
         if self.target.kind == "fraction_of_limit" and self.target.value > 1.0:
             raise GoalError("target.value", "a fraction of the hardware limit is at most 1.0 (e.g. 0.9)")
-        if isinstance(self.stop.max_evals, bool) or not isinstance(self.stop.max_evals, int) \
-                or self.stop.max_evals < 1:
-            raise GoalError("stop.max_evals", "must be an integer >= 1")
-        if not _non_negative(self.stop.time_budget_s):
-            raise GoalError("stop.time_budget_s", "must be a number >= 0 (0 means no budget)")
-        if isinstance(self.stop.plateau_patience, bool) or not isinstance(self.stop.plateau_patience, int) \
-                or self.stop.plateau_patience < 0:
-            raise GoalError("stop.plateau_patience", "must be an integer >= 0 (0 means off)")
+        for name in ("max_evals", "time_budget_s", "plateau_patience"):
+            FIELDS[f"stop.{name}"].check(getattr(self.stop, name))
         for name in ("rtol", "atol"):
             v = getattr(self.tolerance, name)
-            if v is not None and not _non_negative(v):
-                raise GoalError(f"tolerance.{name}", "must be a number >= 0")
+            if v is not None:
+                FIELDS[f"tolerance.{name}"].check(v)
         for name in ("max_registers", "max_shared_memory_bytes"):
             v = getattr(self.constraints, name)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-                raise GoalError(f"constraints.{name}", "must be a positive integer")
+            if v is not None:
+                FIELDS[f"constraints.{name}"].check(v)
         if not isinstance(self.constraints.restrictions, list) or not all(
                 isinstance(r, str) for r in self.constraints.restrictions):
             raise GoalError("constraints.restrictions", "must be a list of expressions (strings)")
@@ -227,11 +224,8 @@ class Goal:
         if not isinstance(self.swarm.agents, list) or not all(
                 isinstance(a, str) and a for a in self.swarm.agents):
             raise GoalError("swarm.agents", "must be a list of agent names")
-        if isinstance(self.swarm.workers, bool) or not isinstance(self.swarm.workers, int) \
-                or not 1 <= self.swarm.workers <= 256:
-            raise GoalError("swarm.workers", "must be an integer between 1 and 256")
-        if isinstance(self.swarm.seed, bool) or not isinstance(self.swarm.seed, int):
-            raise GoalError("swarm.seed", "must be an integer")
+        FIELDS["swarm.workers"].check(self.swarm.workers)
+        FIELDS["swarm.seed"].check(self.swarm.seed)
         if not isinstance(self.swarm.transfer, bool):
             raise GoalError("swarm.transfer", "must be true or false")
         if not isinstance(self.llm, dict):
@@ -318,10 +312,6 @@ class Goal:
 
 def _positive(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-
-
-def _non_negative(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v >= 0
 
 
 def _drop_none(d: Any) -> Any:

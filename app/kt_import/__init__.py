@@ -21,7 +21,7 @@ import numpy as np
 
 from app.catalog.custom.toml_text import goal_text
 from app.catalog.protocol import INT_OUTPUTS
-from app.goal import Goal, KernelTable, StopRules
+from app.goal import Goal, KernelTable
 
 DIMS = {1: ["n"], 2: ["nx", "ny"], 3: ["nx", "ny", "nz"]}
 
@@ -147,7 +147,7 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
         table.grid_div_z = grid.get("grid_div_z", [])
     goal = Goal(name=f"{cap['kernel_name']} (imported from {script.name})",
                 backend="cuda" if language == "cuda" else "cpu", dtype=dtype, shapes=[sizes],
-                kernel=table, stop=StopRules(max_evals=100))
+                kernel=table)  # [stop] and the rest: the goal's defaults (app.goal.ranges)
     goal_path = out / "goal.toml"
     header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
               + "".join(f"# note: {n}\n" for n in notes))

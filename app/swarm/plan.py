@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core.types import Evaluation
+from app.goal.ranges import default
 
 if TYPE_CHECKING:  # types only: the coordinator imports both at run time
     from app.swarm.agents.base import Agent
     from app.swarm.transfer import TransferEvidence
 
-DEFAULT_MAX_EVALS = 200  # the goal's own default ([stop] max_evals) is the same figure
+DEFAULT_MAX_EVALS = default("stop.max_evals")  # the goal's own default, one figure
 
 
 @dataclass(frozen=True)

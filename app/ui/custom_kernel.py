@@ -30,7 +30,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QSplitter,
     QTableWidget,
     QTableWidgetItem,
@@ -50,6 +49,8 @@ from app.ui.custom_kernel_fields import (
     _python_list,
     _split,
 )
+from app.ui.custom_kernel_layout import pair, row_buttons
+from app.ui.goal_form_spins import int_spin
 from app.ui.kernel_signature import SignatureError, parse_signature, suggested_rows
 from app.ui.wheel_guard import install_wheel_guard
 
@@ -69,13 +70,42 @@ class CustomKernelPage(QDialog):
         self._saved_dir: Path | None = None
         self._cancelled = False
         install_wheel_guard()  # scrolling the tables never changes a role, dtype or fill
+        left = self._goal_fields()
+        left.addWidget(self._params_box(), 1)  # resizing gives the height to the tables
+        right = QVBoxLayout()  # the arguments, how outputs are checked, the CUDA launch geometry
+        right.addWidget(self._args_box(), 1)
+        checks = QGroupBox("How outputs are checked")
+        self._reference_rows(QFormLayout(checks))
+        right.addWidget(checks)
+        right.addWidget(self._geometry_box())
+        top = QWidget()
+        columns = QHBoxLayout(top)
+        columns.setContentsMargins(0, 0, 0, 0)
+        columns.addLayout(left, 1)
+        columns.addLayout(right, 1)
+        self._outputs(top)
+        layout = QVBoxLayout(self)
+        layout.addWidget(self.splitter, 1)
+        self.problem = QLabel("")
+        self.problem.setWordWrap(True)
+        layout.addWidget(self.problem)
+        layout.addLayout(self._buttons())
+        self._language_changed()
+        self._reference_kind_changed()
+        self._preview_timer = QTimer(self, singleShot=True, interval=250)
+        self._preview_timer.timeout.connect(self.refresh_toml_preview)
+        self._watch(self)
+        self._fit_screen()
+        self.refresh_toml_preview()
+
+
+    def _goal_fields(self) -> QVBoxLayout:
+        """The goal's own fields, two a row where they belong together (the tables get the height)."""
         left = QVBoxLayout()  # the goal's fields, then the tunable parameters
         form = QFormLayout()  # two fields a row where they belong together: the tables get the height
         self.name = QLineEdit("my kernel")
-        self.max_evals = QSpinBox()
-        self.max_evals.setRange(1, 100_000)
-        self.max_evals.setValue(50)
-        form.addRow("Name", self._pair(self.name, "Evaluations", self.max_evals))
+        self.max_evals = int_spin("stop.max_evals")
+        form.addRow("Name", pair(self.name, "Evaluations", self.max_evals))
         self.source = QLineEdit()
         self.source.setPlaceholderText("kernel.c or kernel.cu")
         self.source.editingFinished.connect(lambda: self.set_source(self.source.text()))
@@ -92,14 +122,18 @@ class CustomKernelPage(QDialog):
         self.entry = QComboBox()
         self.entry.setEditable(True)
         self.entry.currentTextChanged.connect(self._entry_changed)
-        form.addRow("Language", self._pair(self.language, "Entry function", self.entry))
+        form.addRow("Language", pair(self.language, "Entry function", self.entry))
         self.dims = QLineEdit("n")
         self.dims.setToolTip("names of a problem size's entries, used in shapes and values")
         self.shapes = QLineEdit("1024")
         self.shapes.setToolTip("problem sizes, e.g. 1024, 1024; 2048, 2048")
-        form.addRow("Dimension names", self._pair(self.dims, "Problem sizes", self.shapes))
+        form.addRow("Dimension names", pair(self.dims, "Problem sizes", self.shapes))
         left.addLayout(form)
+        return left
 
+
+    def _params_box(self) -> QGroupBox:
+        """Tunable parameters and their restrictions, checked as typed."""
         params_box = QGroupBox("Tunable parameters (#defines): a name and a Python list of values")
         pv = QVBoxLayout(params_box)
         self.params = QTableWidget(0, 2)
@@ -108,7 +142,7 @@ class CustomKernelPage(QDialog):
         self.params.itemChanged.connect(lambda _item: self._check_restrictions())
         self.params.verticalHeader().setDefaultSectionSize(self.fontMetrics().height() + 10)
         pv.addWidget(self.params, 1)
-        pv.addLayout(self._row_buttons(self.params, lambda: self.add_param("", "")))
+        pv.addLayout(row_buttons(self.params, lambda: self.add_param("", "")))
         self.restrictions = QPlainTextEdit()
         self.restrictions.setPlaceholderText("one restriction per line, e.g. TILE_X * TILE_Y <= 256")
         self.restrictions.setMaximumHeight(48)
@@ -118,9 +152,11 @@ class CustomKernelPage(QDialog):
         self.restriction_status = QLabel("")
         self.restriction_status.setWordWrap(True)
         pv.addWidget(self.restriction_status)
-        left.addWidget(params_box, 1)  # resizing gives the height to the tables
+        return params_box
 
-        right = QVBoxLayout()  # the arguments, the CUDA launch geometry
+
+    def _args_box(self) -> QGroupBox:
+        """The arguments in call order, offered from the entry's signature."""
         args_box = QGroupBox("Arguments, in call order (offered from the entry's signature)")
         av = QVBoxLayout(args_box)
         self.args = QTableWidget(0, len(ARG_COLUMNS))
@@ -132,7 +168,7 @@ class CustomKernelPage(QDialog):
                                     QHeaderView.ResizeToContents)):
             header.setSectionResizeMode(col, mode)  # every column shows, fill included
         av.addWidget(self.args, 1)
-        arg_buttons = self._row_buttons(self.args, lambda: self.add_arg("", "input", "float32", "n"))
+        arg_buttons = row_buttons(self.args, lambda: self.add_arg("", "input", "float32", "n"))
         self.from_signature = QPushButton("From the signature")
         self.from_signature.setToolTip("list the entry's parameters again: names, pointer or "
                                        "scalar, dtype from the C type (shapes and fills kept)")
@@ -142,12 +178,10 @@ class CustomKernelPage(QDialog):
         self.signature_status = QLabel("")
         self.signature_status.setWordWrap(True)
         av.addWidget(self.signature_status)
-        right.addWidget(args_box, 1)
-        checks = QGroupBox("How outputs are checked")
-        ref = QFormLayout(checks)
-        self._reference_rows(ref)
-        right.addWidget(checks)
+        return args_box
 
+    def _geometry_box(self) -> QGroupBox:
+        """The CUDA launch geometry, as in Kernel Tuner."""
         self.geometry = QGroupBox("Launch geometry (CUDA, as in Kernel Tuner)")
         gf = QFormLayout(self.geometry)
         self.problem_size = QLineEdit()
@@ -158,13 +192,11 @@ class CustomKernelPage(QDialog):
         for axis, edit in zip("xyz", self.grid_div):
             gf.addRow(f"grid_div_{axis}", edit)
         gf.addRow("block_size_names", self.block_size_names)
-        right.addWidget(self.geometry)
+        return self.geometry
 
-        top = QWidget()
-        columns = QHBoxLayout(top)
-        columns.setContentsMargins(0, 0, 0, 0)
-        columns.addLayout(left, 1)
-        columns.addLayout(right, 1)
+
+    def _outputs(self, top: QWidget) -> None:
+        """The fields over the compiler's output and the TOML preview, in a splitter."""
         self.output_tabs = QTabWidget()
         self.preview_output = QPlainTextEdit()
         self.preview_output.setReadOnly(True)
@@ -182,28 +214,6 @@ class CustomKernelPage(QDialog):
         self.splitter.setStretchFactor(1, 1)
         self.splitter.setChildrenCollapsible(False)
         self.splitter.setSizes([470, 190])  # the compiler output and the TOML get ~10 lines
-
-        layout = QVBoxLayout(self)
-        layout.addWidget(self.splitter, 1)
-        self.problem = QLabel("")
-        self.problem.setWordWrap(True)
-        layout.addWidget(self.problem)
-        layout.addLayout(self._buttons())
-        self._language_changed()
-        self._reference_kind_changed()
-        self._preview_timer = QTimer(self, singleShot=True, interval=250)
-        self._preview_timer.timeout.connect(self.refresh_toml_preview)
-        self._watch(self)
-        self._fit_screen()
-        self.refresh_toml_preview()
-
-    @staticmethod
-    def _pair(first: QWidget, label: str, second: QWidget) -> QHBoxLayout:
-        row = QHBoxLayout()
-        row.addWidget(first, 1)
-        row.addWidget(QLabel(label))
-        row.addWidget(second, 1)
-        return row
 
     def _reference_rows(self, ref: QFormLayout) -> None:
         self.reference_kind = QComboBox()
@@ -253,17 +263,6 @@ class CustomKernelPage(QDialog):
         self.resize(min(1240, w - 40), min(max(700, int(h * 0.8)), h - 60))
 
     # ---- rows -----------------------------------------------------------------------------
-    def _row_buttons(self, table: QTableWidget, add: Any) -> QHBoxLayout:
-        row = QHBoxLayout()
-        plus, minus = QPushButton("Add"), QPushButton("Remove")
-        plus.clicked.connect(add)
-        minus.clicked.connect(lambda: table.removeRow(max(0, table.currentRow()))
-                              if table.rowCount() else None)
-        row.addWidget(plus)
-        row.addWidget(minus)
-        row.addStretch(1)
-        return row
-
     def add_param(self, name: str, values: str) -> None:
         r = self.params.rowCount()
         self.params.insertRow(r)

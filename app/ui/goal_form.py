@@ -18,7 +18,6 @@ from PySide6.QtGui import QPalette
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGridLayout,
@@ -28,7 +27,6 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QScrollArea,
-    QSpinBox,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -53,6 +51,7 @@ from app.ui.goal_examples import (  # noqa: F401 - re-exported: tests and the wi
     example_status,
     recorded_spaces,
 )
+from app.ui.goal_form_spins import NONE_VALUE, float_spin, int_spin
 
 log = logging.getLogger(__name__)
 
@@ -118,10 +117,7 @@ class GoalForm(QWidget):
         self.browse = QToolButton(text="…")
         self.browse.setToolTip("Choose a Kernel Tuner cache file")
         self.browse.clicked.connect(self._browse_space)
-        self.device = QSpinBox()
-        self.device.setRange(-1, 63)
-        self.device.setSpecialValueText("automatic")
-        self.device.setValue(-1)
+        self.device = int_spin("device", "automatic")
         self.dtype = QComboBox()
         self.dtype.addItems(list(DTYPES))
         self.shapes = ShapeEditor()
@@ -135,10 +131,7 @@ class GoalForm(QWidget):
         self.target_kind = QComboBox()
         for k in TARGET_KINDS:
             self.target_kind.addItem(TARGET_LABELS.get(k, k), k)
-        self.target_value = QDoubleSpinBox()
-        self.target_value.setRange(0.0, 1e12)
-        self.target_value.setDecimals(3)
-        self.target_value.setValue(0.0)
+        self.target_value = float_spin("target.value", decimals=3)
         self.rtol = QLineEdit()
         self.rtol.setPlaceholderText("dtype default")
         self.atol = QLineEdit()
@@ -154,17 +147,10 @@ class GoalForm(QWidget):
         self.forbid = QLineEdit()
         self.forbid.setPlaceholderText("e.g. precision_lowering, atomics")
 
-        self.max_evals = QSpinBox()
-        self.max_evals.setRange(0, 10_000_000)
-        self.max_evals.setValue(200)
-        self.max_evals.setGroupSeparatorShown(True)
-        self.time_budget = QDoubleSpinBox()
-        self.time_budget.setRange(0, 1e7)
+        self.max_evals = int_spin("stop.max_evals")
+        self.time_budget = float_spin("stop.time_budget_s", "no limit")
         self.time_budget.setSuffix(" s")
-        self.time_budget.setSpecialValueText("no limit")
-        self.plateau = QSpinBox()
-        self.plateau.setRange(0, 1_000_000)
-        self.plateau.setSpecialValueText("off")
+        self.plateau = int_spin("stop.plateau_patience", "off")
 
         self.agent_boxes: dict[str, QCheckBox] = {}
         self._agent_order: list[str] = list(SwarmSettings().agents)  # the goal's own order
@@ -184,11 +170,8 @@ class GoalForm(QWidget):
             self.agent_boxes[a] = box
             agents_layout.addWidget(box, row, 0)
             agents_layout.addWidget(help_label, row, 1)
-        self.workers = QSpinBox()
-        self.workers.setRange(0, 1024)
-        self.workers.setValue(4)
-        self.seed = QSpinBox()
-        self.seed.setRange(-2**31, 2**31 - 1)
+        self.workers = int_spin("swarm.workers")
+        self.seed = int_spin("swarm.seed")
         self.cluster = QLineEdit()  # the goal's [cluster] address; empty: this machine, no Ray
         self.cluster.setPlaceholderText("this machine (or auto, host:port, ray://host:10001)")
         self.cluster.setToolTip("Run the evaluations on a Ray cluster (pip install "
@@ -505,7 +488,7 @@ class GoalForm(QWidget):
                 else:
                     self.kernel.addItem(f"{kernel} (unknown)", kernel)
                     self.kernel.setCurrentIndex(self.kernel.count() - 1)
-            self.device.setValue(-1 if goal.device is None else goal.device)
+            self.device.setValue(NONE_VALUE if goal.device is None else goal.device)
             self.dtype.setCurrentText(goal.dtype)
             self.shapes.set_shapes(goal.shapes)
             self.objective_metric.setCurrentText(goal.objective.metric)
