@@ -164,6 +164,9 @@ def _known_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from app.session.registries import wire
+
+    wire()
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command is None:

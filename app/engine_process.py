@@ -55,7 +55,9 @@ def run_engine(goal: dict[str, Any] | None, goal_source: str, db_path: str | Non
     """Entry point of the engine process (spawned)."""
     from app.core.events import EventBus
     from app.goal import Goal
+    from app.session.registries import wire
 
+    wire()  # a spawned process starts with empty registries
     # A Ctrl-C in the terminal that started the app goes to its whole process group: the window
     # owns the engine's life (it stops it, or the engine stops when the window is gone), and
     # worker processes started from here inherit the ignored signal.

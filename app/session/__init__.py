@@ -17,6 +17,7 @@ from app.core.types import Evaluation
 from app.goal import Goal
 from app.gpu.registry import BackendSpec, backend_spec, check_backend_fields
 from app.run_summary import RunSummary, summarize
+from app.session.registries import wire
 from app.swarm.agents import agent_spec, check_agents
 from app.swarm.coordinator import Coordinator, RunResult
 from app.swarm.plan import RunPlan
@@ -33,8 +34,7 @@ def check_goal(goal: Goal) -> BackendSpec:
     """Everything a run needs to know about its goal, checked once per run: the goal's own
     fields, then what only the registries can judge (the backend and its operator, the agents
     and the settings they read). Raises GoalError naming the field; returns the backend."""
-    import app.llm  # noqa: F401 - registers the llm agent with the swarm's agent registry
-
+    wire()
     goal.validate()
     spec = check_backend_fields(goal)
     check_agents(goal)

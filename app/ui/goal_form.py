@@ -77,9 +77,10 @@ def default_goal() -> Goal:
 
 def _agent_names() -> tuple[str, ...]:
     """Every registered agent: the swarm's strategies and those other packages add (llm)."""
-    import app.llm  # noqa: F401 - registers the llm agent
+    from app.session.registries import wire
     from app.swarm.agents import agent_names
 
+    wire()
     return agent_names()
 
 
