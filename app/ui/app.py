@@ -36,7 +36,10 @@ def run_gui(argv: list[str] | None = None) -> int:
     from PySide6.QtWidgets import QApplication
 
     from app import __version__
+    from app.session.registries import wire
     from app.ui.errors import ExceptionHandler, setup_logging
+
+    wire()
 
     # Engine threads share the GIL with the GUI; PySide releases it on every Qt call, so a
     # short switch interval lets the GUI thread win it back quickly (bench/ui_responsiveness.py).
