@@ -99,7 +99,23 @@ class GoalForm(QWidget):
         self.errors: dict[str, QLabel] = {}
         self.rows: dict[str, QWidget] = {}  # each field's row, by its goal field
 
-        # --- widgets -------------------------------------------------------------------
+        self._what_fields()
+        self._better_fields()
+        self._true_fields()
+        self._stop_fields()
+        self._swarm_fields()
+        self.general_error = QLabel()
+        self._style_error(self.general_error)
+
+        self._lay_out()
+        self._connect_edits()
+        self._backend_changed()
+        self._target_kind_changed()
+        self.set_goal(default_goal())
+
+    # ---- the fields, one group at a time ----------------------------------------------------
+    def _what_fields(self) -> None:
+        """Examples, name, backend, kernel or recorded space, device, dtype, shapes."""
         self.example = QComboBox()
         self._shrinkable(self.example)
         self.example.addItem("Start from an example…", None)
@@ -123,6 +139,8 @@ class GoalForm(QWidget):
         self.dtype.addItems(list(DTYPES))
         self.shapes = ShapeEditor()
 
+    def _better_fields(self) -> None:
+        """The objective, its direction and the target; the tolerances."""
         self.objective_metric = QComboBox()
         self.objective_metric.addItems(list(OBJECTIVES))
         self.direction = QComboBox()
@@ -138,6 +156,8 @@ class GoalForm(QWidget):
         self.atol = QLineEdit()
         self.atol.setPlaceholderText("dtype default")
 
+    def _true_fields(self) -> None:
+        """Restrictions and resource limits that every candidate must respect."""
         self.restrictions = QPlainTextEdit()
         self.restrictions.setPlaceholderText("one expression per line, e.g. block_size_x * block_size_y <= 1024")
         self.restrictions.setMaximumHeight(64)
@@ -148,14 +168,18 @@ class GoalForm(QWidget):
         self.forbid = QLineEdit()
         self.forbid.setPlaceholderText("e.g. precision_lowering, atomics")
 
+    def _stop_fields(self) -> None:
+        """The stop rules, their ranges from the goal's table (app.goal.ranges)."""
         self.max_evals = int_spin("stop.max_evals")
         self.time_budget = float_spin("stop.time_budget_s", "no limit")
         self.time_budget.setSuffix(" s")
         self.plateau = int_spin("stop.plateau_patience", "off")
 
+    def _swarm_fields(self) -> None:
+        """Agents (each with its one-line help), workers, seed, cluster, replay clock."""
         self.agent_boxes: dict[str, QCheckBox] = {}
         self._agent_order: list[str] = list(SwarmSettings().agents)  # the goal's own order
-        agents_widget = QWidget()
+        agents_widget = self.agents_widget = QWidget()
         agents_layout = QGridLayout(agents_widget)
         agents_layout.setContentsMargins(0, 0, 0, 0)
         agents_layout.setVerticalSpacing(2)
@@ -182,10 +206,8 @@ class GoalForm(QWidget):
                                       "times to the run clock, so the time axis reads like a real run")
         self.simulate_time.setChecked(True)
 
-        self.general_error = QLabel()
-        self._style_error(self.general_error)
-
-        # --- layout ------------------------------------------------------------------------
+    def _lay_out(self) -> None:
+        """The groups in a scroll area that follows the dock's width."""
         kernel_row = QHBoxLayout()
         kernel_row.setSpacing(2)
         kernel_row.addWidget(self.kernel, 1)
@@ -219,7 +241,7 @@ class GoalForm(QWidget):
             ("Plateau patience", self.plateau, "stop.plateau_patience"),
         ])
         swarm = self._group("Swarm", [
-            ("Agents", agents_widget, "swarm.agents"),
+            ("Agents", self.agents_widget, "swarm.agents"),
             ("Worker threads", self.workers, "swarm.workers"),
             ("Seed", self.seed, "swarm.seed"),
             ("Cluster (Ray)", self.cluster, "cluster"),
@@ -245,7 +267,8 @@ class GoalForm(QWidget):
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
 
-        # --- wiring ------------------------------------------------------------------------
+    def _connect_edits(self) -> None:
+        """Every edit revalidates, debounced; backend and target kind reshape the form."""
         self._debounce = QTimer(self)
         self._debounce.setSingleShot(True)
         self._debounce.setInterval(120)
@@ -266,10 +289,6 @@ class GoalForm(QWidget):
         self.shapes.changed.connect(self._edited)
         self.backend.currentIndexChanged.connect(self._backend_changed)
         self.target_kind.currentIndexChanged.connect(self._target_kind_changed)
-
-        self._backend_changed()
-        self._target_kind_changed()
-        self.set_goal(default_goal())
 
     # ---- layout helpers ---------------------------------------------------------------------
     @staticmethod
