@@ -361,14 +361,25 @@ def portable_goal_toml(goal) -> str:
 
 
 # ---- the page -----------------------------------------------------------------------------------
-def _hardware_cell(e: Evaluation, limit: float | None, minimize: bool) -> str:
-    hw = hardware_fraction(e.metrics, e.resources, value=e.value, limit=limit, minimize=minimize)
+def _hardware(e: Evaluation, limit: float | None, minimize: bool) -> tuple[float, str] | None:
+    return hardware_fraction(e.metrics, e.resources, value=e.value, limit=limit, minimize=minimize)
+
+
+def _hardware_cell(hw: tuple[float, str] | None, roof_in_header: bool) -> str:
+    """The fraction, flagged above the roof; the roof's name too unless the header has it."""
     if hw is None:
         return "—"
     text = _esc(format_percent(hw[0]))
     if hw[0] > 1.0:
         text = f"<span class='flag'>{text}</span>"
-    return f"{text} <span class='note'>{_esc(hw[1])}</span>"
+    return text if roof_in_header else f"{text} <span class='note'>{_esc(hw[1])}</span>"
+
+
+def _hardware_head(fractions: list[tuple[float, str] | None]) -> str | None:
+    """The roof named once in the column's header when every row has the same one (it was
+    repeated on each of 20 rows), else None."""
+    roofs = {hw[1] for hw in fractions if hw is not None}
+    return f"of the {roofs.pop()}" if len(roofs) == 1 else None
 
 
 def _summary_rows(run: dict, summary: RunSummary, best: Evaluation | None, evals: list,
@@ -474,12 +485,14 @@ def render_report(store, run_id: int, top: int = 20) -> str:
             stats[2] += 1
 
     device = run.get("device") or {}
+    fractions = [_hardware(e, limit, minimize) for e in ok[:top]]
+    hw_head = _hardware_head(fractions)
     best_rows = []
-    for rank, e in enumerate(ok[:top], 1):
+    for rank, (e, hw) in enumerate(zip(ok[:top], fractions), 1):
         best_rows.append([rank, _esc(format_value(e.value, unit)),
                           _esc(f"{_num(e.p10_ms)}–{_num(e.p90_ms)} ms" if e.p10_ms is not None else "—"),
                           _esc(format_gain(gain(e.value, reference, minimize))),
-                          _hardware_cell(e, limit, minimize), _esc(e.agent),
+                          _hardware_cell(hw, hw_head is not None), _esc(e.agent),
                           _esc("  ".join(f"{k}={v}" for k, v in e.config.items()))])
     lessons = current_lessons(store.lessons(run_id=run_id))
     source = ""
@@ -505,7 +518,8 @@ def render_report(store, run_id: int, top: int = 20) -> str:
 {_table(["agent", "evaluations", "failed", "improvements"],
         [[_esc(a), *v] for a, v in sorted(agents.items())], numeric={1, 2, 3})}
 <h2>Best candidates</h2>
-{_table(["rank", f"objective ({unit})", "p10–p90", gain_head, "of the hardware", "agent", "parameters"],
+{_table(["rank", f"objective ({unit})", "p10–p90", gain_head, hw_head or "of the hardware", "agent",
+         "parameters"],
         best_rows, numeric={0, 1, 2, 3, 4}, classes={6: "params"})}
 <h2>Best kernel</h2>{source or "<p class='note'>No correct candidate.</p>"}
 <h2>Where the best's evaluation time went</h2>{_profile_html(summary)}

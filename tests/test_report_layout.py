@@ -71,3 +71,15 @@ def test_a_replays_run_time_says_simulated():
     run["backend"] = "cpu"
     rows = {r[0]: r[1] for r in _summary_rows(run, summary, None, [], "ms") if r[0]}
     assert rows["run time"] == "11.9 s"
+
+
+def test_one_roof_is_named_once_in_the_header():
+    from app.html_report import _hardware_cell, _hardware_head
+
+    roof = "L2 roof 124.0 GB/s at 2 threads"
+    same = [(0.000778, roof), (0.000753, roof), None]
+    assert _hardware_head(same) == f"of the {roof}"
+    assert roof not in _hardware_cell(same[0], True) and "%" in _hardware_cell(same[0], True)
+    assert _hardware_head([(0.5, roof), (0.4, "DRAM roof 20 GB/s at 1 thread")]) is None
+    assert roof in _hardware_cell((0.5, roof), False)
+    assert "flag" in _hardware_cell((1.2, roof), True)  # above the roof stays flagged
