@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import QEvent, QSize, Qt
-from PySide6.QtGui import QBrush, QPainter, QPalette
+from PySide6.QtGui import QBrush, QColor, QPainter, QPalette
 from PySide6.QtWidgets import (
     QGraphicsItem,
     QHBoxLayout,
@@ -312,6 +312,14 @@ class FailureStrip(pg.PlotWidget):
         self.getPlotItem().getAxis("left").setTicks([[]])
 
 
+def pale(colour) -> QColor:
+    """The agent's own colour, see-through: the same hue as its dots and the report's pale
+    bars (QColor.lighter turned the model's mauve into pink)."""
+    c = pg.mkColor(colour)
+    c.setAlphaF(0.4)
+    return c
+
+
 class AgentChart(pg.PlotWidget):
     """Each agent's share of the evaluations and of the improvements (%), as horizontal bars:
     agent names on the left axis stay legible however narrow the chart gets."""
@@ -350,10 +358,11 @@ class AgentChart(pg.PlotWidget):
             w.append(0.0)
         y = np.arange(len(agents), dtype=float)
         self.shares = {a: (e[i], w[i]) for i, a in enumerate(agents)}
-        colors = [agent_color(a, i) for i, a in enumerate(agents)]
+        # by name alone: the adversary keeps its colour as its case count grows
+        colors = [agent_color(a.split(" (")[0], i) for i, a in enumerate(agents)]
         zeros = np.zeros(len(agents))
         self._evals.setOpts(x0=zeros, y=y - 0.2, width=e, height=0.38,
-                            brushes=[pg.mkBrush(pg.mkColor(c).lighter(150)) for c in colors],
+                            brushes=[pg.mkBrush(pale(c)) for c in colors],
                             pen=pg.mkPen(theme.foreground, width=0.5))
         self._wins.setOpts(x0=zeros, y=y + 0.2, width=w, height=0.38,
                            brushes=[pg.mkBrush(c) for c in colors],
