@@ -161,9 +161,10 @@ def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> lis
     window.open_run(window.current_run_id)
     window.tabs.setCurrentWidget(window.live)
     shoot("reopened-run")
-    if window.play_back_run(per_second=20):  # View > Play back the open run
-        wait(app, lambda: len(window.live.data) >= 6, 30)
-        shoot("playback")
+    total = len(window.live.data)
+    if window.play_back_run(per_second=5):  # View > Play back the open run, caught halfway
+        wait(app, lambda: len(window.live.data) >= max(2, total // 2), 30)  # (at 20/s a short
+        shoot("playback")  # run had ended before the shot: it showed the finished run)
         wait(app, lambda: not window.playing_back, 60)
     window.set_theme("dark" if args.theme == "light" else "light")
     shoot("other-theme")

@@ -25,3 +25,13 @@ def test_a_run_plays_back_at_its_pace(qtbot, window, replay_goal, run_headless):
     assert len(window.live.data) == 30 and window.table.model.rowCount() == 30
     assert "playing back" not in window.live.title.text()
     assert window.live.summary_panel.summary is not None
+
+
+def test_the_slowest_pace_is_the_pace_it_names(qtbot, window, replay_goal, run_headless):
+    """5 evaluations per second drew one per 100 ms tick: twice the pace the title named."""
+    run_id = run_headless(window.store(), replay_goal(max_evals=12))
+    started = time.monotonic()
+    assert window.play_back_run(run_id, per_second=5)
+    assert "playing back at 5 evaluations/s" in window.live.title.text()
+    qtbot.waitUntil(lambda: not window.playing_back, timeout=20_000)
+    assert time.monotonic() - started >= 2.2  # 12 at 5 per second: 2.4 s (it took 1.2 s)
