@@ -133,6 +133,10 @@ class CpuOperator:
     def template(self) -> str:
         return kernel_source(self.kernel_file)
 
+    @property
+    def memory_bound(self) -> bool:
+        return self.throughput_unit == "GB/s"
+
     def throughput(self, shape: Shape, seconds: float) -> float:
         amount = self.flops(shape) if self.throughput_unit == "GFLOP/s" else self.bytes_per_shape(shape)
         return amount / seconds / 1e9 if seconds > 0 else 0.0

@@ -18,23 +18,18 @@ from typing import Any
 from app.catalog import get_operator
 from app.catalog.cpu.operator import CpuOperator
 from app.catalog.custom import custom_operator
-from app.core.evaluator import DeviceInfo, Evaluator
+from app.core.evaluator import DeviceInfo
 from app.core.space import SearchSpace
-from app.core.types import INVALID, Candidate, Evaluation, Stage
+from app.core.types import Candidate, Evaluation, Stage
 from app.goal import Goal, GoalError
-from app.gpu.cascade import (
-    CascadeRequest,
-    account_stages,
-    evaluation_from_reply,
-    probe_results,
-)
+from app.gpu.backend_evaluator import BackendEvaluator
+from app.gpu.cascade import CascadeRequest
 from app.gpu.cpu import compute_roof, memory_roof
 from app.gpu.cpu.kernel_host import host_supported
 from app.gpu.cpu.toolchain import build_key, key_extra, toolchain
 from app.gpu.cpu.worker import host_program_for
 from app.gpu.roof_check import RoofCheck
 from app.gpu.timing import TimingSettings
-from app.gpu.verify import ValidationSet
 from app.gpu.worker import Deadlines, WorkerPool
 
 # OpenBLAS's workers spin 2^28 TSC cycles after a call (measured 0.105 s of CPU here): the
@@ -78,16 +73,16 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "CPU"
 
 
-class CpuEvaluator(Evaluator):
+class CpuEvaluator(BackendEvaluator):
     """Evaluates candidates of a CPU goal in one isolated worker process."""
 
     max_parallel = 1  # one worker: concurrent timing on the same cores would lie
-    can_retime = True  # retime_pair: two kernels timed again, interleaved
 
     def __init__(self, goal: Goal, validation_cases: Sequence[dict] = (), *,
                  settings: CpuSettings | None = None) -> None:
-        self.goal = goal
+        super().__init__(goal, validation_cases)
         self.settings = settings or CpuSettings()
+        self.deadlines = self.settings.deadlines
         self.tc = toolchain()
         if goal.backend != "cpu":
             raise GoalError("backend", f"CpuEvaluator runs cpu goals, not {goal.backend!r}")
@@ -113,12 +108,11 @@ class CpuEvaluator(Evaluator):
         # keys hash what runs: a template candidate's key is its build key
         self.space = SearchSpace(params, restrictions=self.op.restrictions + list(goal.constraints.restrictions),
                                  key_extra=key_extra(self.op, self.template, self.tc))
-        self._validation = ValidationSet(validation_cases)
         self._lock = threading.Lock()
         memory = self.settings.memory_limit_bytes or _half_memory()
         host = host_program_for(self.tc) if host_supported() else ""
         self.pool = WorkerPool("app.gpu.cpu.worker:CpuWorker",
-                               [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.settings.deadlines.compile_s,
+                               [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.deadlines.compile_s,
                                  self.settings.flush_bytes, host)],
                                recycle_after=self.settings.recycle_after, memory_limit_bytes=memory,
                                name=f"cpu-{self.op.name}-", programs=[host] if host else [])
@@ -137,18 +131,10 @@ class CpuEvaluator(Evaluator):
     def candidate_key(self, config: dict[str, Any], source: str | None = None) -> str:
         return build_key(self.op, config, source if source is not None else self.template, self.tc)
 
-    def add_validation_case(self, case: dict) -> None:
-        """A case that broke a candidate: every later candidate is checked against it too."""
-        self._validation.add(case)
-
-    @property
-    def validation_cases(self) -> list[dict]:
-        return self._validation.cases()
-
     def roofs(self) -> memory_roof.Roofs | None:
         """The machine's L1/L2/L3/DRAM copy roofs (memory-bound operators only), measured by
         our own probe in this process once per machine and compiler (app.gpu.cpu.memory_roof)."""
-        if self.op.throughput_unit != "GB/s" or not self.settings.measure_roofs:
+        if not self.op.memory_bound or not self.settings.measure_roofs:
             return None
         with self._roof_lock:
             if self._roofs is None:
@@ -162,7 +148,7 @@ class CpuEvaluator(Evaluator):
     def peak(self) -> compute_roof.ComputeRoof | None:
         """The machine's FP32 peak FLOP/s at one and at every thread (compute-bound operators
         only), measured by our own probe once per machine and compiler (compute_roof)."""
-        if self.op.throughput_unit != "GFLOP/s" or not self.settings.measure_roofs:
+        if self.op.memory_bound or not self.settings.measure_roofs:
             return None
         with self._roof_lock:
             if self._peak is None:
@@ -192,15 +178,15 @@ class CpuEvaluator(Evaluator):
         cached roof of the cache level it fits in; compute-bound, its FLOPs at the FP32 peak;
         at the kernel's threads (kernel_threads). The worker measures it again beside the
         candidate before refusing anything."""
-        if self.op.throughput_unit == "GFLOP/s":
+        if not self.op.memory_bound:
             return self._compute_roof(config, source)
         roofs = self.roofs()
-        if roofs is None or self.op.throughput_unit != "GB/s":
+        if roofs is None:
             return None
         threads = self.kernel_threads(config, source)
         shapes = []
-        for shape in self.goal.shapes:
-            nbytes = float(self.op.bytes_moved(tuple(shape)))
+        for shape in self.shapes:
+            nbytes = self.work(shape)
             level, gbs = roofs.roof_for(nbytes, threads)
             # more threads never lower the hardware's roof (a loaded machine can measure so)
             gbs = max(gbs or 0.0, roofs.bandwidth(level, 1) or 0.0,
@@ -221,7 +207,7 @@ class CpuEvaluator(Evaluator):
         threads = self.kernel_threads(config, source)
         gflops = max(peak.gflops(threads),
                      self._measured_beside.get((compute_roof.LEVEL, threads), 0.0))
-        flops = [float(self.op.flops(tuple(s))) for s in self.goal.shapes]
+        flops = [self.work(s) for s in self.shapes]
         if not gflops or not all(f > 0 for f in flops):
             return None
         return RoofCheck(threads, [], [(f, compute_roof.LEVEL, gflops) for f in flops],
@@ -229,16 +215,10 @@ class CpuEvaluator(Evaluator):
 
     def _request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
         check = self.roof(candidate.config, candidate.source)
-        return CascadeRequest(
+        return self._cascade_request(
+            candidate, seed=self._rng.randrange(2**31), timing=self._timing(candidate.config),
             roof_ms=check.roof_ms() if check else None, roof_detail=check.label() if check else "",
-            roof_check=check,
-            key=candidate.key, config=dict(candidate.config), source=candidate.source,
-            template=self.template, goal_shapes=[list(s) for s in self.goal.shapes],
-            params=self.space.params, dtype=self.goal.dtype, rtol=self.goal.tolerance.rtol,
-            atol=self.goal.tolerance.atol, validation_cases=self.validation_cases,
-            seed=self._rng.randrange(2**31), metric=self.goal.objective.metric,
-            timing=self._timing(candidate.config), agent=candidate.agent,
-            parent_key=candidate.parent_key)
+            roof_check=check)
 
     def _timing(self, config: dict[str, Any]) -> TimingSettings:
         """The run's timing settings; a multi-threaded candidate against a threaded BLAS
@@ -254,16 +234,10 @@ class CpuEvaluator(Evaluator):
             return dataclasses.replace(timing, settle_s=BLAS_SETTLE_S)
         return timing
 
-    def evaluate(self, candidate: Candidate) -> Evaluation:
-        t0 = time.perf_counter()
-        base = {"key": candidate.key, "config": dict(candidate.config), "agent": candidate.agent,
-                "source": candidate.source, "parent_key": candidate.parent_key}
-        if not self.space.is_valid(candidate.config):
-            return Evaluation(ok=False, reason=INVALID, detail="not a valid configuration of the space",
-                              stages=[Stage("static_check", False, 0.0, "invalid configuration")], **base)
+    def _prepare(self, candidate: Candidate) -> tuple[CascadeRequest, list[Stage]]:
         before: list[Stage] = []
         t = time.perf_counter()
-        baselines = self._ensure_baselines()  # measured once per run, on the first evaluation
+        self._ensure_baselines()  # measured once per run, on the first evaluation
         if time.perf_counter() - t >= 0.001:
             started, self._baseline_start_s = self._baseline_start_s, 0.0
             if started:  # the request that measured them started the worker
@@ -275,39 +249,26 @@ class CpuEvaluator(Evaluator):
         if time.perf_counter() - t >= 0.001:
             before.append(Stage("roofs", True, time.perf_counter() - t, "the machine's memory "
                                 "roofs or FP32 peak, or the cached ones read"))
-        reply = self.pool.call(("evaluate", request), self.settings.deadlines)
-        ev = evaluation_from_reply(reply, **base)
+        return request, before
+
+    def _finish(self, ev: Evaluation, request: CascadeRequest) -> None:
         self._hardware_fraction(ev, request.roof_check)
         if ev.ok:
-            self._relative_metrics(ev, baselines or {})
-        if ev.failing_case:
-            self.add_validation_case(ev.failing_case)
-        account_stages(ev, before, reply, time.perf_counter() - t0)
-        return ev
+            self._relative_metrics(ev, self._baselines or {})
 
-    def recheck(self, candidate: Candidate) -> Evaluation:
-        return self.evaluate(candidate)  # the cascade checks the stored cases first
+    def _probe_request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
+        return dataclasses.replace(self._request(candidate), roof_check=None)
 
-    def probe(self, candidate: Candidate | Evaluation, cases: Sequence[dict]) -> list[dict]:
-        """The adversary's probe: the candidate run on `cases` only, in its sandboxed worker,
-        untimed; one {"score", "problem", ...} per case (app.gpu.probe)."""
-        request = dataclasses.replace(self._request(candidate), validation_cases=[],
-                                      probe_cases=[dict(c) for c in cases], roof_check=None)
-        reply = self.pool.call(("evaluate", request), self.settings.deadlines)
-        return probe_results(reply, len(cases))
-
-    def probe_plan(self) -> dict[str, Any]:
-        """What the adversary may vary: the goal's shapes, the operator's distributions."""
-        return {"shapes": [list(s) for s in self.goal.shapes], "dtype": self.goal.dtype,
-                "distributions": list(self.op.distributions),
-                "inputs_vary": bool(getattr(self.op, "inputs_vary", True))}
+    def _retime_requests(self, a: Candidate | Evaluation, b: Candidate | Evaluation
+                         ) -> tuple[CascadeRequest, CascadeRequest]:
+        return self._request(a), self._request(b)  # ABBA blocks in the worker
 
     def _hardware_fraction(self, ev: Evaluation, check: RoofCheck | None) -> None:
         """One fraction of the hardware per candidate, named by its roof: the cascade wrote
         fraction_of_roof and the roof's label (raised by a fresh measurement where there was
         one); without a roof (the peak could not be measured, roofs off) it says so."""
         if check is None:
-            if ev.ok and self.op.throughput_unit != "GB/s":
+            if ev.ok and not self.op.memory_bound:
                 ev.resources["roof"] = "no roof (the FP32 peak was not measured)"
             return
         level = check.shapes[0][1]
@@ -322,7 +283,7 @@ class CpuEvaluator(Evaluator):
                                                  float(ev.metrics[check.metric]))
 
     def _relative_metrics(self, ev: Evaluation, b: dict[str, Any]) -> None:
-        unit = "gflops" if self.op.throughput_unit == "GFLOP/s" else "gbs"
+        unit = "gbs" if self.op.memory_bound else "gflops"
         if "throughput" in ev.metrics:
             ev.metrics[unit] = ev.metrics.pop("throughput")
         if b.get("c_reference_ms") and ev.time_ms:
@@ -337,8 +298,7 @@ class CpuEvaluator(Evaluator):
     def compare(self, candidate: Candidate | Evaluation) -> dict[str, float] | None:
         """Time a (verified) candidate, numpy and the plain C reference loop interleaved in one
         measurement: medians in ms and the candidate's speedups over both. None on a fault."""
-        request = self._request(candidate)
-        reply = self.pool.call(("compare", request), self.settings.deadlines)
+        reply = self.pool.call(("compare", self._request(candidate)), self.deadlines)
         if reply.fault is not None:
             return None
         t = reply.result
@@ -348,29 +308,13 @@ class CpuEvaluator(Evaluator):
                 "speedup_vs_numpy": t["numpy"] / t["candidate"],
                 "speedup_vs_c_reference": t["c_reference"] / t["candidate"]}
 
-    def retime_pair(self, a: Candidate | Evaluation, b: Candidate | Evaluation
-                    ) -> dict[str, dict[str, float]] | None:
-        """Two verified kernels (an LLM rewrite and the kernel it started from, say) timed
-        again in one measurement, interleaved in ABBA blocks in the worker: {"a": ..., "b": ...}
-        each with median_ms, p10_ms, p90_ms (summed over the goal's shapes) and samples. None
-        on a fault or when a timed output was wrong. Thread-safe: the worker pool serves one
-        request at a time, so a re-timing never overlaps an evaluation's timing."""
-        reply = self.pool.call(("retime", self._request(a), self._request(b)),
-                               self.settings.deadlines)
-        if reply.fault is not None:
-            return None
-        t = reply.result
-        if not isinstance(t, dict) or "error" in t or not {"a", "b"} <= set(t):
-            return None
-        return {k: dict(t[k]) for k in ("a", "b")}
-
     # ---- baselines and limits -------------------------------------------------------------
     def _ensure_baselines(self) -> dict[str, Any] | None:
         with self._lock:
             if self._baselines is not None:
                 return self._baselines or None
-        reply = self.pool.call(("baselines", [list(s) for s in self.goal.shapes],
-                                self.settings.baseline_timing), self.settings.deadlines)
+        reply = self.pool.call(("baselines", self.shapes, self.settings.baseline_timing),
+                               self.deadlines)
         with self._lock:
             self._baseline_start_s = reply.started_s
             self._baselines = reply.result if reply.fault is None else {}
@@ -381,17 +325,9 @@ class CpuEvaluator(Evaluator):
         """numpy_ms, c_reference_ms (medians summed over the goal's shapes), copy_gbs."""
         return self._ensure_baselines()
 
-    def _objective(self, ms: float) -> float:
-        if self.goal.objective.metric == "throughput":
-            return sum(self.op.throughput(tuple(s), 1.0) for s in self.goal.shapes) / (ms / 1000.0)
-        return ms
-
-    def baseline(self) -> float | None:
+    def _baseline(self) -> tuple[str, float] | None:
         b = self._ensure_baselines()
-        return self._objective(b["numpy_ms"]) if b and b.get("numpy_ms") else None
-
-    def baseline_name(self) -> str | None:
-        return "numpy" if self.baseline() is not None else None
+        return ("numpy", b["numpy_ms"]) if b and b.get("numpy_ms") else None
 
     def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
         """The run's best and its baselines timed again, interleaved, in one measurement at the
@@ -403,29 +339,23 @@ class CpuEvaluator(Evaluator):
         return {**figures, "baseline_value": self._objective(figures["numpy_ms"]),
                 "best_value": self._objective(figures["candidate_ms"])}
 
-    def limit(self) -> float | None:
-        """Memory-bound operators: the time (or GB/s) at the roof of the cache level the goal's
-        working set fits in, at every thread (the measured copy bandwidth without roofs).
-        Compute-bound ones: the FP32 peak at every thread."""
-        if self.op.throughput_unit == "GFLOP/s":
-            peak, cores = self.peak(), os.cpu_count() or 1
-            if peak is None:
-                return None
-            gflops = max(peak.gflops(cores), self._measured_beside.get((compute_roof.LEVEL, cores), 0.0))
-            if self.goal.objective.metric == "throughput":
-                return gflops
-            return sum(self.op.flops(tuple(s)) for s in self.goal.shapes) / (gflops * 1e9) * 1e3
+    def _limit_ms(self) -> float | None:
+        """Memory-bound operators: the time at the roof of the cache level the goal's working
+        set fits in, at every thread (at the measured copy bandwidth without roofs).
+        Compute-bound ones: at the FP32 peak at every thread."""
+        cores = os.cpu_count() or 1
+        if not self.op.memory_bound:
+            peak = self.peak()
+            gflops = max(peak.gflops(cores), self._measured_beside.get(
+                (compute_roof.LEVEL, cores), 0.0)) if peak is not None else 0.0
+            return sum(self.work(s) for s in self.shapes) / (gflops * 1e9) * 1e3 if gflops else None
         b = self._ensure_baselines()
-        if not b or not b.get("copy_gbs") or self.op.throughput_unit != "GB/s":
+        if not b or not b.get("copy_gbs"):
             return None
-        roof = self.roof({"THREADS": os.cpu_count() or 1})
+        roof = self.roof({"THREADS": cores})
         if roof is not None:
-            if self.goal.objective.metric == "throughput":
-                return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / roof.roof_ms() / 1e6
             return roof.roof_ms()
-        if self.goal.objective.metric == "throughput":
-            return b["copy_gbs"]
-        return sum(self.op.bytes_moved(tuple(s)) for s in self.goal.shapes) / (b["copy_gbs"] * 1e9) * 1000.0
+        return sum(self.work(s) for s in self.shapes) / (b["copy_gbs"] * 1e9) * 1e3
 
     def device(self) -> DeviceInfo:
         return DeviceInfo(kind="cpu", name=cpu_name(),

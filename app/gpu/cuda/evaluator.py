@@ -12,7 +12,6 @@ which is replaced, and the run continues.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib.util
 import logging
@@ -25,23 +24,19 @@ from app.catalog import get_operator
 from app.catalog.cuda.base import CudaOperator
 from app.catalog.cuda.compiled_baselines import COMPILERS, compiled_kinds
 from app.catalog.custom import custom_operator
-from app.core.evaluator import BackendUnavailable, DeviceInfo, Evaluator
+from app.core.evaluator import BackendUnavailable, DeviceInfo
 from app.core.space import SearchSpace
-from app.core.types import INVALID, Candidate, Evaluation, Stage
+from app.core.types import Candidate, Evaluation, Stage
 from app.goal import Goal
-from app.gpu.cascade import (
-    CascadeRequest,
-    account_stages,
-    evaluation_from_reply,
-    probe_results,
-)
+from app.gpu.backend_evaluator import BackendEvaluator
+from app.gpu.cascade import CascadeRequest
 from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
 from app.gpu.cuda.worker import fastest_baseline
 from app.gpu.roof_check import ROOF_MARGIN
-from app.gpu.verify import CheckCase, ValidationSet, plan_checks
+from app.gpu.verify import CheckCase, plan_checks
 from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -85,9 +80,7 @@ def _space(op: CudaOperator, base: SearchSpace, restrictions: list[str], templat
     return SearchSpace(base.params, restrictions=base.restrictions + list(restrictions),
                        key_extra=extra)
 
-class CudaEvaluator(Evaluator):
-    can_retime = True  # retime_pair: two kernels timed again, interleaved
-
+class CudaEvaluator(BackendEvaluator):
     def __init__(self, goal: Goal, validation_cases: list[dict] | tuple = (), *, bus: Any = None,
                  run_id: int | None = None, protocol: Protocol | None = None,
                  deadlines: Deadlines | None = None, compile_cache: Any = True,
@@ -106,14 +99,11 @@ class CudaEvaluator(Evaluator):
         if goal.objective.metric not in ("time", "throughput"):
             raise ValueError(f"objective.metric: the cuda backend measures time and throughput, "
                              f"not {goal.objective.metric!r}")
-        self.goal = goal
+        super().__init__(goal, validation_cases)
         self.op: CudaOperator = op
-        self.dtype = goal.dtype
-        self.shapes = [list(s) for s in goal.shapes]
         base = op.space(goal.dtype)
         self.template = op.template_source(goal.dtype)
         self.space = _space(op, base, goal.constraints.restrictions, self.template)
-        self._validation = ValidationSet(validation_cases)
         self.protocol = protocol or Protocol()
         self.deadlines = deadlines or Deadlines(compile_s=120.0, run_s=90.0)
         # True: the default cache (the worker's sandbox may write only under app.paths.cache_dir)
@@ -258,32 +248,18 @@ class CudaEvaluator(Evaluator):
             return None, f"the baseline cell failed: {detail}"
         return reply.result, ""
 
-    def _objective(self, total_ms: float) -> float:
-        if self.goal.objective.metric == "throughput":
-            if self.op.memory_bound or not self.op.flops(self.shapes[0]):
-                return sum(self.op.bytes_moved(s, self.dtype) for s in self.shapes) / (total_ms / 1e3) / 1e9
-            return sum(self.op.flops(s) for s in self.shapes) / (total_ms / 1e3) / 1e9
-        return total_ms
-
-    def baseline(self) -> float | None:
+    def _baseline(self) -> tuple[str, float] | None:
         if not self.measure_baseline:
             return None
         b = self.baselines()
-        if not b.get("best"):
-            return None
-        return self._objective(sum(b["baselines"][b["best"]]["ms"]))
+        best = b.get("best")
+        return (best, sum(b["baselines"][best]["ms"])) if best else None
 
-    def baseline_name(self) -> str | None:
-        """Which baseline baseline() is ("triton:softmax", "cublas:cupy.matmul", ...)."""
-        return self.baselines().get("best") if self.measure_baseline else None
-
-    def limit(self) -> float | None:
+    def _limit_ms(self) -> float | None:
         lim = self.limits()
         floors = [lim.time_floor_s(self.op.flops(s), self.op.bytes_moved(s, self.dtype), self.dtype)
                   for s in self.shapes]
-        if any(f is None for f in floors):
-            return None
-        return self._objective(sum(floors) * 1e3)
+        return None if any(f is None for f in floors) else sum(floors) * 1e3
 
     # ---- one candidate --------------------------------------------------------------------
     def plan_cases(self) -> list[CheckCase]:
@@ -291,34 +267,11 @@ class CudaEvaluator(Evaluator):
         return plan_checks(self.op, self.shapes, self.space.params, self.dtype,
                            self.validation_cases, seed=self._seed + 1000 * self._evals)
 
-    def add_validation_case(self, case: dict[str, Any]) -> None:
-        """A case that broke a candidate: every later candidate is checked against it too."""
-        self._validation.add(case)
-
-    @property
-    def validation_cases(self) -> list[dict[str, Any]]:
-        return self._validation.cases()
-
-    def recheck(self, candidate: Candidate) -> Evaluation:
-        return self.evaluate(candidate)  # verification runs the stored cases first
-
-    def probe(self, candidate: Candidate | Evaluation, cases: list[dict[str, Any]]
-              ) -> list[dict[str, Any]]:
-        """The adversary's probe: the candidate run on `cases` only, in its worker, untimed;
-        one {"score", "problem", ...} per case (app.gpu.probe)."""
+    def _probe_request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
         self.info()
         with self._lock:
             seed = self._seed + 1000 * self._evals + 7
-        request = dataclasses.replace(self._request(candidate, seed, with_baseline=False),
-                                      validation_cases=[], probe_cases=[dict(c) for c in cases])
-        reply = self.pool.call(("evaluate", request), self.deadlines)
-        return probe_results(reply, len(cases))
-
-    def probe_plan(self) -> dict[str, Any]:
-        """What the adversary may vary: the goal's shapes, the operator's distributions."""
-        return {"shapes": [list(s) for s in self.shapes], "dtype": self.dtype,
-                "distributions": list(self.op.distributions),
-                "inputs_vary": bool(getattr(self.op, "inputs_vary", True))}
+        return self._request(candidate, seed, with_baseline=False)
 
     def _request(self, candidate: Candidate | Evaluation, seed: int,
                  with_baseline: bool = True) -> CascadeRequest:
@@ -329,80 +282,45 @@ class CudaEvaluator(Evaluator):
         floors = [lim.time_floor_s(self.op.flops(s), self.op.bytes_moved(s, self.dtype), self.dtype)
                   for s in self.shapes]
         roof_ms = sum(floors) * 1e3 if floors and all(floors) else None
-        return CascadeRequest(
-            roof_ms=roof_ms, roof_detail=(f"{lim.device} roofline (copy {lim.copy_bw / 1e9:.0f} "
-                                          "GB/s, peak FLOP/s)") if roof_ms else "",
-            key=candidate.key, config=dict(candidate.config), source=candidate.source,
-            template=self.template, goal_shapes=self.shapes, params=self.space.params,
-            dtype=self.dtype, rtol=self.goal.tolerance.rtol, atol=self.goal.tolerance.atol,
-            validation_cases=self.validation_cases, seed=seed,
-            metric=self.goal.objective.metric, timing=self.protocol, agent=candidate.agent,
-            parent_key=candidate.parent_key,
+        return self._cascade_request(
+            candidate, seed=seed, timing=self.protocol, roof_ms=roof_ms,
+            roof_detail=(f"{lim.device} roofline (copy {lim.copy_bw / 1e9:.0f} GB/s, peak "
+                         "FLOP/s)") if roof_ms else "",
             options={"operator": self.op if self.goal.kernel else self.op.name, "baseline": baseline,
                      "compile_cache": str(cache) if not isinstance(cache, bool) else cache,
                      "max_registers": self.goal.constraints.max_registers,
                      "max_shared_memory_bytes": self.goal.constraints.max_shared_memory_bytes})
 
-    def evaluate(self, candidate: Candidate) -> Evaluation:
-        t_start = time.perf_counter()
-        base = {"key": candidate.key, "config": dict(candidate.config), "agent": candidate.agent,
-                "source": candidate.source, "parent_key": candidate.parent_key}
-        if not self.space.is_valid(candidate.config):
-            return Evaluation(ok=False, reason=INVALID, detail="configuration is outside the search "
-                              "space or breaks a restriction", stages=[Stage("static_check", False, 0.0,
-                                                                             "invalid configuration")],
-                              **base)
+    def _prepare(self, candidate: Candidate) -> tuple[CascadeRequest, list[Stage]]:
         self.info()  # the device must answer before a candidate is sent
         with self._lock:
             self._evals += 1
             seed = self._seed + 1000 * self._evals
         t = time.perf_counter()
         request = self._request(candidate, seed)  # the first measures the run's baselines
-        before = [Stage("baselines", True, time.perf_counter() - t, "library baselines, once "
-                        "per run")] if time.perf_counter() - t >= 0.001 else []
-        reply = self.pool.call(("evaluate", request), self.deadlines)
-        ev = evaluation_from_reply(reply, **base)
-        if ev.ok:
-            self._finish(ev)
-        if ev.failing_case:
-            self.add_validation_case(ev.failing_case)
-        account_stages(ev, before, reply, time.perf_counter() - t_start)
-        return ev
+        took = time.perf_counter() - t
+        return request, [Stage("baselines", True, took, "library baselines, once per run")
+                         ] if took >= 0.001 else []
 
-    def retime_pair(self, a: Candidate | Evaluation, b: Candidate | Evaluation
-                    ) -> dict[str, dict[str, float]] | None:
-        """Two verified kernels (an LLM rewrite and the kernel it started from, say) timed again
-        in one measurement on one GPU, interleaved sample by sample by the cascade's timer on
-        the goal's shapes, outputs poisoned before every timed call and checked after
-        (CudaWorker.retime): {"a": ..., "b": ...} each with median_ms, p10_ms, p90_ms (summed
-        over the goal's shapes) and samples. None on a fault, a deadline, or when a timed output
-        was wrong. Thread-safe: a worker serves one request at a time, so a re-timing never
-        overlaps an evaluation's timing on its GPU; the evaluator's deadlines apply."""
+    def _retime_requests(self, a: Candidate | Evaluation, b: Candidate | Evaluation
+                         ) -> tuple[CascadeRequest, CascadeRequest] | None:
+        """Timed on one GPU, interleaved sample by sample by the cascade's timer
+        (CudaWorker.retime), both on the same inputs (one seed)."""
         for item in (a, b):  # tunables an LLM kernel declared are #defines, not space parameters
             if not self.space.is_valid({k: v for k, v in item.config.items() if k in self.space.params}):
                 return None
-        try:
-            self.info()
-            with self._lock:
-                seed = self._retime_seeds.randrange(1 << 30)
-            # the same seed: both kernels time on the same inputs
-            message = ("retime", self._request(a, seed, with_baseline=False),
-                       self._request(b, seed, with_baseline=False))
-            reply = self.pool.call(message, self.deadlines)
-        except RuntimeError as exc:  # no device, or the pool closed at the end of the run
-            log.warning("re-timing %s against %s: %s", a.key, b.key, exc)
-            return None
-        if reply.fault is not None:
-            return None
-        t = reply.result
-        if not isinstance(t, dict) or not t.get("ok") or not {"a", "b"} <= set(t):
-            return None
-        return {k: dict(t[k]) for k in ("a", "b")}
+        self.info()
+        with self._lock:
+            seed = self._retime_seeds.randrange(1 << 30)
+        return (self._request(a, seed, with_baseline=False),
+                self._request(b, seed, with_baseline=False))
 
-    def _finish(self, ev: Evaluation) -> None:
+    def _finish(self, ev: Evaluation, request: CascadeRequest) -> None:
         """Roofline figures, speedup over the best library baseline, the objective's value. (A
         cold-cache event-timed figure beyond the hardware limit was re-timed and refused in the
         cascade: request.roof_ms.)"""
+        if not ev.ok:
+            return
         total_ms = ev.time_ms or 0.0
         metrics = ev.metrics
         metrics["time_ms"] = total_ms
