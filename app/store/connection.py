@@ -44,14 +44,32 @@ import logging
 import os
 import socket
 import sqlite3
+import sys
 import threading
 import weakref
 from pathlib import Path
 
-import sqlite_utils
-
 from app import __version__
 from app.store import schema
+
+
+def _import_sqlite_utils():
+    """sqlite_utils, imported with pandas hidden: it loads pandas whenever it is installed
+    (Kernel Tuner brings it) only to store pandas Timestamps as TEXT, which no row here holds,
+    and that import is most of a second of every process's start."""
+    if "pandas" in sys.modules:
+        import sqlite_utils
+        return sqlite_utils
+    sys.modules["pandas"] = None  # type: ignore[assignment]  # `import pandas` fails at once
+    try:
+        import sqlite_utils
+    finally:
+        if sys.modules.get("pandas", 0) is None:
+            del sys.modules["pandas"]
+    return sqlite_utils
+
+
+sqlite_utils = _import_sqlite_utils()
 
 log = logging.getLogger(__name__)
 
