@@ -48,3 +48,41 @@ def print_ablation(report: dict) -> None:
     swarm = sum(r["swarm"] for r in vb.values()) / len(vb)
     best = sum(r["virtual_best"] for r in vb.values()) / len(vb)
     print(f"swarm vs virtual best agent {swarm:.3f} vs {best:.3f}")
+
+
+def share_rows(report: dict) -> list[dict]:
+    """Per swarm strategy, space and agent: the evaluations it took at the largest budget
+    (mean and most in one run) beside its alone-score (swarm-AGENT's P at that budget and its
+    mean over the budgets), when both ran."""
+    top = str(max(report["budgets"]))
+    rows = []
+    for strategy, spaces in report.get("agent_evaluations", {}).items():
+        for space, agents in spaces.items():
+            runs = report["spaces"].get(space, {}).get("strategies", {})
+            for agent, took in agents.items():
+                alone = runs.get(f"swarm-{agent}") or {}
+                rows.append({"strategy": strategy, "space": space, "agent": agent,
+                             "mean": took["mean"], "max": took["max"],
+                             "alone_top": alone[top]["P"] if top in alone else None,
+                             "alone_mean": (sum(v["P"] for v in alone.values()) / len(alone)
+                                            if alone else None)})
+    return rows
+
+
+def print_shares(report: dict) -> None:
+    """Who took the budget where: per space, each agent's evaluations at the largest budget
+    and, where the agent also ran alone, its alone-score (P at that budget; mean P)."""
+    rows = share_rows(report)
+    top = max(report["budgets"])
+    for strategy in dict.fromkeys(r["strategy"] for r in rows):
+        print(f"\n{strategy}: evaluations each agent took of {top} (mean / most in one run) "
+              "and its alone-score (P at that budget / mean P over the budgets)")
+        for space in dict.fromkeys(r["space"] for r in rows if r["strategy"] == strategy):
+            cells = []
+            for r in rows:
+                if r["strategy"] != strategy or r["space"] != space:
+                    continue
+                alone = ("" if r["alone_top"] is None
+                         else f" [{r['alone_top']:+.2f} / {r['alone_mean']:+.2f}]")
+                cells.append(f"{r['agent']} {r['mean']:.1f}/{r['max']}{alone}")
+            print(f"  {space:<22}" + "  ".join(cells))

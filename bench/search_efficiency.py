@@ -17,7 +17,8 @@ statistics. A run that finds no valid configuration (and the rare all-failed ran
 charged the worst valid time. 0 is random search, 1 finds the optimum every time. Scores are
 averaged over budgets and spaces.
 
-Extra strategy names for diagnosis: `swarm-AGENT` runs the coordinator with that agent alone.
+Extra strategy names for diagnosis: `swarm-AGENT` runs the coordinator with that agent alone,
+`swarm~AGENT` the swarm without that agent.
 `--kt-cache FILE` keeps Kernel Tuner's results (JSON lines) so a rerun only redoes the swarm.
 `--ablation` runs every agent alone too and compares the swarm with the virtual best agent;
 `--transfer` runs the swarm cold and warm-started from a sibling space (the same kernel on
@@ -50,7 +51,11 @@ for _path in (ROOT, ROOT / "bench"):  # the app, and this benchmark's sibling mo
     if str(_path) not in sys.path:
         sys.path.insert(0, str(_path))
 
-from search_ablation import print_ablation, virtual_best  # noqa: F401 (virtual_best: tests)
+from search_ablation import (  # noqa: F401 (virtual_best: tests)
+    print_ablation,
+    print_shares,
+    virtual_best,
+)
 from search_kt import _kt_shared, _seeded_lhs
 
 KT_STRATEGIES = ("random_sample", "genetic_algorithm", "dual_annealing", "simulated_annealing",
@@ -143,7 +148,9 @@ def run_swarm(task: Task) -> dict[int, float | None]:
     from app.swarm.plan import RunPlan
 
     strategy, _, policy = task.strategy.partition("@")  # swarm@POLICY: another allocation policy
-    agents = list(AGENT_NAMES) if strategy == "swarm" else [strategy.split("-", 1)[1]]
+    strategy, _, without = strategy.partition("~")  # swarm~AGENT: the swarm without that agent
+    agents = ([a for a in AGENT_NAMES if a != without] if strategy == "swarm"
+              else [strategy.split("-", 1)[1]])
     sibling = None
     if task.sibling:
         from search_transfer import sibling_source
@@ -246,7 +253,8 @@ class SpaceStats:
 
 
 def space_stats(path: Path) -> SpaceStats:
-    from app.gpu.replay import CacheFileError, _is_number, load_cache_file
+    from app.gpu.replay import CacheFileError, load_cache_file
+    from app.gpu.replay import is_number as _is_number
 
     try:
         rec = load_cache_file(path)
@@ -345,7 +353,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     from app.swarm.allocation import ALLOCATORS
 
     known = {"swarm", *(f"swarm-{a}" for a in AGENT_NAMES), *KT_STRATEGIES,
-             *(f"swarm@{p}" for p in ALLOCATORS)}
+             *(f"swarm@{p}" for p in ALLOCATORS), *(f"swarm~{a}" for a in AGENT_NAMES)}
     args.ablation = args.ablation or args.leave_one_out
     if args.ablation:
         args.strategies += [s for s in ("swarm", *(f"swarm-{a}" for a in AGENT_NAMES))
@@ -374,6 +382,7 @@ def _merge(into: dict | None, report: dict) -> dict:
         return report
     for name, space in report["spaces"].items():
         into["spaces"].setdefault(name, space)["strategies"].update(space["strategies"])
+    into.setdefault("agent_evaluations", {}).update(report.get("agent_evaluations", {}))
     return into
 
 
@@ -407,6 +416,8 @@ def agent_evaluations(stats: dict[str, SpaceStats], shares: dict) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.saved_report is not None:  # report only: nothing runs
+        if args.saved_report.get("agent_evaluations"):
+            print_shares(args.saved_report)
         leave_one_out(args.saved_report, args)
         return 0
     started = time.perf_counter()
@@ -485,6 +496,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print_final(report)
     if args.ablation:
         print_ablation(report)
+    if report.get("agent_evaluations"):
+        print_shares(report)
     if args.leave_one_out:
         leave_one_out(report, args)
     if args.transfer:

@@ -29,6 +29,7 @@ from functools import partial
 
 MAX_COST_FACTOR = 4.0  # one agent's cost weight stays within [1/4, 4] of the others' mean
 IMPROVEMENT_REWARD = 1.0  # the coordinator's reward for a new global best
+NEAR_REWARD = 0.25  # and for a correct result in the top decile (coordinator._reward)
 SHARE_SAMPLES = 400  # Thompson draws behind a displayed share (shares() only, not picks)
 
 
@@ -85,18 +86,24 @@ class DecayAllocator(_Allocator):
     over its own evaluations."""
 
     def __init__(self, agents: list[str], decay: float = 0.85, floor: float = 0.5,
-                 paid: float = 0.0,
+                 paid: float = 0.0, near_credit: float = 1.0, reference: str = "",
+                 floor_paid: float = 1.0, random_level: float = 0.0,
                  spend: Callable[[str], float | None] | None = None) -> None:
         super().__init__(agents, spend)
         self.decay = decay
+        self.random_level = random_level  # > 0: rewards count above a random proposal's (random_reward)
         self.floor = floor  # fraction of proposals spread evenly
         self.reward = {a: 0.0 for a in self.agents}
         self.evaluations = {a: 0 for a in self.agents}
         self.paid = paid  # > 0: the earned part follows new bests per evaluation (see paid_factors)
+        self.near_credit = near_credit  # weight of a reward short of a new best
+        self.reference = reference  # whose new-best rate paid_factors measures against
+        self.floor_paid = floor_paid  # < 1: the floor part shrinks too, to this fraction at most
 
     def update(self, agent: str, reward: float) -> None:
         if agent in self.reward:
-            self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * reward
+            credit = reward if reward >= IMPROVEMENT_REWARD else self.near_credit * reward
+            self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * credit
             self.evaluations[agent] += 1
             self._count(agent, reward)
 
@@ -109,16 +116,32 @@ class DecayAllocator(_Allocator):
         if not self.paid or not total:
             return {a: 1.0 for a in self.agents}
         rate = sum(self.improvements.values()) / total
+        ref = self.reference
+        if ref in self.evaluations:  # the reference's own rate, shrunk to the run's (10 evals)
+            rate = (self.improvements[ref] + 10.0 * rate) / (self.evaluations[ref] + 10.0)
         return {a: min(1.0, max(self.paid, (self.improvements[a] + 1.0)
                                 / (self.evaluations[a] * rate + 1.0))) for a in self.agents}
 
+    def random_reward(self) -> float:
+        """What a uniformly random proposal would earn now, per evaluation, if the run's t
+        results were random draws: a new best with chance 1/(t+1), a place in the top decile
+        (at least the 3 best) with chance k/(t+1)."""
+        t = sum(self.evaluations.values())
+        top = max(3.0, t / 10.0)
+        return min(IMPROVEMENT_REWARD, (IMPROVEMENT_REWARD + NEAR_REWARD * (top - 1.0)) / (t + 1.0))
+
     def shares(self) -> dict[str, float]:
-        n = len(self.agents)
         factors = self.cost_factors()
         paid = self.paid_factors()
         weight = {a: self.reward[a] * factors[a] * paid[a] for a in self.agents}
+        if self.random_level > 0:  # an agent earning no more than chance is weighed as chance
+            level = self.random_level * self.random_reward()
+            weight = {a: max(w, level) for a, w in weight.items()}
         total = sum(weight.values())
-        return {a: self.floor / n + (1.0 - self.floor) * (weight[a] / total if total > 0 else 1.0 / n)
+        floor = {a: max(self.floor_paid, paid[a]) for a in self.agents}
+        spread = sum(floor.values())
+        return {a: self.floor * floor[a] / spread
+                + (1.0 - self.floor) * (weight[a] / total if total > 0 else floor[a] / spread)
                 for a in self.agents}
 
 
@@ -202,7 +225,15 @@ ALLOCATORS: dict[str, Callable[..., _Allocator]] = {
     "bandit-greedy": partial(BanditAllocator, prior_misses=5.0, floor=0.2, discount=0.98),
     "decay-paid": partial(DecayAllocator, paid=0.25),
     "bandit-mean": partial(BanditAllocator, matching=True, floor=0.5),
-    "decay-paid-hard": partial(DecayAllocator, paid=0.05)}
+    "decay-paid-hard": partial(DecayAllocator, paid=0.05),
+    "decay-strict": partial(DecayAllocator, near_credit=0.0),
+    "decay-near-tenth": partial(DecayAllocator, near_credit=0.4),
+    "decay-vs-explorer": partial(DecayAllocator, paid=0.25, reference="explorer"),
+    "decay-vs-explorer-floor": partial(DecayAllocator, paid=0.25, reference="explorer",
+                                       floor_paid=0.5),
+    "decay-vs-random": partial(DecayAllocator, random_level=1.0),
+    "decay-vs-random2": partial(DecayAllocator, random_level=2.0),
+    "decay-vs-random-half": partial(DecayAllocator, random_level=0.5)}
 BudgetAllocator = DecayAllocator  # the policy the coordinator makes
 
 
