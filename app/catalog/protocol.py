@@ -42,6 +42,9 @@ class Operator(Protocol):
     dtypes: tuple[str, ...]
     distributions: tuple[str, ...]  # a subset of DISTRIBUTIONS; the first is "normal"
     deterministic: bool
+    # judged by bytes moved (GB/s) rather than FLOPs (GFLOP/s): the objective's unit, the
+    # throughput a time becomes, the roof a figure is held to
+    memory_bound: bool
 
     def space(self, dtype: str) -> SearchSpace: ...
     def check_shape(self, shape: Sequence[int], dtype: str = "float32") -> str | None: ...

@@ -59,7 +59,7 @@ class CpuOperator:
     numpy_baseline: Callable[[Arrays, np.ndarray], None]  # float32, writes into out
     flops: Callable[[Shape], float]
     bytes_per_shape: Callable[[Shape], float]
-    throughput_unit: str  # "GFLOP/s" (compute-bound) or "GB/s" (memory-bound)
+    memory_bound: bool  # GB/s, held to the cache levels' roofs; else GFLOP/s, to the FP32 peak
     default_shape: list[int]  # a realistic size, offered when a goal names none
     base_params: dict[str, list]  # THREADS is added per machine
     restrictions: list[str] = field(default_factory=list)
@@ -134,11 +134,11 @@ class CpuOperator:
         return kernel_source(self.kernel_file)
 
     @property
-    def memory_bound(self) -> bool:
-        return self.throughput_unit == "GB/s"
+    def throughput_unit(self) -> str:
+        return "GB/s" if self.memory_bound else "GFLOP/s"
 
     def throughput(self, shape: Shape, seconds: float) -> float:
-        amount = self.flops(shape) if self.throughput_unit == "GFLOP/s" else self.bytes_per_shape(shape)
+        amount = self.bytes_per_shape(shape) if self.memory_bound else self.flops(shape)
         return amount / seconds / 1e9 if seconds > 0 else 0.0
 
     def check_shape(self, shape: Sequence[int], dtype: str = "float32") -> str | None:

@@ -39,7 +39,7 @@ GEMM = CpuOperator(
     threaded_baseline=True,
     flops=lambda s: 2.0 * s[0] * s[1] * s[2],
     bytes_per_shape=lambda s: 4.0 * (s[0] * s[2] + s[2] * s[1] + s[0] * s[1]),
-    throughput_unit="GFLOP/s",
+    memory_bound=False,
     # ISA: 0 portable C, 1 AVX2+FMA, 2 AVX-512F (only those the machine reports, see isa.py);
     # the micro-tile is MR x (NV * vector width) and must fit the vector registers.
     base_params={"MR": [4, 6, 8, 12, 14, 16], "NV": [1, 2, 3, 4],
@@ -101,7 +101,7 @@ SOFTMAX = CpuOperator(
     numpy_baseline=_softmax_numpy,
     flops=lambda s: 5.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1],
-    throughput_unit="GB/s",
+    memory_bound=True,
     base_params={"VEC": [4, 8, 16], "ACC": [1, 2, 4, 8], "ONLINE": [0, 1],
                  "CHUNK": [1, 4, 16, 64], "EXP_IMPL": [0, 1]},
     tile_params=("VEC", "ACC", "CHUNK"),
@@ -141,7 +141,7 @@ RMSNORM = CpuOperator(
     numpy_baseline=_rmsnorm_numpy,
     flops=lambda s: 4.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
-    throughput_unit="GB/s",
+    memory_bound=True,
     base_params={"VEC": [4, 8, 16], "ACC": [1, 2, 4, 8, 16], "ACC_DOUBLE": [0, 1],
                  "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "ACC", "CHUNK"),
@@ -189,7 +189,7 @@ LAYERNORM = CpuOperator(
     numpy_baseline=_layernorm_numpy,
     flops=lambda s: 7.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 8.0 * s[1],
-    throughput_unit="GB/s",
+    memory_bound=True,
     base_params={"VEC": [4, 8, 16], "STATS": [0, 1], "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "CHUNK"),
     # The sum of squares of a row stays below the fp32 limit.
@@ -245,7 +245,7 @@ BIAS_GELU = CpuOperator(
     numpy_baseline=_bias_gelu_numpy,
     flops=lambda s: 10.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
-    throughput_unit="GB/s",
+    memory_bound=True,
     # ERF_IMPL 2: a rational erf without exp, about half the operations of 1 (bench/cpu_profile.md)
     base_params={"VEC": [4, 8, 16], "ERF_IMPL": [0, 1, 2], "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "CHUNK"),
@@ -276,7 +276,7 @@ TRANSPOSE = CpuOperator(
     numpy_baseline=_transpose_numpy,
     flops=lambda s: 0.0,
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1],
-    throughput_unit="GB/s",
+    memory_bound=True,
     base_params={"TILE": [4, 8, 16, 32, 64, 128], "WRITE_MAJOR": [0, 1], "VEC": [4, 8, 16]},
     tile_params=("TILE", "VEC"),
     near_limit_magnitude=lambda s: F32_MAX / 2,

@@ -38,6 +38,24 @@ def nvml() -> tuple[Any, str | None]:
         return pynvml, None
 
 
+def probe_driver() -> tuple[bool, str]:
+    """Whether an NVIDIA driver and GPUs answer here, and which (for `kernelswarm devices`)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                     for i in range(pynvml.nvmlDeviceGetCount())]
+            driver = pynvml.nvmlSystemGetDriverVersion()
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception as exc:  # noqa: BLE001 - no driver, no library: say so, don't fail
+        return False, f"no NVIDIA driver ({type(exc).__name__}: {exc})"
+    gpus = ", ".join(f"{i}: {n if isinstance(n, str) else n.decode()}" for i, n in enumerate(names))
+    return bool(names), f"driver {driver}; {gpus or 'no GPUs'}"
+
+
 def device_count() -> int:
     mod, _ = nvml()
     if mod is None:

@@ -5,7 +5,12 @@ the cpu and cuda backends measure in); evaluator.py: the engine side (ReplayEval
 package's public names are re-exported here for their users.
 """
 
-from app.gpu.replay.evaluator import ReplayEvaluator, make_replay_evaluator, probe_recorded_spaces
+from app.gpu.replay.evaluator import (
+    ReplayEvaluator,
+    check_replay_goal,
+    make_replay_evaluator,
+    probe_recorded_spaces,
+)
 from app.gpu.replay.worker import (
     FAILURE_MARKERS,
     CacheFileError,
@@ -14,5 +19,5 @@ from app.gpu.replay.worker import (
     load_cache_file,
 )
 
-__all__ = ["FAILURE_MARKERS", "CacheFileError", "RecordedSpace", "ReplayEvaluator", "is_number",
-           "load_cache_file", "make_replay_evaluator", "probe_recorded_spaces"]
+__all__ = ["FAILURE_MARKERS", "CacheFileError", "RecordedSpace", "ReplayEvaluator", "check_replay_goal",
+           "is_number", "load_cache_file", "make_replay_evaluator", "probe_recorded_spaces"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from app.core.errors import GoalError
 from app.core.evaluator import DeviceInfo, Evaluator
 from app.core.types import (
     COMPILE_FAILED,
@@ -80,6 +81,11 @@ def make_replay_evaluator(goal: Any) -> ReplayEvaluator:
     recorded = load_cache_file(goal.resolve_space_path())
     return ReplayEvaluator(recorded, restrictions=goal.constraints.restrictions,
                            simulate_time=goal.simulate_time)
+
+
+def check_replay_goal(goal: Any) -> None:
+    if not goal.space:
+        raise GoalError("space", "a replay goal needs a recorded space (Kernel Tuner cache file)")
 
 
 def probe_recorded_spaces() -> tuple[bool, str]:
