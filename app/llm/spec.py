@@ -192,7 +192,7 @@ def _c_call(op: Any, shape: list[int]) -> str:
 
 
 def _c_compile(config: dict[str, Any]) -> str:
-    from app.gpu.cpu import BASE_FLAGS
+    from app.gpu.cpu.toolchain import BASE_FLAGS
 
     return " ".join(["cc", *BASE_FLAGS, "-fopenmp", *(f"-D{k}={v}" for k, v in config.items()),
                      "kernel.c", "-o", "kernel.so"])
