@@ -17,7 +17,7 @@ from app.cli_cases import add_parser as add_cases_parser
 from app.cli_common import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_NOTHING_SUCCEEDED, CliError
 from app.cli_run import Progress, TraceWriter, cmd_run
 from app.cli_show import available_devices, cmd_devices, cmd_export, cmd_history, cmd_show
-from app.goal import GoalError
+from app.core.errors import GoalError
 
 __all__ = ["EXIT_ERROR", "EXIT_INTERRUPTED", "EXIT_NOTHING_SUCCEEDED", "CliError", "Progress",
            "TraceWriter", "available_devices", "build_parser", "main"]

@@ -342,7 +342,7 @@ def redact(text: str, key: str) -> str:
 def check_goal_settings(goal: Any) -> None:
     """A goal's [llm] table, checked once per run by the session (through the agent registry):
     GoalError naming `llm.<field>`, so a goal file's mistake reads like any other field's."""
-    from app.goal import GoalError
+    from app.core.errors import GoalError
 
     if not isinstance(goal.llm, dict):
         raise GoalError("llm", "must be a table of LLM endpoint settings")

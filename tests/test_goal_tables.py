@@ -1,0 +1,53 @@
+"""The goal's sub-tables in one style (app.goal.tables): each reads its TOML table with
+from_table (an unknown key or a table that is not one: one line naming the file and the key)
+and judges its values with check(), which Goal.validate calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.goal import SECTIONS, Goal, GoalError
+
+HEAD = 'name = "g"\nspace = "pnpoly_RTX_3090.json.gz"\n'
+
+
+def _load(tmp_path, text: str) -> Goal:
+    path = tmp_path / "mine.toml"
+    path.write_text(HEAD + text)
+    return Goal.load(path)
+
+
+@pytest.mark.parametrize("table", sorted(SECTIONS))
+def test_an_unknown_key_names_the_file_and_the_key(tmp_path, table):
+    with pytest.raises(GoalError) as err:
+        _load(tmp_path, f"[{table}]\ncolour = 1\n")
+    message = str(err.value)
+    assert err.value.field == f"{table}.colour" and message.startswith(f"{table}.colour:")
+    assert "'mine.toml'" in message and "unknown field" in message and "\n" not in message
+
+
+@pytest.mark.parametrize("table", [*sorted(SECTIONS), "llm", "cluster"])
+def test_a_table_given_as_a_value_names_the_file(tmp_path, table):
+    with pytest.raises(GoalError) as err:
+        _load(tmp_path, f"{table} = 3\n")
+    assert err.value.field == table
+    assert f"must be a table, e.g. [{table}] in 'mine.toml'" in str(err.value)
+
+
+def test_a_value_out_of_range_loads_and_the_check_refuses_it(tmp_path):
+    """Structure on load (a stored goal, or a file the form opens to fix, still reads);
+    values once per run, by each table's check()."""
+    goal = _load(tmp_path, "[stop]\nmax_evals = 0\n")
+    assert goal.stop.max_evals == 0
+    with pytest.raises(GoalError) as err:
+        goal.validate()
+    assert err.value.field == "stop.max_evals" and "between 1 and" in str(err.value)
+    with pytest.raises(GoalError) as err:
+        goal.stop.check()
+    assert err.value.field == "stop.max_evals"
+
+
+def test_a_goal_built_in_code_names_no_file():
+    with pytest.raises(GoalError) as err:
+        Goal.from_dict({"swarm": {"colour": 1}})
+    assert str(err.value).startswith("swarm.colour: unknown field; known: ")
