@@ -263,6 +263,37 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
     if table is None:
         raise GoalError("kernel", "a custom-kernel goal needs a [kernel] table")
     base = Path(goal.source_path).parent if goal.source_path else Path.cwd()
+    language = _language(goal, table, backend)
+    sources, source = _sources(table, base, language)
+    dims = _dims(goal, table)
+    _check_params(table, dims)
+    defines = _defines(table, dims)
+    args = _args(table, dims, base, goal)
+    spec = KernelSpec(entry=table.entry, language=language, source=source, source_name=sources[0],
+                      tune_params={k: list(v) for k, v in table.tune_params.items()},
+                      restrictions=list(table.restrictions), defines=defines, dims=dims, args=args,
+                      dtype=goal.dtype, deterministic=table.deterministic,
+                      compiler_options=list(table.compiler_options),
+                      recorded_space=table.recorded_space)
+    _outputs_check(spec, table, base, goal)
+    for k in ("flops", "bytes"):
+        text = getattr(table, k)
+        if text:
+            try:
+                expr.check(text, dims)
+            except expr.ExprError as exc:
+                raise _err(k, str(exc)) from None
+            setattr(spec, k, text)
+    if language == "cuda":
+        _cuda_geometry(spec, table, dims)
+    elif table.problem_size or table.grid_div_x or table.block_size_names:
+        raise _err("problem_size", "launch geometry is for CUDA kernels; a C kernel is called once")
+    _check_sizes(spec, goal)
+    return spec
+
+
+def _language(goal: Goal, table: KernelTable, backend: str) -> str:
+    """The kernel's language, which the backend must run; the goal fields custom kernels fix."""
     language = table.language or {"cpu": "c", "cuda": "cuda"}.get(backend, "")
     expected_language = {"cpu": "c", "cuda": "cuda"}.get(backend)
     if language not in ("c", "cuda") or language != expected_language:
@@ -272,6 +303,11 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         raise GoalError("dtype", f"custom kernels are verified in {' or '.join(OUTPUT_DTYPES)}")
     if goal.tolerance.rtol is not None or goal.tolerance.atol is not None:
         raise GoalError("tolerance", "custom kernels take rtol/atol per output, in [[kernel.args]]")
+    return language
+
+
+def _sources(table: KernelTable, base: Path, language: str) -> tuple[list[str], str]:
+    """The source files' names and their joined text, which must define the entry."""
     sources = table.source if isinstance(table.source, list) else [table.source] if table.source else []
     if not sources:
         raise _err("source", "name the kernel's source file, e.g. source = \"kernel.c\"")
@@ -285,6 +321,11 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         found = entry_names(source, language)
         raise _err("entry", f"no function {table.entry!r} in {', '.join(sources)}"
                    + (f"; it defines {', '.join(found)}" if found else ""))
+    return sources, source
+
+
+def _dims(goal: Goal, table: KernelTable) -> list[str]:
+    """The names of a shape's entries; every goal shape has one size per name."""
     if not goal.shapes:
         raise GoalError("shapes", "give at least one problem size, e.g. shapes = [[4096, 4096]]")
     dims = list(table.dims) or DEFAULT_DIMS.get(len(goal.shapes[0]), [])
@@ -294,6 +335,11 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         if len(s) != len(dims):
             raise GoalError(f"shapes[{i}]", f"has {len(s)} entries; kernel.dims names {len(dims)} "
                             f"({', '.join(dims)})")
+    return dims
+
+
+def _check_params(table: KernelTable, dims: list[str]) -> None:
+    """Tunable parameters, and restrictions that name only them and the dims."""
     params = table.tune_params
     if not params:
         raise _err("tune_params", "give at least one tunable parameter, e.g. block_size_x = [32, 64]")
@@ -306,6 +352,10 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
             compile_restriction(r, names)
         except RestrictionError as exc:
             raise _err(f"restrictions[{i}]", str(exc)) from None
+
+
+def _defines(table: KernelTable, dims: list[str]) -> dict[str, Any]:
+    """Fixed #defines: the table's (expressions of the dims) and -D compiler options."""
     defines: dict[str, Any] = {}
     for k, v in table.defines.items():
         if isinstance(v, str):
@@ -320,6 +370,11 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
             raise _err(f"compiler_options[{i}]", f"{opt!r}: only -DNAME=VALUE options are passed on "
                        "(the backend chooses optimisation and architecture flags)")
         defines[m.group(1)] = m.group(2) if m.group(2) is not None else 1
+    return defines
+
+
+def _args(table: KernelTable, dims: list[str], base: Path, goal: Goal) -> list[Arg]:
+    """The arguments in call order: names unique, at least one output."""
     npz: dict[Path, Any] = {}
     args = [_arg(i, raw, dims, base, goal, npz) for i, raw in enumerate(table.args)]
     if not args:
@@ -331,12 +386,13 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         seen.add(a.name)
     if not any(a.is_output for a in args):
         raise _err("args", "at least one argument must be an output (role = \"output\" or \"inout\")")
-    spec = KernelSpec(entry=table.entry, language=language, source=source, source_name=sources[0],
-                      tune_params={k: list(v) for k, v in params.items()},
-                      restrictions=list(table.restrictions), defines=defines, dims=dims, args=args,
-                      dtype=goal.dtype, deterministic=table.deterministic,
-                      compiler_options=list(table.compiler_options),
-                      recorded_space=table.recorded_space)
+    return args
+
+
+def _outputs_check(spec: KernelSpec, table: KernelTable, base: Path, goal: Goal) -> None:
+    """How the checked outputs are judged: one of a reference function, a reference kernel or
+    stored expected outputs (read into the spec)."""
+    args = spec.args
     checked = [a for a in args if a.is_output and a.check]
     given = [k for k in ("reference", "reference_source", "expected") if getattr(table, k)]
     if len(given) > 1:
@@ -365,21 +421,13 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
         raise _err("reference", "name a reference ('module.py:function'), a reference kernel "
                    "(reference_source = \"ref.c\") or expected outputs (expected = "
                    "\"outputs.npz\"), or set check = false on every output")
-    for k in ("flops", "bytes"):
-        text = getattr(table, k)
-        if text:
-            try:
-                expr.check(text, dims)
-            except expr.ExprError as exc:
-                raise _err(k, str(exc)) from None
-            setattr(spec, k, text)
-    if language == "cuda":
-        _cuda_geometry(spec, table, dims)
-    elif table.problem_size or table.grid_div_x or table.block_size_names:
-        raise _err("problem_size", "launch geometry is for CUDA kernels; a C kernel is called once")
-    for i, shape in enumerate(goal.shapes):  # every shape must give sizes that make sense
+
+
+def _check_sizes(spec: KernelSpec, goal: Goal) -> None:
+    """Every goal shape gives each argument positive sizes (and a file its number of values)."""
+    for i, shape in enumerate(goal.shapes):
         env = spec.dims_env(shape)
-        for j, a in enumerate(args):
+        for j, a in enumerate(spec.args):
             try:
                 sizes = [expr.as_int(s, env) for s in a.shape] if a.is_array else []
                 if a.role == "scalar":
@@ -391,7 +439,6 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
             if a.data is not None and int(np.prod(sizes)) != a.data.size:
                 raise _err(f"args[{j}].file", f"holds {a.data.size} values; the shape {sizes} "
                            f"needs {int(np.prod(sizes))}")
-    return spec
 
 
 def _cuda_geometry(spec: KernelSpec, table: KernelTable, dims: list[str]) -> None:
