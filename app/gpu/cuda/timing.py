@@ -221,6 +221,62 @@ class Timer:
         stream.synchronize()
         return graph, stream
 
+    def _runners(self, fns: dict[str, Callable[[], Any]], p: Protocol, graphable: tuple[str, ...],
+                 hook: Callable[[str], Any]) -> tuple[dict[str, Callable[[], Any]], dict[str, str],
+                                                      dict[str, int], dict[str, Any]]:
+        """What each function is timed as: its launch, or a CUDA graph of `reps` launches when
+        one launch is shorter than the protocol's graph threshold (and it may be captured):
+        (runners, modes, repetitions per sample, the graphs' streams)."""
+        runners: dict[str, Callable[[], Any]] = {}
+        modes: dict[str, str] = {}
+        reps_of: dict[str, int] = {}
+        streams: dict[str, Any] = {}
+        for name, fn in fns.items():
+            t = min(self.one_launch_ms(fn) for _ in range(3))
+            if t < p.graph_below_ms and name in graphable:
+                reps = max(2, min(1000, int(p.graph_target_ms / max(t, 1e-4))))
+                hook(name)
+                try:
+                    graph, stream = self.make_graph(fn, reps)
+                except Exception:  # noqa: BLE001 - some library calls cannot be captured: time them plainly
+                    runners[name], modes[name], reps_of[name] = fn, "events", 1
+                    continue
+                streams[name] = stream
+                runners[name] = (lambda g=graph, s=stream: g.launch(s))
+                modes[name], reps_of[name] = f"graph x{reps} (L2 warm after the first)", reps
+            else:
+                runners[name], modes[name], reps_of[name] = fn, "events", 1
+        return runners, modes, reps_of, streams
+
+    def _batch(self, runners: dict[str, Callable[[], Any]], streams: dict[str, Any], p: Protocol,
+               hook: Callable[[str], Any]) -> list[tuple[str, Any, Any]]:
+        """One batch of samples, interleaved: (name, start event, end event) per timed call,
+        each after the hook and an L2 flush (or a busy kernel), events not yet synchronised."""
+        cp = self.cp
+        batch: list[tuple[str, Any, Any]] = []
+        for _ in range(p.batch):
+            for name, run in runners.items():
+                stream = streams.get(name)
+                if stream is None:
+                    hook(name)
+                if p.cold_l2:
+                    self.flush()
+                else:
+                    self.busy()
+                start, end = cp.cuda.Event(), cp.cuda.Event()
+                if stream is not None:  # graph replays run on their own stream
+                    start.record(cp.cuda.get_current_stream())
+                    stream.wait_event(start)
+                    run()
+                    end.record(stream)
+                    cp.cuda.get_current_stream().wait_event(end)
+                else:
+                    start.record()
+                    run()
+                    end.record()
+                batch.append((name, start, end))
+        return batch
+
     def measure(self, fns: dict[str, Callable[[], Any]], protocol: Protocol | None = None,
                 graphable: tuple[str, ...] = ("candidate",),
                 before: Callable[[str], Any] | None = None) -> Measurement:
@@ -241,26 +297,7 @@ class Timer:
                 hook(name)
                 fn()
         cp.cuda.Device().synchronize()
-        runners: dict[str, Callable[[], Any]] = {}
-        modes: dict[str, str] = {}
-        reps_of: dict[str, int] = {}
-        streams: dict[str, Any] = {}
-        for name, fn in fns.items():
-            t = min(self.one_launch_ms(fn) for _ in range(3))
-            if t < p.graph_below_ms and name in graphable:
-                reps = max(2, min(1000, int(p.graph_target_ms / max(t, 1e-4))))
-                hook(name)
-                try:
-                    graph, stream = self.make_graph(fn, reps)
-                except Exception:  # noqa: BLE001 - some library calls cannot be captured: time them plainly
-                    runners[name], modes[name], reps_of[name] = fn, "events", 1
-                    continue
-                streams[name] = stream
-                runners[name] = (lambda g=graph, s=stream: g.launch(s))
-                modes[name], reps_of[name] = f"graph x{reps} (L2 warm after the first)", reps
-            else:
-                runners[name], modes[name], reps_of[name] = fn, "events", 1
-
+        runners, modes, reps_of, streams = self._runners(fns, p, graphable, hook)
         samples: dict[str, list[float]] = {n: [] for n in fns}
         rule = StopRule(p)
         discarded = 0
@@ -270,28 +307,7 @@ class Timer:
         kept_throttled = 0
         while True:
             before = self.throttle_snapshot()
-            batch: list[tuple[str, Any, Any]] = []
-            for _ in range(p.batch):
-                for name, run in runners.items():
-                    stream = streams.get(name)
-                    if stream is None:
-                        hook(name)
-                    if p.cold_l2:
-                        self.flush()
-                    else:
-                        self.busy()
-                    start, end = cp.cuda.Event(), cp.cuda.Event()
-                    if stream is not None:  # graph replays run on their own stream
-                        start.record(cp.cuda.get_current_stream())
-                        stream.wait_event(start)
-                        run()
-                        end.record(stream)
-                        cp.cuda.get_current_stream().wait_event(end)
-                    else:
-                        start.record()
-                        run()
-                        end.record()
-                    batch.append((name, start, end))
+            batch = self._batch(runners, streams, p, hook)
             cp.cuda.Device().synchronize()
             after = self.throttle_snapshot()
             reasons = throttled_between(before, after)
