@@ -33,8 +33,9 @@ class PlaybackMixin:
         rows = self.store().load_evaluations(run_id)
         summary, reason = live.summary_panel.summary, d.finished_reason
         title = live.title.text()
+        # the playback first: a narrow window elides the title's end
         live.show_run([], minimize=d.minimize, unit=live.unit,
-                      title=f"{title} — playing back at {per_second:g} evaluations/s",
+                      title=f"Playing back at {per_second:g} evaluations/s: {title}",
                       baseline=d.baseline, limit=d.limit, target=d.target, max_evals=d.max_evals,
                       baseline_name=d.baseline_name)
         live._running = True  # the x axis spans the budget while the points come in
