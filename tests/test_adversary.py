@@ -55,6 +55,7 @@ def sources(n_slow: int = 5) -> list[tuple[str, str]]:
 
 
 @needs_cc
+@pytest.mark.slow
 def test_the_adversary_dethrones_a_kernel_wrong_only_on_prime_rows(tmp_path, capsys):
     g = goal()
     store = Store(tmp_path / "history.sqlite")
@@ -98,6 +99,7 @@ def test_the_adversary_dethrones_a_kernel_wrong_only_on_prime_rows(tmp_path, cap
 
 
 @needs_cc
+@pytest.mark.slow
 def test_the_adversary_leaves_honest_kernels_alone():
     """No false alarm: rounds of crafted inputs against the honest template and a plain loop."""
     g = goal()

@@ -188,6 +188,7 @@ def test_a_blas_resolved_by_the_loader_is_refused(gemm):
     assert ev.reason == RESOURCE_LIMIT and "cblas_sgemm" in ev.detail, ev.detail
 
 
+@pytest.mark.slow
 def test_a_roof_cached_too_low_is_measured_again_before_anything_is_refused(tmp_path):
     """(f) A figure beyond the cached roof (here set absurdly low, as a roof cached on a loaded
     machine can be) is held to the roof measured again beside the candidate, and an honest

@@ -98,11 +98,13 @@ def test_ctrl_c_stops_a_replay_run_cleanly(tmp_path):
 
 
 @pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+@pytest.mark.slow
 def test_ctrl_c_stops_a_cpu_run_cleanly(tmp_path):
     _check_stopped_then_resume(*_ctrl_c_run(tmp_path, CPU_GOAL, after=3))
 
 
 @pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+@pytest.mark.slow
 def test_a_second_ctrl_c_quits_at_once(tmp_path):
     """While the first Ctrl-C waits for a slow evaluation in flight, a second one quits at
     once: exit 130, no traceback, what was committed is kept and the run resumes."""

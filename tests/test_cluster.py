@@ -100,6 +100,7 @@ def test_a_local_run_never_imports_ray(tmp_path):
     ("127.0.0.1:{port}", "no Ray cluster at 127.0.0.1:"),
     ("not an address", "is not \"auto\", \"host:port\""),
 ])
+@pytest.mark.slow
 def test_a_bad_address_gets_one_clear_line_quickly(tmp_path, address, says):
     goal = _goal_file(tmp_path, REPLAY_GOAL)
     t0 = time.monotonic()
@@ -127,6 +128,7 @@ def test_the_cluster_table_is_checked_and_kept(tmp_path):
 
 
 # ---- on the cluster -------------------------------------------------------------------------
+@pytest.mark.slow
 def test_devices_lists_the_clusters_nodes(ray_head):
     out = _cli("devices", "--cluster", ray_head, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -134,6 +136,7 @@ def test_devices_lists_the_clusters_nodes(ray_head):
     assert f"  {socket.gethostname()} (" in out.stdout and "): 2 CPU, no GPU" in out.stdout
 
 
+@pytest.mark.slow
 def test_a_replay_goal_runs_on_the_cluster(ray_head, tmp_path):
     goal = _goal_file(tmp_path, REPLAY_GOAL)
     db = tmp_path / "h.db"
@@ -147,6 +150,7 @@ def test_a_replay_goal_runs_on_the_cluster(ray_head, tmp_path):
         assert r["resources"]["device"] == "replay: NVIDIA GeForce RTX 3090"
 
 
+@pytest.mark.slow
 def test_a_cpu_goal_runs_on_the_cluster(ray_head, tmp_path):
     goal = _goal_file(tmp_path, 'name = "softmax on ray"\nbackend = "cpu"\noperator = "softmax"\n'
                       'shapes = [[16, 80]]\n[stop]\nmax_evals = 3\n[swarm]\nworkers = 1\n'
@@ -212,6 +216,7 @@ def _run_with_killer(ray_head, tmp_path, times: int, same_key: bool):
     return result, rows, killed
 
 
+@pytest.mark.slow
 def test_an_actor_killed_mid_run_loses_and_repeats_nothing(ray_head, tmp_path):
     result, rows, killed = _run_with_killer(ray_head, tmp_path, times=1, same_key=False)
     assert len(killed) == 1
@@ -221,6 +226,7 @@ def test_an_actor_killed_mid_run_loses_and_repeats_nothing(ray_head, tmp_path):
     assert again["reason"] != "crash" and "requeued_after" in again["resources"]
 
 
+@pytest.mark.slow
 def test_a_candidate_that_kills_two_workers_is_a_failed_candidate(ray_head, tmp_path):
     _, rows, killed = _run_with_killer(ray_head, tmp_path, times=2, same_key=True)
     assert killed == [killed[0]] * 2
@@ -323,6 +329,7 @@ finally:
 
 
 @pytest.mark.parametrize("fallback", ["local", "wait", "choose"])
+@pytest.mark.slow
 def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
     """Its own head (the module's stays up), killed mid-run: with fallback "local" the run
     finishes here; with "wait" it pauses until the head is back (4 s later), rejoins and
@@ -356,6 +363,7 @@ def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
 
 
 # ---- which actors a goal gets ------------------------------------------------------------------
+@pytest.mark.slow
 def test_actor_plans_follow_the_devices_and_never_mix_gpu_models():
     from app.cluster.connect import ClusterUnavailable
     from app.cluster.devices import NodeDevices, plan_actors

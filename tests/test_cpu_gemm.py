@@ -85,6 +85,7 @@ SHARE_B = {(0, 0, 1): 0, (1, 0, 2): 0}  # the others share the packed B block
 
 @pytest.mark.parametrize("isa", machine_isa_levels())
 @pytest.mark.parametrize("mr, nv, order, par, threads", CONFIGS)
+@pytest.mark.slow
 def test_every_simd_path_verifies_on_tail_shapes(tmp_path, isa, mr, nv, order, par, threads):
     if isa == AVX2 and mr * nv > 14:
         pytest.skip("the space keeps AVX2 micro-tiles within its 16 registers")
@@ -97,6 +98,7 @@ def test_every_simd_path_verifies_on_tail_shapes(tmp_path, isa, mr, nv, order, p
 
 
 @pytest.mark.parametrize("isa", machine_isa_levels())
+@pytest.mark.slow
 def test_default_blocking_verifies_past_one_block(tmp_path, isa):
     """The shipped block sizes on a shape crossing KC and MC with tails everywhere."""
     mr, nv = (12, 2) if isa == AVX512 else (6, 2)

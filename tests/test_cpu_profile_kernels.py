@@ -60,6 +60,7 @@ def relative_error(op, inputs, got) -> float:
 
 @pytest.mark.parametrize("path", list(PATHS))
 @pytest.mark.parametrize("operator", sorted(BRANCHES))
+@pytest.mark.slow
 def test_every_branch_is_correct_on_tails_on_every_isa_path(tmp_path, operator, path):
     op = get_operator("cpu", operator)
     shapes = TRANSPOSE_SHAPES if operator == "transpose" else TAIL_SHAPES

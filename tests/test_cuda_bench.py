@@ -151,6 +151,7 @@ def _bench_env(tmp_path) -> dict:
             "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
 
 
+@pytest.mark.slow
 def test_an_interrupted_benchmark_writes_its_partial_report(tmp_path):
     """SIGINT to the whole process group (what `timeout -s INT` in scripts/gpu-check sends) in
     the middle of the second kernel: the first kernel's row, the device and the interruption are

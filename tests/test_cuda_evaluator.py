@@ -102,6 +102,7 @@ def test_a_good_candidate_gets_time_bandwidth_and_speedup(evaluator):
     assert ev.metrics["speedup"] == pytest.approx(ev.metrics["baseline_ms"] / ev.time_ms)
 
 
+@pytest.mark.slow
 def test_faults_cost_one_worker_and_the_run_continues(evaluator):
     bad = evaluator.evaluate(cand(64, tpr=32))
     assert not bad.ok and bad.reason == VERIFY_FAILED and bad.failing_case["shape"]
@@ -113,6 +114,7 @@ def test_faults_cost_one_worker_and_the_run_continues(evaluator):
     assert evaluator.pool.workers[0].restarts >= 2
 
 
+@pytest.mark.slow
 def test_rejections_before_any_launch(evaluator, tmp_path):
     outside = Candidate(config={"THREADS": 100, "TPR": 32, "VEC": 8, "FAST_EXP": 1}, key="x")
     assert evaluator.evaluate(outside).reason == INVALID

@@ -100,6 +100,7 @@ def test_a_wrong_cuda_reference_field_is_named(tmp_path, edit, field, words):
     assert exc.value.field == field and words in str(exc.value)
 
 
+@pytest.mark.slow
 def test_a_broken_cuda_reference_is_one_line_from_the_real_cli(tmp_path):
     """No GPU here: the run compile-checks the reference in a worker before it looks for one.
     (With a GPU the same probe launches it, and the compile fails the same way.)"""

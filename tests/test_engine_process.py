@@ -82,6 +82,7 @@ def cpu_goal(max_evals: int) -> Goal:
 
 
 @pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+@pytest.mark.slow
 def test_a_cpu_goal_runs_in_the_engine_process(tmp_db):
     """The CPU backend starts worker processes of its own: the engine may not be a daemon."""
     engine = EngineProcess(cpu_goal(3), str(tmp_db), None)
@@ -222,6 +223,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.slow
 def test_the_window_process_exits_while_an_engine_runs(tmp_db, tmp_path):
     """multiprocessing joins non-daemon children at exit: the engine is stopped first, so the
     app's exit never hangs on a run, and the run is stored stopped."""

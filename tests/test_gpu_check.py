@@ -31,6 +31,7 @@ def default_sigint() -> None:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
+@pytest.mark.slow
 def test_dry_run_leaves_a_report_in_time(tmp_path):
     out = tmp_path / "out"
     t0 = time.monotonic()
@@ -72,6 +73,7 @@ def test_a_failed_must_have_stops_with_one_line_and_a_report(tmp_path):
 
 
 @pytest.mark.parametrize("sig,target", [(signal.SIGINT, "group"), (signal.SIGTERM, "script")])
+@pytest.mark.slow
 def test_a_signal_during_the_benchmark_still_writes_the_report(tmp_path, sig, target):
     """SIGINT to the whole group (a Ctrl-C) or SIGTERM to the script alone (a supervisor's time
     limit): the running stage is stopped with SIGINT, keeps its partial report, and REPORT.md

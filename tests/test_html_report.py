@@ -121,6 +121,7 @@ def test_paths_outside_the_goal_folder_keep_only_their_name():
 
 
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+@pytest.mark.slow
 def test_report_renders_in_headless_chromium(replay_run, tmp_path):
     db, run_id = replay_run
     out, shot = tmp_path / "report.html", tmp_path / "report.png"

@@ -48,6 +48,7 @@ def _threads(launch) -> int:
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.slow
 def test_recommended_configs_compile_without_spills(arch, tmp_path):
     pytest.importorskip("cupy_backends.cuda.libs.nvrtc")
     rows = compile_table(arch, tmp_path)
@@ -173,6 +174,7 @@ def test_stages_change_no_result(shape):
         assert all(np.array_equal(runs[0][k], other[k]) for k in runs[0])
 
 
+@pytest.mark.slow
 def test_the_gpu_benchmark_runs_through_the_harness_on_the_fake_cupy(monkeypatch, tmp_path, capsys):
     """bench/gpu_kda.py's GPU path (the product's harness in process, float64 checks, the timer)
     on the fake CuPy with the emulated kernels: what it prints and writes, without fla."""
@@ -315,6 +317,7 @@ def cpu_threads_library(config, shape, tmp_path):
 @pytest.mark.parametrize("config", [OP.recommended("bfloat16", GOAL)[1], OP.recommended("bfloat16", GOAL)[3],
                                     {"BT": 16, "NT": 128, "VT": 128, "FUSE_GATE": 0, "FUSE_OUTPUT": 1, "STAGES": 3}],
                          ids=["bt32-fused", "bt64-stages2", "bt16-gate-fused-stages3"])
+@pytest.mark.slow
 def test_the_cuda_source_on_cpu_threads_matches_the_recurrent_reference(config, tmp_path):
     """kda.cu compiled by g++ (a CPU thread per CUDA thread): an edge-length batch and packed
     sequences, cp.async landing late (wait_group) and early (issue), every output element written,

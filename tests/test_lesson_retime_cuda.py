@@ -82,6 +82,7 @@ def test_retime_pair_gives_both_kernels_figures_summed_over_the_goal_shapes(eval
     assert swapped["b"]["p90_ms"] < swapped["a"]["p10_ms"], swapped
 
 
+@pytest.mark.slow
 def test_a_wrong_crashing_hanging_or_broken_kernel_gives_no_figures(evaluator):
     # THREADS 64 writes only half its rows: caught by the check of what the timed calls wrote
     # (the worker does not verify again before timing)
@@ -113,6 +114,7 @@ def _close(rewrite: Evaluation, parent: Evaluation) -> tuple[Evaluation, Attempt
                           parent.p10_ms, parent.p90_ms, parent)
 
 
+@pytest.mark.slow
 def test_a_lesson_book_retimes_a_close_call_through_the_cuda_worker(evaluator):
     fast, slow = evaluator.evaluate(FAST), evaluator.evaluate(SLOW)
     assert fast.ok and slow.ok, (fast.detail, slow.detail)

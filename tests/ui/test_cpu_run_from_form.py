@@ -26,6 +26,7 @@ def _fill_cpu_goal(qtbot, form, name: str) -> None:
         box.setChecked(name_ == "explorer")
 
 
+@pytest.mark.slow
 def test_cpu_goal_runs_from_the_form(qtbot, window):
     window.device_label.setText("an earlier device")
     _fill_cpu_goal(qtbot, window.form, "cpu softmax from the form")
@@ -93,6 +94,7 @@ def _children(pid: int) -> list[int]:
         return []
 
 
+@pytest.mark.slow
 def test_closing_the_window_ends_the_engine_and_its_workers(qtbot, window):
     """The engine is no daemon any more: closing the window must still end it (and the CPU
     worker processes it started), with the run stored as stopped, resumable."""

@@ -97,6 +97,7 @@ def test_cuda_source_shows_the_launch_geometry(qtbot, tmp_path):
     assert [page.entry.itemText(i) for i in range(page.entry.count())] == ["first", "second"]
 
 
+@pytest.mark.slow
 def test_c_kernel_from_the_page_is_tuned_from_the_window(qtbot, window, tmp_path):
     page = open_custom_kernel_page(window)
     _fill(qtbot, page, tmp_path)

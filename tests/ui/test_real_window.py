@@ -45,6 +45,7 @@ def _not_blank(path: str) -> bool:
     return len(np.unique(pixels)) > 20  # a real window has text, lines and colours
 
 
+@pytest.mark.slow
 def test_replay_and_cpu_goals_run_in_the_real_window(x_display, tmp_path):
     env = {**os.environ, "DISPLAY": x_display, "QT_QPA_PLATFORM": "xcb"}
     proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "real_window.py"),
