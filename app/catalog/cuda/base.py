@@ -9,7 +9,6 @@ text is exactly what NVRTC compiles and what the candidate's key hashes.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -268,7 +267,3 @@ def largest_dividing_vec(cols: int, vec: int) -> int:
 
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
-
-
-def is_pow2(n: int) -> bool:
-    return n > 0 and (n & (n - 1)) == 0 and math.log2(n).is_integer()

@@ -20,10 +20,6 @@ class ExprError(ValueError):
     """An expression is malformed or names something unknown."""
 
 
-def names_in(text: str) -> set[str]:
-    return {n.id for n in ast.walk(_parse(text)) if isinstance(n, ast.Name)} - set(_FUNCS)
-
-
 def _parse(text: str) -> ast.Expression:
     try:
         return ast.parse(str(text).strip(), mode="eval")

@@ -164,19 +164,13 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
     """The peak measured on this machine with this compiler, from `cache_file` (default:
     default_file(); a file in the trusted directory or the cells' cache is used only with its
     MAC, as the memory roofs are) when fresh and intact; (roof, from_cache)."""
-    from app.gpu.cpu.memory_roof import _read  # the memory roofs' rule for which files need a MAC
+    from app.gpu.cpu.memory_roof import read_cached  # the memory roofs' rule for the MAC
     from app.gpu.trusted_cache import store_trusted
 
     cache_file = cache_file or default_file()
-    raw = None if refresh else _read(cache_file)
-    if raw is not None:
-        try:
-            data = json.loads(raw)
-            if data.get("key") == cache_key(identity) and \
-                    time.time() - data.get("measured_at", 0) < max_age_s:
-                return decode(data), True
-        except (ValueError, KeyError, TypeError, AttributeError):
-            pass  # a damaged cache is measured again
+    roof = None if refresh else read_cached(cache_file, cache_key(identity), max_age_s, decode)
+    if roof is not None:
+        return roof, True
     roof = measure(compiler)
     store_trusted(cache_file, encode(roof, identity))
     return roof, False

@@ -118,8 +118,7 @@ class CpuEvaluator(BackendEvaluator):
                                name=f"cpu-{self.op.name}-", programs=[host] if host else [])
         self._baselines: dict[str, Any] | None = None
         self._baseline_start_s = 0.0  # seconds the baselines' request spent starting the worker
-        self._roofs: memory_roof.Roofs | bool | None = None
-        self._peak: compute_roof.ComputeRoof | bool | None = None
+        self._roof: memory_roof.Roofs | compute_roof.ComputeRoof | bool | None = None
         self._roof_lock = threading.Lock()
         # GB/s the worker measured beside a candidate this run, by (level, threads): they only
         # ever raise the cached roofs (a cached roof may have been measured on a loaded machine)
@@ -131,33 +130,31 @@ class CpuEvaluator(BackendEvaluator):
     def candidate_key(self, config: dict[str, Any], source: str | None = None) -> str:
         return build_key(self.op, config, source if source is not None else self.template, self.tc)
 
-    def roofs(self) -> memory_roof.Roofs | None:
-        """The machine's L1/L2/L3/DRAM copy roofs (memory-bound operators only), measured by
-        our own probe in this process once per machine and compiler (app.gpu.cpu.memory_roof)."""
-        if not self.op.memory_bound or not self.settings.measure_roofs:
+    def _machine_roof(self) -> memory_roof.Roofs | compute_roof.ComputeRoof | None:
+        """The machine's roof for this operator, measured by our own probe in this process once
+        per machine and compiler and cached where no cell may write: the L1/L2/L3/DRAM copy
+        roofs (memory_roof) of a memory-bound operator, the FP32 peak at one and at every
+        thread (compute_roof) of a compute-bound one. None: roofs off, or not measurable."""
+        if not self.settings.measure_roofs:
             return None
+        module, path = ((memory_roof, self.settings.roof_file) if self.op.memory_bound
+                        else (compute_roof, self.settings.compute_roof_file))
         with self._roof_lock:
-            if self._roofs is None:
-                path = self.settings.roof_file or memory_roof.default_file()  # no cell may write it
+            if self._roof is None:
                 try:
-                    self._roofs, _ = memory_roof.cached(self.tc.compiler, self.tc.identity, path)
+                    self._roof, _ = module.cached(self.tc.compiler, self.tc.identity,
+                                                  path or module.default_file())
                 except (OSError, RuntimeError, ValueError) as exc:
-                    self._roofs, self.roof_error = False, str(exc)[:300]
-            return self._roofs or None
+                    self._roof, self.roof_error = False, str(exc)[:300]
+            return self._roof or None
+
+    def roofs(self) -> memory_roof.Roofs | None:
+        """The cache levels' copy roofs (memory-bound operators only)."""
+        return self._machine_roof() if self.op.memory_bound else None
 
     def peak(self) -> compute_roof.ComputeRoof | None:
-        """The machine's FP32 peak FLOP/s at one and at every thread (compute-bound operators
-        only), measured by our own probe once per machine and compiler (compute_roof)."""
-        if self.op.memory_bound or not self.settings.measure_roofs:
-            return None
-        with self._roof_lock:
-            if self._peak is None:
-                path = self.settings.compute_roof_file or compute_roof.default_file()
-                try:
-                    self._peak, _ = compute_roof.cached(self.tc.compiler, self.tc.identity, path)
-                except (OSError, RuntimeError, ValueError) as exc:
-                    self._peak, self.roof_error = False, str(exc)[:300]
-            return self._peak or None
+        """The FP32 peak at one and at every thread (compute-bound operators only)."""
+        return None if self.op.memory_bound else self._machine_roof()
 
     def kernel_threads(self, config: dict[str, Any], source: str | None = None) -> int:
         """The threads the kernel really runs, for its roof. A catalog template runs THREADS;
@@ -290,10 +287,6 @@ class CpuEvaluator(BackendEvaluator):
             # the C reference loop is timed once per run (interleaved with numpy): it can be
             # far too slow to time beside every candidate; `compare` times all three together
             ev.metrics["speedup_vs_c_reference"] = b["c_reference_ms"] / ev.time_ms
-
-    @staticmethod
-    def operator_of(name: str) -> CpuOperator:
-        return get_operator("cpu", name)
 
     def compare(self, candidate: Candidate | Evaluation) -> dict[str, float] | None:
         """Time a (verified) candidate, numpy and the plain C reference loop interleaved in one

@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -320,24 +321,32 @@ def _read(path: Path) -> bytes | None:
         return None
 
 
-def cached(compiler: str, identity: str, cache_file: Path | None = None,
-           max_age_s: float = ROOFS_MAX_AGE_S, refresh: bool = False) -> tuple[Roofs, bool]:
-    """The roofs measured on this machine with this compiler, from `cache_file` (default:
-    default_file()) when fresh and intact; (roofs, from_cache)."""
+def read_cached(path: Path, key: str, max_age_s: float, decode: Callable[[dict], Any]) -> Any:
+    """decode() of the cache file at `path` when it is intact (signed where it must be),
+    measured for `key` and younger than `max_age_s`; None otherwise (measure again)."""
     import json
 
-    from app.gpu.trusted_cache import store_trusted
-
-    cache_file = cache_file or default_file()
-    key = cache_key(identity)
-    raw = None if refresh else _read(cache_file)
+    raw = _read(path)
     if raw is not None:
         try:
             data = json.loads(raw)
             if data.get("key") == key and time.time() - data.get("measured_at", 0) < max_age_s:
-                return decode(data), True
+                return decode(data)
         except (ValueError, KeyError, TypeError, AttributeError):
             pass  # a damaged cache is measured again
+    return None
+
+
+def cached(compiler: str, identity: str, cache_file: Path | None = None,
+           max_age_s: float = ROOFS_MAX_AGE_S, refresh: bool = False) -> tuple[Roofs, bool]:
+    """The roofs measured on this machine with this compiler, from `cache_file` (default:
+    default_file()) when fresh and intact; (roofs, from_cache)."""
+    from app.gpu.trusted_cache import store_trusted
+
+    cache_file = cache_file or default_file()
+    roofs = None if refresh else read_cached(cache_file, cache_key(identity), max_age_s, decode)
+    if roofs is not None:
+        return roofs, True
     roofs = measure(compiler)
     store_trusted(cache_file, encode(roofs, identity))
     return roofs, False

@@ -9,7 +9,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from app.gpu.cuda.timing import ThrottleSnapshot, describe_reasons, throttle_reasons
+from app.gpu.cuda.timing import ThrottleSnapshot, throttle_reasons
 
 log = logging.getLogger(__name__)
 
@@ -54,16 +54,6 @@ def probe_driver() -> tuple[bool, str]:
         return False, f"no NVIDIA driver ({type(exc).__name__}: {exc})"
     gpus = ", ".join(f"{i}: {n if isinstance(n, str) else n.decode()}" for i, n in enumerate(names))
     return bool(names), f"driver {driver}; {gpus or 'no GPUs'}"
-
-
-def device_count() -> int:
-    mod, _ = nvml()
-    if mod is None:
-        return 0
-    try:
-        return int(mod.nvmlDeviceGetCount())
-    except Exception:  # noqa: BLE001 - NVML without devices
-        return 0
 
 
 def _handle(index: int) -> Any:
@@ -158,11 +148,6 @@ def read(index: int) -> dict[str, float]:
     out["clock_event_mask"] = float(mask)
     out["throttled"] = 1.0 if throttle_reasons(mask) else 0.0
     return out
-
-
-def reasons_text(reading: dict[str, float]) -> str:
-    mask = int(reading.get("clock_event_mask", 0))
-    return ", ".join(describe_reasons(mask)) or "none"
 
 
 def device_identity(index: int) -> dict[str, str]:
