@@ -17,7 +17,7 @@ def _load(tmp_path, text: str) -> Goal:
     return Goal.load(path)
 
 
-@pytest.mark.parametrize("table", sorted(SECTIONS))
+@pytest.mark.parametrize("table", [*sorted(SECTIONS), "cluster"])
 def test_an_unknown_key_names_the_file_and_the_key(tmp_path, table):
     with pytest.raises(GoalError) as err:
         _load(tmp_path, f"[{table}]\ncolour = 1\n")

@@ -14,6 +14,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 import tomli_w
 
+from app.core.cluster_settings import KNOWN as CLUSTER_KEYS
 from app.core.cluster_settings import check_cluster_table
 from app.core.errors import GoalError
 from app.goal.ranges import FIELDS
@@ -43,7 +44,7 @@ DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
 # [llm] and [cluster] stay plain tables here: their fields are judged where their settings
 # live (app.llm.settings through the agent registry, with the user's own settings and
 # spending limits; app.core.cluster_settings, shared with app.cluster), once per run.
-OPEN_TABLES = ("llm", "cluster")
+OPEN_TABLES = {"llm": (), "cluster": CLUSTER_KEYS}  # the keys known here; () none
 SECTIONS: dict[str, type[SubTable]] = {
     t.TABLE: t for t in (Objective, Target, StopRules, Tolerance, Constraints, SwarmSettings,
                          KernelTable)}
@@ -141,8 +142,8 @@ class Goal:
                                 f"{', '.join(sorted(top))}")
             if key in SECTIONS:
                 value = SECTIONS[key].from_table(value, where)
-            elif key in OPEN_TABLES and not isinstance(value, dict):
-                raise GoalError(key, f"must be a table, e.g. [{key}]{in_file(where)}")
+            elif key in OPEN_TABLES:
+                _open_table(key, value, where)
             kwargs[key] = value
         return cls(**kwargs)
 
@@ -174,6 +175,16 @@ class Goal:
         from app.paths import find_space
 
         return find_space(self.space, Path(self.source_path).parent if self.source_path else None)
+
+
+def _open_table(key: str, value: Any, where: str) -> None:
+    """[llm] and [cluster] on load: a table, and (where the keys are known here) no unknown key."""
+    if not isinstance(value, dict):
+        raise GoalError(key, f"must be a table, e.g. [{key}]{in_file(where)}")
+    known = OPEN_TABLES[key]
+    for k in value:
+        if known and k not in known:
+            raise GoalError(f"{key}.{k}", f"unknown field{in_file(where)}; known: {', '.join(known)}")
 
 
 def _drop_none(d: Any) -> Any:
