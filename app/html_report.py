@@ -115,13 +115,20 @@ class _Frame:
         return self.top + self.h + dy
 
 
-def _value_range(ranked: list[float], minimize: bool, refs: list[float]) -> tuple[float, float]:
+def _value_range(ranked: list[float], minimize: bool, baseline: float | None,
+                 limit: float | None) -> tuple[float, float]:
     """The bulk of the candidates (a few very slow ones would flatten the staircase that
-    matters) and the reference lines, padded; points beyond it sit on the edge as triangles."""
+    matters), the baseline, and the limit when it is near them (a roof 15× above every
+    result squeezed them into the bottom tenth), padded; points beyond sit on the edge as
+    triangles."""
     bulk = ranked[int(0.9 * (len(ranked) - 1))] if minimize else ranked[int(0.1 * (len(ranked) - 1))]
-    values = ([v for v in ranked if v <= bulk] if minimize else [v for v in ranked if v >= bulk]) + refs
+    values = ([v for v in ranked if v <= bulk] if minimize else [v for v in ranked if v >= bulk]) \
+        + ([baseline] if baseline else [])
     lo, hi = min(values), max(values)
-    pad = (hi - lo) * 0.05 or abs(hi) * 0.05 or 1.0
+    span = (hi - lo) or abs(hi) or 1.0
+    if limit and lo - span <= limit <= hi + span:
+        lo, hi = min(lo, limit), max(hi, limit)
+    pad = (hi - lo) * 0.08 or abs(hi) * 0.05 or 1.0  # room for a label beside an edge line
     return lo - pad, hi + pad
 
 
@@ -140,23 +147,33 @@ def _axes_svg(f: _Frame, unit: str) -> list[str]:
     return parts
 
 
-def _reference_svg(f: _Frame, unit: str, baseline: float | None, limit: float | None) -> list[str]:
+def _reference_svg(f: _Frame, unit: str, baseline: float | None, limit: float | None,
+                   minimize: bool) -> list[str]:
     """Baseline and limit as dashed lines, each labelled inside the plot at its own end (the
     baseline on the right, the limit on the left, so close values never print on top of each
-    other), above its line unless that is the top edge; a white halo keeps dots from
-    crossing the text."""
+    other) on the side of its line the results do not take (a faster time is under the
+    baseline, a higher throughput above it; nothing passes the limit) unless that side has no
+    room; a white halo keeps dots from crossing the text. A limit far beyond the results is
+    not drawn to scale (it flattened them to a line): its label says where it is."""
     parts = []
-    for label, value, dash, anchor, lx in (("baseline", baseline, "6 4", "end", f.left + f.w - 4),
-                                          ("limit", limit, "2 3", "start", f.left + 4)):
+    for label, value, dash, anchor, lx, above in (
+            ("baseline", baseline, "6 4", "end", f.left + f.w - 4, minimize),
+            ("limit", limit, "2 3", "start", f.left + 4, not minimize)):
         if not value:
             continue
+        text = f"{label} {_esc(format_value(value, unit))}"
+        if not f.lo <= value <= f.hi:  # off the range: named at the edge it lies beyond
+            edge = f.top + 13 if value > f.hi else f.top + f.h - 5
+            text += " (above the range shown)" if value > f.hi else " (below the range shown)"
+            parts.append(f"<text x='{lx}' y='{edge}' text-anchor='{anchor}' fill='#555'>{text}</text>")
+            continue
         ly = f.y(value)
-        ty = ly - 4 if ly - 16 > f.top else ly + 13
+        room_above, room_below = ly - 16 > f.top, ly + 16 < f.top + f.h
+        ty = ly - 4 if (above and room_above) or not room_below else ly + 13
         parts.append(f"<line x1='{f.left}' x2='{f.left + f.w}' y1='{ly:.1f}' y2='{ly:.1f}' "
                      f"stroke='#555' stroke-dasharray='{dash}'/>"
                      f"<text x='{lx}' y='{ty:.1f}' text-anchor='{anchor}' stroke='#fff' "
-                     f"stroke-width='3' paint-order='stroke'>{label} "
-                     f"{_esc(format_value(value, unit))}</text>")
+                     f"stroke-width='3' paint-order='stroke'>{text}</text>")
     return parts
 
 
@@ -225,7 +242,7 @@ def convergence_svg(evals: list[Evaluation], minimize: bool, unit: str,
     if not ok:
         return "<p class='note'>No correct candidate: nothing to plot.</p>"
     ranked = sorted(e.value for _, e in ok)
-    lo, hi = _value_range(ranked, minimize, [v for v in (baseline, limit) if v])
+    lo, hi = _value_range(ranked, minimize, baseline, limit)
     f = _Frame(len(evals), lo, hi, width, height)
     agents = sorted({e.agent for e in evals})
     colour = {a: agent_colour(a) for a in agents}
@@ -233,7 +250,7 @@ def convergence_svg(evals: list[Evaluation], minimize: bool, unit: str,
     return "".join([
         (f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
          f"viewBox='0 0 {width} {height}' role='img' aria-label='convergence'>"),
-        *_axes_svg(f, unit), *_reference_svg(f, unit, baseline, limit),
+        *_axes_svg(f, unit), *_reference_svg(f, unit, baseline, limit, minimize),
         *_points_svg(f, ok, colour, unit), _staircase_svg(f, ok, minimize),
         *_failures_svg(f, evals, clipped), *_legend_svg(f, agents, colour), "</svg>"])
 

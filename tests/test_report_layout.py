@@ -83,3 +83,35 @@ def test_one_roof_is_named_once_in_the_header():
     assert _hardware_head([(0.5, roof), (0.4, "DRAM roof 20 GB/s at 1 thread")]) is None
     assert roof in _hardware_cell((0.5, roof), False)
     assert "flag" in _hardware_cell((1.2, roof), True)  # above the roof stays flagged
+
+
+def _throughput_chart(limit: float) -> ET.Element:
+    evals = [Evaluation(key=f"k{i}", config={"i": i}, ok=True, value=v, agent="local")
+             for i, v in enumerate([1.58, 1.32, 0.40, 1.34, 0.98, 1.22, 2.02, 1.13])]
+    return ET.fromstring(convergence_svg(evals, False, "GB/s", 0.4623, limit))
+
+
+def test_a_far_roof_does_not_flatten_the_results():
+    """A transpose at 2 GB/s under a 28.9 GB/s roof: the results had the bottom tenth."""
+    root = _throughput_chart(28.9)
+    rect = root.find(f"{SVG}rect")
+    top, h = float(rect.get("y")), float(rect.get("height"))
+    ys = [float(c.get("cy")) for c in root.iter(f"{SVG}circle")]
+    assert max(ys) - min(ys) > 0.6 * h  # the results span most of the plot
+    texts = ["".join(t.itertext()) for t in root.iter(f"{SVG}text")]
+    assert "limit 28.9 GB/s (above the range shown)" in texts
+    dashed = [ln for ln in root.iter(f"{SVG}line") if ln.get("stroke-dasharray") == "2 3"]
+    assert dashed == []  # no limit line drawn off scale
+    near = _throughput_chart(2.5)  # a roof near the results is drawn to scale
+    assert [ln for ln in near.iter(f"{SVG}line") if ln.get("stroke-dasharray") == "2 3"]
+    assert top >= 0
+
+
+def test_labels_sit_on_the_side_results_do_not_take():
+    root = _throughput_chart(2.5)  # throughput: results above the baseline, under the limit
+    lines = {ln.get("stroke-dasharray"): float(ln.get("y1")) for ln in root.iter(f"{SVG}line")
+             if ln.get("stroke-dasharray")}
+    labels = {t.text.split()[0]: float(t.get("y")) for t in root.iter(f"{SVG}text")
+              if t.text and t.text.split()[0] in ("baseline", "limit")}
+    assert labels["baseline"] > lines["6 4"]  # under the baseline (SVG y grows downwards)
+    assert labels["limit"] < lines["2 3"]  # above the limit
