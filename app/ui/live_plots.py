@@ -112,8 +112,9 @@ class ConvergencePlot(pg.PlotWidget):
         item.setLabel("left", "objective")
         item.setLabel("bottom", "evaluations")
         item.getAxis("left").setWidth(AXIS_WIDTH)  # same as the failure strip: x axes line up
-        # twice pyqtgraph's padding: the limit's label below the lowest line still fits
-        item.getViewBox().setDefaultPadding(0.04)
+        # four times pyqtgraph's padding: a limit's label beside the lowest or the highest
+        # line still fits (a throughput's limit label above the top line was cut)
+        item.getViewBox().setDefaultPadding(0.08)
         for side in ("left", "bottom"):  # the unit is in the label: never 'ms (x0.001)'
             item.getAxis(side).enableAutoSIPrefix(False)
         # the legend in a row under the x axis, outside the data: no point and no reference
@@ -128,6 +129,9 @@ class ConvergencePlot(pg.PlotWidget):
         self._best = pg.PlotDataItem(name="best so far")
         self.addItem(self._best)
         self._lines: dict[str, pg.InfiniteLine] = {}
+        self._far: dict[str, pg.TextItem] = {}  # references off the range, named in a corner
+        self._note_fill = pg.mkBrush("#ffffffd0")  # the theme's background, see-through
+        item.getViewBox().sigResized.connect(lambda *_: self._place_far())
         self.use_time = False
         self.log_y = False
         self.drawn = 0  # rows of the RunData already on screen
@@ -162,6 +166,9 @@ class ConvergencePlot(pg.PlotWidget):
         return sum(len(c.data) for c in self._chunks)
 
     def draw(self, data: RunData, theme: PlotTheme) -> None:
+        fill = pg.mkColor(theme.background)
+        fill.setAlpha(208)
+        self._note_fill = pg.mkBrush(fill)
         n = len(data)
         if n < self.drawn:  # a new run in the same buffers: start over
             self.clear_points()
@@ -215,10 +222,15 @@ class ConvergencePlot(pg.PlotWidget):
         self.clear_points()
 
     def set_reference(self, name: str, value: float | None, color: str, label: str,
-                      below: bool = False) -> None:
-        """A dashed horizontal line at `value` with its label, above it or `below` it."""
+                      below: bool = False, near: tuple[float, float] | None = None) -> None:
+        """A dashed horizontal line at `value` with its label, above it or `below` it.
+        `near`: the results' lowest and highest value; a line farther from them than their
+        own spread is not drawn to scale (a 28.9 GB/s roof squeezed 0.4-2 GB/s results into
+        a flat line at the bottom): a note in the plot's corner names it instead."""
         line = self._lines.get(name)
-        if value is None or not math.isfinite(value) or (self.log_y and value <= 0):
+        far = self._far_text(value, label, near)
+        self._show_far(name, far, color)
+        if value is None or not math.isfinite(value) or (self.log_y and value <= 0) or far:
             if line is not None:
                 line.hide()
             return
@@ -238,6 +250,44 @@ class ConvergencePlot(pg.PlotWidget):
         line.setValue(math.log10(value) if self.log_y else value)
         line.show()
         line.label.updatePosition()  # the anchor, even when the value did not move
+
+    def _far_text(self, value: float | None, label: str, near: tuple[float, float] | None) -> str:
+        if value is None or near is None or not math.isfinite(value) or (self.log_y and value <= 0):
+            return ""
+        scale = (lambda v: math.log10(v)) if self.log_y else (lambda v: v)
+        if self.log_y and near[0] <= 0:
+            return ""
+        lo, hi, v = scale(near[0]), scale(near[1]), scale(value)
+        span = (hi - lo) or abs(hi) or 1.0
+        if v > hi + span:
+            return f"{label} ↑ off the plot, above"
+        return f"{label} ↓ off the plot, below" if v < lo - span else ""
+
+    def _show_far(self, name: str, text: str, color: str) -> None:
+        """A far reference named in a corner of the plot, the top one for a value above the
+        range, the bottom one below (where the best so far is not heading), on the plot's
+        background; in the view's pixels, so it takes no part in the range (a legend entry
+        this long widened the plot past its dock)."""
+        item = self._far.get(name)
+        if item is not None and item.toPlainText() == text:
+            return  # drawn already (this runs on every redraw)
+        self._far.pop(name, None)
+        if item is not None:
+            scene = item.scene()
+            item.setParentItem(None)
+            if scene is not None:
+                scene.removeItem(item)
+        if text:
+            item = self._far[name] = pg.TextItem(text, color=color, fill=self._note_fill)
+            item.setParentItem(self.getPlotItem().getViewBox())
+            self._place_far()
+
+    def _place_far(self) -> None:
+        box = self.getPlotItem().getViewBox().boundingRect()
+        for k, item in enumerate(self._far.values()):
+            below = "below" in item.toPlainText()
+            item.setAnchor((0, 1) if below else (0, 0))
+            item.setPos(4, box.height() - 2 - 18 * k if below else 2 + 18 * k)
 
     def clear_points(self) -> None:
         for chunk in self._chunks:
@@ -259,6 +309,8 @@ class ConvergencePlot(pg.PlotWidget):
         self._best.setData([], [])
         for line in self._lines.values():
             line.hide()
+        for name in list(self._far):
+            self._show_far(name, "", "")
 
 
 class FailureStrip(pg.PlotWidget):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtWidgets import (
     QButtonGroup,
@@ -374,9 +375,12 @@ class LiveView(QWidget):
         self.convergence.set_reference("target", d.target, theme.target,
                                        f"target {format_value(d.target, unit)}")
         # no time beats the limit and no throughput exceeds it: its label goes on that side
+        values = d.value.view()
+        near = (float(np.nanmin(values)), float(np.nanmax(values))) \
+            if len(values) and not np.isnan(values).all() else None
         self.convergence.set_reference("limit", d.limit, theme.limit,
                                        f"hardware limit {format_value(d.limit, unit)}",
-                                       below=d.minimize)
+                                       below=d.minimize, near=near)
         self._update_counters()
 
     def _update_counters(self) -> None:
