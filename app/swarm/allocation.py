@@ -11,7 +11,12 @@ judged leave-one-space-out on the recorded spaces (bench/README.md), none better
 "bandit" and its variants, discounted Thompson sampling over the agents (each agent's rewards
 per evaluation, discounted at every evaluation of the run so old evidence fades for all
 agents alike; a floor of the picks spread evenly), and "decay-paid", the decay rule with each
-agent's earned part weighed by its new bests per evaluation against the run's rate.
+agent's earned part weighed by its new bests per evaluation against the run's rate. Issue 33
+(an agent far below random alone keeping a large share) added, all measured and not adopted:
+"decay-strict" (only new bests earn), "decay-vs-explorer" (decay-paid against the explorer's
+rate: an agent improving less often than space-filling draws loses its earned part;
+"-floor": its floor part too) and "decay-vs-random" (a reward counts only above what a random
+proposal would earn against the run's results so far).
 
 Agents that pay for their proposals (LLM agents: tokens) report what they spent through
 `spend(agent)`; their reward is weighed by cost per improvement, relative to the other paying
@@ -227,13 +232,10 @@ ALLOCATORS: dict[str, Callable[..., _Allocator]] = {
     "bandit-mean": partial(BanditAllocator, matching=True, floor=0.5),
     "decay-paid-hard": partial(DecayAllocator, paid=0.05),
     "decay-strict": partial(DecayAllocator, near_credit=0.0),
-    "decay-near-tenth": partial(DecayAllocator, near_credit=0.4),
     "decay-vs-explorer": partial(DecayAllocator, paid=0.25, reference="explorer"),
     "decay-vs-explorer-floor": partial(DecayAllocator, paid=0.25, reference="explorer",
                                        floor_paid=0.5),
-    "decay-vs-random": partial(DecayAllocator, random_level=1.0),
-    "decay-vs-random2": partial(DecayAllocator, random_level=2.0),
-    "decay-vs-random-half": partial(DecayAllocator, random_level=0.5)}
+    "decay-vs-random": partial(DecayAllocator, random_level=1.0)}
 BudgetAllocator = DecayAllocator  # the policy the coordinator makes
 
 
