@@ -7,9 +7,12 @@ verification tolerance, the timing protocol as app.gpu.timed_slots/timing implem
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.goal import Goal
+
+if TYPE_CHECKING:
+    from app.catalog.protocol import Operator
 
 
 @dataclass
@@ -71,7 +74,6 @@ def kernel_spec(goal: Goal, params: list[str] | None = None, operator: Any = Non
     evaluator's own, resolved for its device (gemm on sm_90 is the wgmma template), when it is
     the goal's operator."""
     from app.catalog import get_operator
-    from app.catalog.protocol import Operator
 
     if goal.backend not in ("cpu", "cuda"):
         raise ValueError(f"LLM agents rewrite kernel source; the {goal.backend} backend has none "
@@ -167,13 +169,10 @@ def _shape(shape: list[int]) -> str:
     return "x".join(map(str, shape))
 
 
-def _unit(goal: Goal, op: Any) -> str:
+def _unit(goal: Goal, op: Operator) -> str:
     from app.core.units import objective_unit
 
-    bound = getattr(op, "memory_bound", None)
-    if bound is None:
-        bound = getattr(op, "throughput_unit", "") == "GB/s"
-    return objective_unit(goal.objective.metric, bool(bound))
+    return objective_unit(goal.objective.metric, op.memory_bound)
 
 
 def _c_call(op: Any, shape: list[int]) -> str:
