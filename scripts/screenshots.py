@@ -82,7 +82,7 @@ def fill_page(page, kernel: str, size: int, evals: int) -> None:
 
 
 def shoot_size(app: QApplication, out: Path, size: tuple[int, int], args) -> list[Path]:
-    from app.ui.custom_kernel import open_custom_kernel_page
+    from app.ui.goal_files import open_custom_kernel_page
     from app.ui.main_window import MainWindow
     from app.ui.theme import ThemeManager
 

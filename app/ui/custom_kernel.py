@@ -1,11 +1,10 @@
 """The "Your kernel" goal page: your own C or CUDA kernel as a goal, the Kernel Tuner way.
 
-The source (the entry offered from its functions, the arguments from the entry's parsed
-signature: app.ui.kernel_signature), tunable parameters as Python lists, restrictions checked as
-typed, the CUDA launch geometry, how outputs are checked. "Compile one configuration" compiles a
-sample in a subprocess (app.gpu.custom_reference.preview); "Save as TOML" writes the goal (its
-text previewed as you type); "Use in the window" hands it to the goal form and closes the page.
-Laid out wide, two columns of tables over the outputs: it fits a 1366x768 screen.
+The source (entry and arguments offered from its parsed signature: app.ui.kernel_signature),
+tunable parameters as Python lists, restrictions checked as typed, the CUDA launch geometry,
+how outputs are checked. "Compile one configuration" compiles a sample in a subprocess
+(app.gpu.custom_reference.preview); "Save as TOML" writes the goal (previewed as you type);
+"Use in the window" hands it to the goal form. Two columns of tables: it fits 1366x768.
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ class CustomKernelPage(QDialog):
     """Builds a custom-kernel goal; `goal_ready` carries it to the main window."""
 
     goal_ready = Signal(object)
+    saved = Signal(str)  # the goal file Save as TOML wrote: the window lists it in Recent goals
     preview_done = Signal(bool, str)
 
     def __init__(self, parent: QWidget | None = None) -> None:
@@ -68,6 +68,7 @@ class CustomKernelPage(QDialog):
         self._process: QProcess | None = None
         self._preview_goal: str = ""
         self._saved_dir: Path | None = None
+        self._saved: tuple[str, str] = ("", "")  # the last save: its path and TOML text
         self._cancelled = False
         install_wheel_guard()  # scrolling the tables never changes a role, dtype or fill
         left = self._goal_fields()
@@ -508,7 +509,8 @@ class CustomKernelPage(QDialog):
             return False
         path.write_text(goal_text(goal), encoding="utf-8")
         self._saved_dir = path.parent.resolve()
-        self.refresh_toml_preview()
+        self._saved = (str(path.resolve()), self.refresh_toml_preview())
+        self.saved.emit(self._saved[0])
         return True
 
     def _save_dialog(self) -> None:
@@ -519,6 +521,8 @@ class CustomKernelPage(QDialog):
     def use_goal(self) -> Goal | None:
         goal = self.checked_goal()
         if goal is not None:
+            if self._saved[0] and self.refresh_toml_preview() == self._saved[1]:
+                goal.source_path = self._saved[0]  # unchanged since saved: File > Save writes there
             self.goal_ready.emit(goal)
             self.close()  # the goal is in the window now
         return goal
@@ -587,13 +591,3 @@ class CustomKernelPage(QDialog):
             pass
         self.preview_done.emit(code == 0, text)
 
-
-def open_custom_kernel_page(window: Any) -> CustomKernelPage:
-    """The page beside the main window; its goal goes into the window's goal form."""
-    page = getattr(window, "_custom_kernel_page", None)
-    if page is None:
-        page = window._custom_kernel_page = CustomKernelPage(window)
-        page.goal_ready.connect(window.form.set_goal)
-    page.show()
-    page.raise_()
-    return page

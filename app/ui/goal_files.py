@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from PySide6.QtWidgets import QFileDialog, QMessageBox
 
 from app.goal import GoalError
 from app.paths import resources_dir
 from app.ui.goal_form import default_goal
+
+if TYPE_CHECKING:
+    from app.ui.custom_kernel import CustomKernelPage
 
 MAX_RECENT = 8
 
@@ -38,11 +42,10 @@ class GoalFilesMixin:
     def show_custom_kernel_page(self):
         """File > Your kernel…: the page beside the window. A goal it hands over that was
         saved to a file joins Recent goals, and File > Save writes back to that file."""
-        from app.ui.custom_kernel import open_custom_kernel_page
-
         page = open_custom_kernel_page(self)
         if page is not self._page_wired:  # once: the page is kept and shown again
             page.goal_ready.connect(lambda goal: self.remember_goal_file(goal.source_path))
+            page.saved.connect(self.remember_goal_file)
             self._page_wired = page
         return page
 
@@ -98,3 +101,16 @@ class GoalFilesMixin:
             return
         self._remember_goal(str(Path(path).resolve()))
         self.statusBar().showMessage(f"Saved {path}", 4000)
+
+
+def open_custom_kernel_page(window: Any) -> CustomKernelPage:
+    """The page beside the main window; its goal goes into the window's goal form."""
+    from app.ui.custom_kernel import CustomKernelPage  # loaded when first opened
+
+    page = getattr(window, "_custom_kernel_page", None)
+    if page is None:
+        page = window._custom_kernel_page = CustomKernelPage(window)
+        page.goal_ready.connect(window.form.set_goal)
+    page.show()
+    page.raise_()
+    return page

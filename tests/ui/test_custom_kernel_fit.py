@@ -10,7 +10,8 @@ from pathlib import Path
 from PySide6.QtWidgets import QAbstractItemView
 
 from app.paths import resources_dir
-from app.ui.custom_kernel import CustomKernelPage, open_custom_kernel_page
+from app.ui.custom_kernel import CustomKernelPage
+from app.ui.goal_files import open_custom_kernel_page
 from app.ui.kernel_signature import SignatureError, parse_signature
 
 CONV = resources_dir() / "goals" / "custom" / "conv2d_c"

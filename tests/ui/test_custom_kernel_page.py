@@ -14,7 +14,8 @@ from test_custom_kernel import REFERENCE_PY, SCALE_C
 from app.goal import Goal
 from app.session import check_goal
 from app.store import Store
-from app.ui.custom_kernel import CustomKernelPage, open_custom_kernel_page
+from app.ui.custom_kernel import CustomKernelPage
+from app.ui.goal_files import open_custom_kernel_page
 
 pytestmark = pytest.mark.skipif(not (shutil.which("gcc") or shutil.which("cc")), reason="needs a C compiler")
 

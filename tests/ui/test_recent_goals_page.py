@@ -1,12 +1,18 @@
-"""Recent goals after the new user's path (issue 32 item 7): a goal saved to a file and handed
+"""Recent goals after the new user's path: a goal saved to a file and handed
 to the window by the "Your kernel…" page (File > Your kernel…) joins File > Recent goals, and
 File > Save writes back to that file. File > Open and Save alone always lit the menu; the page's
 goals were the ones that left it greyed."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 from app.goal import Goal
 from app.ui.custom_kernel import CustomKernelPage
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+from screenshots import fill_page
 
 
 def _your_kernel_action(window):
@@ -49,3 +55,19 @@ def _example() -> str:
     from app.paths import resources_dir
 
     return str(resources_dir() / "goals" / "cpu_softmax.toml")
+
+
+def test_save_as_toml_then_use_lights_recent_goals(qtbot, window, tmp_path):
+    """The page's own Save as TOML… and Use in the window, no file written behind its back."""
+    _your_kernel_action(window).trigger()
+    page = window.findChild(CustomKernelPage)
+    fill_page(page, "pnpoly", 2000, 12)
+    saved = tmp_path / "my_pnpoly.toml"
+    assert page.save(saved)  # what Save as TOML… does with the name the user chose
+    assert window.recent_goals() == [str(saved.resolve())]
+    assert window.recent_menu.menuAction().isEnabled()
+    page.use_button.click()
+    assert window.form.source_path == str(saved.resolve())
+    window.form.name.setText("renamed in the window")
+    window.act_save.trigger()
+    assert Goal.load(saved).name == "renamed in the window"
