@@ -92,6 +92,13 @@ def imports_of(root: Path, path: Path, known: set[str]) -> list[tuple[int, str]]
             for line, name in found]
 
 
+def _imports(path: Path) -> set[str]:
+    """Every module one file of app/ imports (other tests' narrower checks use it)."""
+    root = next(p.parent for p in path.parents if p.name == "app")
+    known = {_module_name(root, p) for p in (root / "app").rglob("*.py")}
+    return {name for _, name in imports_of(root, path, known)}
+
+
 def violations(root: Path) -> list[str]:
     paths = sorted((root / "app").rglob("*.py"))
     known = {_module_name(root, p) for p in paths}
