@@ -57,7 +57,11 @@ def test_arguments_are_offered_from_the_signature(qtbot):
                     ("filter", "input", "float32", "w, h", "normal"),
                     ("w", "scalar", "int32", "w", "normal"), ("h", "scalar", "int32", "h", "normal")]
     assert not page.args.cellWidget(3, 4).isEnabled()  # a scalar has a value, not a fill
+    assert not page.args.cellWidget(0, 4).isEnabled()  # an output is overwritten: no fill
+    assert page.args.cellWidget(1, 4).isEnabled()
+    page.args.cellWidget(0, 1).setCurrentText("inout")  # read as well as written: filled
     assert page.args.cellWidget(0, 4).isEnabled()
+    page.args.cellWidget(0, 1).setCurrentText("output")
     page.args.item(0, 3).setText("h, w")  # the user's shape stays when the signature is read again
     page.args.cellWidget(1, 4).setCurrentText("uniform")
     assert page.args_from_signature(replace=True)
