@@ -112,6 +112,7 @@ def test_an_unknown_goal_gets_one_line(setup, capsys):
 
 
 @pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
+@pytest.mark.slow
 def test_a_stored_case_rechecks_warm_started_kernels(setup, tmp_path, capsys):
     """Run 1 (no adversary) keeps the planted kernel as its best; a user adds a case that
     breaks it; the resumed run re-checks the stored best against the goal's cases before it

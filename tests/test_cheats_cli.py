@@ -32,6 +32,7 @@ STATIC_CACHE = GOOD.replace("Idea: one exp per element, three simple passes",
     + "    if (x == seen) return;\n    seen = x;\n")
 
 
+@pytest.mark.slow
 def test_cheats_from_the_llm_are_rejected_through_the_cli(tmp_path):
     root = Path(__file__).resolve().parents[1]
     goal = Goal(name="cheats via cli", operator="softmax", backend="cpu", shapes=[[32, 700]],

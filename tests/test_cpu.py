@@ -64,6 +64,7 @@ def source(ev, text: str, key: str, config=None):
 
 
 @pytest.mark.parametrize("operator", sorted(TINY))
+@pytest.mark.slow
 def test_every_operator_compiles_verifies_and_is_timed(operator):
     with CpuEvaluator(goal(operator), settings=FAST) as ev:
         rng = random.Random(1)
@@ -132,6 +133,7 @@ def test_invalid_configuration_is_refused_without_running(transpose):
     assert not r.ok and r.reason == "invalid_config"
 
 
+@pytest.mark.slow
 def test_crash_and_hang_mid_run_then_successful_evaluations(transpose):
     outcomes = []
     for i, kernel in enumerate([None, "crash_transpose.c", None, "hang_transpose.c", None, None]):
@@ -150,6 +152,7 @@ def test_a_killed_worker_is_restarted(transpose):
     assert r.ok and transpose.pool.workers[0].pid != pid
 
 
+@pytest.mark.slow
 def test_workers_are_recycled():
     settings = dataclasses.replace(FAST, recycle_after=2)
     with CpuEvaluator(goal("transpose"), settings=settings) as ev:

@@ -147,6 +147,7 @@ def test_the_template_passes_the_preprocessor_checks_for_every_isa():
         assert problems == [], (isa, problems)
 
 
+@pytest.mark.slow
 def test_the_evaluator_runs_the_largest_blocks_end_to_end():
     """Biggest stack scratch the space allows, through the cascade's checks and verification."""
     settings = CpuSettings(

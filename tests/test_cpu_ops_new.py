@@ -38,6 +38,7 @@ def relative_error(op, inputs, got) -> float:
 
 
 @pytest.mark.parametrize("operator", sorted(SHAPES))
+@pytest.mark.slow
 def test_every_branch_verifies_through_the_evaluator(operator):
     goal = Goal(name=f"test {operator}", backend="cpu", operator=operator, shapes=[SHAPES[operator]])
     with CpuEvaluator(goal, settings=FAST) as ev:

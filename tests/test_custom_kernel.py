@@ -89,6 +89,7 @@ def _cli(capsys, *argv):
 
 
 @needs_cc
+@pytest.mark.slow
 def test_c_kernel_is_tuned_end_to_end_from_a_goal_file(capsys, tmp_path):
     goal = write_goal(tmp_path)
     assert len(GOAL_TOML.split("[stop]")[0].strip().splitlines()) <= 20  # "about fifteen lines"

@@ -84,6 +84,7 @@ def _stored(db: Path) -> tuple[dict, list]:
     return run, evaluations
 
 
+@pytest.mark.slow
 def test_a_new_users_c_kernel_is_tuned_by_the_kernelswarm_command(tmp_path):
     goal = _write(tmp_path)
     assert len(GOAL_TOML.strip().splitlines()) <= 15  # "a goal file of about fifteen lines"
@@ -98,6 +99,7 @@ def test_a_new_users_c_kernel_is_tuned_by_the_kernelswarm_command(tmp_path):
     assert goal.read_text() == GOAL_TOML  # the user's file is left as written
 
 
+@pytest.mark.slow
 def test_every_agent_works_on_the_users_kernel(tmp_path):
     """All agents in one real run. Which of them measures which of the nine configurations is a
     race, so: most search agents, the LLM agents asked with the user's kernel as the current
@@ -122,6 +124,7 @@ def test_every_agent_works_on_the_users_kernel(tmp_path):
     assert len({e.agent for e in evaluations} & set(AGENTS)) >= 2, [e.agent for e in evaluations]
 
 
+@pytest.mark.slow
 def test_the_llm_agents_rewrite_of_the_users_kernel_is_verified(tmp_path):
     from llm_server import ChatServer, Reply
 

@@ -15,6 +15,7 @@ from app.store import Store
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 
 
+@pytest.mark.slow
 def test_the_claimed_speedup_is_re_timed_interleaved(tmp_path):
     from app.core.events import RunFinished
     from app.run_summary import summarize_store

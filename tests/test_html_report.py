@@ -51,6 +51,7 @@ def test_cli_exports_a_readable_report(replay_run, tmp_path):
     assert "Best kernel" in page and "block_size_x" in page  # replay: the configuration
 
 
+@pytest.mark.slow
 def test_a_cpu_run_shows_the_kernel_that_ran(tmp_path):
     if shutil.which("cc") is None:
         pytest.skip("needs a C compiler")

@@ -447,6 +447,7 @@ def test_comments_in_a_stored_kernel_do_not_ride_into_prompts():
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None,
                     reason="needs a C compiler")
+@pytest.mark.slow
 def test_cli_trust_goal_endpoint_is_an_explicit_opt_in(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("KERNELSWARM_LLM_API_KEY", KEY)
     monkeypatch.setenv(APPROVED_ENV, "")  # restored after the test: approvals are per process

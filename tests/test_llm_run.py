@@ -94,6 +94,7 @@ def _run(goal: Goal, store: Store, server: ChatServer):
     return run_id, result, team
 
 
+@pytest.mark.slow
 def test_llm_kernel_wins_cheat_is_rejected_and_the_next_run_warm_starts(tmp_path, monkeypatch,
                                                                         caplog):
     caplog.set_level(logging.DEBUG)
@@ -163,6 +164,7 @@ def test_llm_kernel_wins_cheat_is_rejected_and_the_next_run_warm_starts(tmp_path
     assert KEY not in caplog.text and KEY[-8:] not in caplog.text
 
 
+@pytest.mark.slow
 def test_the_cli_exits_promptly_when_the_endpoint_trickles(tmp_path):
     """The real CLI, a real CPU run, LLM agents talking to a server that trickles headers one
     byte a second: the run ends at its evaluation budget and the process exits at once (the

@@ -67,6 +67,7 @@ SLOW_TEMPLATE = ["ONLINE == 1", "ACC == 1", "VEC == 4", "THREADS == 1", "EXP_IMP
 
 
 @pytest.mark.skipif(shutil.which("cc") is None and shutil.which("gcc") is None, reason="no cc")
+@pytest.mark.slow
 def test_a_declared_tunable_is_searched_in_the_same_run_and_the_tuned_structure_wins(monkeypatch):
     from llm_server import ChatServer, Reply
 

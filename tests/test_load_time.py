@@ -135,6 +135,7 @@ args = [
 """
 
 
+@pytest.mark.slow
 def test_a_colleagues_python_reference_cannot_poison_the_roofs_or_the_host(tmp_path):
     """Import-time code of a goal's Python reference runs in the worker: it rewrote
     cpu-roofs.json (99999 GB/s: the beyond-roof refusal off for every later run) and the

@@ -26,6 +26,7 @@ COPY = """
 }"""
 
 
+@pytest.mark.slow
 def test_stat_of_a_file_landlock_hides_reveals_nothing(transpose, outside):
     source = HEAD + f"""
 void ks_kernel(float *y, const float *x, long rows, long cols) {{

@@ -80,6 +80,7 @@ def softmax_throughput_run(tmp_path_factory):
     return goal, db, trace
 
 
+@pytest.mark.slow
 def test_memory_bound_throughput_is_gb_per_s_in_cli_export_and_trace(
         capsys, softmax_throughput_run, tmp_path):
     goal, db, trace = softmax_throughput_run

@@ -74,6 +74,7 @@ CUDA_GOALS = sorted(p for p in GOALS.glob("cuda_*.toml"))
 
 @pytest.mark.parametrize("path", CPU_GOALS, ids=lambda p: p.parent.name if p.name == "goal.toml"
                          else p.stem)
+@pytest.mark.slow
 def test_example_goal_verifies_with_the_families(path):
     goal = Goal.load(path)
     # the goal's own (large) shapes: the product's default deadline, not the suite's 2 s

@@ -61,6 +61,7 @@ def test_cpu_goal_runs_from_the_form(qtbot, window):
     assert stored == [ev.key for _, ev, _ in window.table.model.rows]
 
 
+@pytest.mark.slow
 def test_a_run_that_cannot_start_shows_why(qtbot, window):
     """The error reaches the window: the run title and the status bar say the run failed."""
     window.device_label.setText("an earlier device")
