@@ -26,7 +26,7 @@ def test_the_claimed_speedup_is_re_timed_interleaved(tmp_path):
         session = RunSession(goal, store=store)
         finished: list[RunFinished] = []
         session.bus.subscribe(lambda e: finished.append(e) if isinstance(e, RunFinished) else None)
-        start_baseline = session.coordinator.baseline_value
+        start_baseline = session.baseline_value
         result = session.run()
         run = store.get_run(session.run_id)
         reopened = summarize_store(store, session.run_id)

@@ -139,10 +139,6 @@ class Coordinator:
             run_id=run_id,
             revoke=self._revoke_for_case)
 
-    @property
-    def baseline_value(self) -> float | None:
-        return self.plan.baseline_value
-
     def _make_agent(self, name: str, seed: int) -> Agent:
         from app.swarm.agents import make_agent
 
