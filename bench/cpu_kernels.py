@@ -10,7 +10,7 @@ in a cache, one in DRAM; for GEMM 256^3, 1024^3 and 2048^3) at that thread count
 interleaved in this process (each contestant after the other's threads sleep, see
 TimingSettings.settle_s) with numpy, the plain C reference loop (skipped where it would take
 seconds per call) and, for memory-bound operators, compared with the measured bandwidth roof of
-the level the working set lives in (app.gpu.cpu_roof). numpy's BLAS is limited to the same
+the level the working set lives in (app.gpu.cpu.memory_roof). numpy's BLAS is limited to the same
 thread count with threadpoolctl, and which OpenBLAS kernel runs is printed.
 OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE are removed from this command's environment (it re-executes
 itself without them), so OpenBLAS picks its kernel for this CPU as a user's numpy would.

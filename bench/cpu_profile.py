@@ -19,7 +19,7 @@ This VM exposes no hardware performance counters (`perf stat -e cycles,instructi
 2. **in-core ceiling**: the kernel as the backend builds it (-march=native, AVX-512 where the
    configuration asks), 1 thread, on working sets that fit the L1 (16 KB) and the L2 (512 KB),
    in bytes per second with the same byte count the roof uses (op.bytes_moved), next to the
-   copy probe of app/gpu/cpu_roof.py on the same working set, measured interleaved. If the
+   copy probe of app/gpu/cpu/memory_roof.py on the same working set, measured interleaved. If the
    ceiling is below a level's roof, the kernel is compute-bound there: no memory tuning brings
    it to 90% of that roof.
 3. **DRAM**: the kernel and the copy probe on the 512 MB working set of bench/cpu_kernels.py,
@@ -338,7 +338,7 @@ class Kernel:
 
 
 class Copy:
-    """The roof's copy probe (app.gpu.cpu_roof) over a working set of `nbytes` (src + dst)."""
+    """The roof's copy probe (app.gpu.cpu.memory_roof) over a working set of `nbytes` (src + dst)."""
 
     def __init__(self, probe: ctypes.CDLL, nbytes: float, threads: int) -> None:
         self.n = max(1024, int(nbytes) // 8)

@@ -2,7 +2,7 @@
 
 CPU: the model, cores, the data caches (sysfs, as the memory roof probe reads them), and the
 measured figures when the run has them (per-level copy bandwidth and the FP32
-peak, from app.gpu.cpu_roof / app.gpu.cpu.compute_roof). CUDA: the device's resources from a
+peak, from app.gpu.cpu.memory_roof / app.gpu.cpu.compute_roof). CUDA: the device's resources from a
 table by name and compute capability, as KernelBench does (SMs, shared memory and registers per
 SM and per block, L2, HBM bandwidth, peak TFLOP/s per dtype from app.gpu.cuda.roofline), the
 measured copy bandwidth, the NVRTC options and the target arch.
