@@ -18,8 +18,8 @@ charged the worst valid time. 0 is random search, 1 finds the optimum every time
 averaged over budgets and spaces.
 
 Extra strategy names for diagnosis: `swarm-AGENT` runs the coordinator with that agent alone,
-`swarm~AGENT` the swarm without that agent; `swarm+check` (or `+check0.2`, `swarm-model+check`)
-turns on the model agent's predictive check (app/swarm/agents/model_check.py).
+`swarm~AGENT` the swarm without that agent; `swarm+nocheck` (`swarm-model+nocheck`) turns the
+model agent's predictive check off (app/swarm/agents/model_check.py), `+check0.2` sets its bar.
 `--kt-cache FILE` keeps Kernel Tuner's results (JSON lines) so a rerun only redoes the swarm.
 `--ablation` runs every agent alone too and compares the swarm with the virtual best agent;
 `--transfer` runs the swarm cold and warm-started from a sibling space (the same kernel on
@@ -149,7 +149,7 @@ def run_swarm(task: Task) -> dict[int, float | None]:
     from app.swarm.plan import RunPlan
 
     strategy, _, policy = task.strategy.partition("@")  # swarm@POLICY: another allocation policy
-    strategy, _, option = strategy.partition("+")  # +check[X]: the model agent's predictive check
+    strategy, _, option = strategy.partition("+")  # +checkX / +nocheck: the model's check
     strategy, _, without = strategy.partition("~")  # swarm~AGENT: the swarm without that agent
     agents = ([a for a in AGENT_NAMES if a != without] if strategy == "swarm"
               else [strategy.split("-", 1)[1]])
@@ -167,8 +167,9 @@ def run_swarm(task: Task) -> dict[int, float | None]:
     coordinator = Coordinator(evaluator.space, evaluator, RunPlan(agents=agents, minimize=True,
                               max_evals=task.budget, workers=1, seed=task.seed,
                               transfer=transfer))
-    if option.startswith("check") and "model" in coordinator.agents:
-        coordinator.agents["model"].check_predictive(float(option[5:] or 0.0))
+    if option and "model" in coordinator.agents:  # before the run: the check scores in order
+        coordinator.agents["model"].check_predictive(
+            None if option == "nocheck" else _threshold(option[5:]))
     if policy:  # the coordinator reads its allocator at every pick: swap it before the run
         from app.swarm.allocation import make_allocator
 
@@ -358,7 +359,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
     known = {"swarm", *(f"swarm-{a}" for a in AGENT_NAMES), *KT_STRATEGIES,
              *(f"swarm@{p}" for p in ALLOCATORS), *(f"swarm~{a}" for a in AGENT_NAMES)}
-    known |= {f"{s}+check" for s in ("swarm", "swarm-model")}
+    known |= {f"{s}+{o}" for s in ("swarm", "swarm-model") for o in ("check", "nocheck")}
     checked = [s for s in args.strategies if "+check" in s]  # +checkX: yields below X
     known |= {s for s in checked if _threshold(s.split("+check", 1)[1].split("@")[0]) is not None
               and s.split("+check")[0] in ("swarm", "swarm-model")}

@@ -1,10 +1,11 @@
 """An agent whose model is no better than chance on this space need not keep a large share of
 the run (issue 33): the optuna TPE agent alone scores below random search on convolution_MI250X
 (P -1.98 at 200 evaluations) yet took about 44 of 200 evaluations in the swarm. With its
-predictive check on (`ModelAgent.check_predictive`; `swarm+check` in the search bench; off by
-default, see bench/README.md) it yields its turns where its density ratio does not rank the
-run's own results, and keeps them where it does (gemm_RTX_3090). Real recorded spaces through
-the replay evaluator, the real coordinator and allocator."""
+predictive check (`ModelAgent.check_predictive`, on by default at a rank correlation of 0;
+these tests use the stricter bar 0.2, `swarm+check0.2` in the search bench, whose effect shows
+within 120 evaluations) it yields its turns where its density ratio does not rank the run's own
+results, and keeps them where it does (gemm_RTX_3090). Real recorded spaces through the replay
+evaluator, the real coordinator and allocator."""
 
 from __future__ import annotations
 
@@ -49,6 +50,14 @@ def test_a_model_no_better_than_chance_here_yields_its_share():
     assert late["model"] < 0.08 * len(runs) * BUDGET / 2, late
     for agent in ("explorer", "local", "evolution"):  # its turns went to the others
         assert took[agent] >= len(runs) * BUDGET / 8, took
+
+
+def test_the_swarm_s_model_agent_checks_by_default():
+    evaluator = ReplayEvaluator(load_cache_file(SPACES / "pnpoly_RTX_3090.json.gz"),
+                                simulate_time=False)
+    assert ModelAgent(evaluator.space, random.Random(0)).check is not None
+    unchecked = ModelAgent(evaluator.space, random.Random(0), check=None)
+    assert unchecked.check is None
 
 
 def test_a_predictive_model_keeps_its_share():

@@ -7,10 +7,12 @@ values keep their order. Failed configurations are told as infeasible trials (a 
 constraint): TPE puts them in its "bad" density, so failing regions are avoided without a
 made-up objective value distorting the good ones.
 
-With `check_predictive()` (off by default: judged leave-one-space-out it did not pay, see
-bench/README.md), where the model does not rank this run's own results better than chance
-(model_check) the agent yields its turns: its suggestions would be no better than random
-draws, only more clustered.
+Where the model ranks this run's own results no better than chance (model_check: a TPE-style
+density ratio against the results, rank correlation below 0 over the latest 40), the agent
+yields its turns to the others: its suggestions would be no better than random draws, only
+more clustered (alone on convolution_MI250X the unchecked agent ended far below random search).
+Judged leave-one-space-out this is neutral on the swarm's P and halves the agent's share where
+its model does not predict (bench/README.md, issue 33); `check_predictive(None)` turns it off.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class ModelAgent(Agent):
     strategy = "model-guided (optuna multivariate TPE over all evidence)"
 
     def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True,
-                 n_startup: int = 10) -> None:
+                 n_startup: int = 10, check: float | None = MIN_CORRELATION) -> None:
         super().__init__(space, rng, minimize)
         self.names = free_params(space)
         self.dists = {n: IntDistribution(0, len(space.params[n]) - 1) for n in self.names}
@@ -51,12 +53,13 @@ class ModelAgent(Agent):
         self._synced = 0  # how many of the board's evaluations the study has seen
         self._worst: float | None = None
         self.check: PredictiveCheck | None = None
+        self.check_predictive(check)
 
-    def check_predictive(self, min_correlation: float = MIN_CORRELATION) -> None:
-        """From now on, yield turns while the model ranks the run's results no better than
-        min_correlation (call before the run: the check scores every result in order)."""
-        if self.names:
-            self.check = PredictiveCheck(Positions(self.space), self.minimize, min_correlation)
+    def check_predictive(self, min_correlation: float | None = MIN_CORRELATION) -> None:
+        """Yield turns while the model ranks the run's results below min_correlation (None:
+        never). Set before the run: the check scores every result in order."""
+        self.check = (PredictiveCheck(Positions(self.space), self.minimize, min_correlation)
+                      if self.names and min_correlation is not None else None)
 
     def _tell(self, e: Evaluation) -> None:
         params = {n: self.space.params[n].index(e.config[n]) for n in self.names}
