@@ -38,7 +38,7 @@ from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
 from app.swarm.adversary_driver import DEFAULT_SHARE, AdversaryDriver
 from app.swarm.agents.base import Agent
-from app.swarm.allocation import BudgetAllocator
+from app.swarm.allocation import IMPROVEMENT_REWARD, NEAR_REWARD, BudgetAllocator
 from app.swarm.blackboard import Blackboard
 from app.swarm.lessons import FailureTally, LessonBook, good_regions
 from app.swarm.plan import RunPlan
@@ -494,12 +494,12 @@ class Coordinator:
         top of everything measured so far (its quality, not just its luck of timing), none
         for a failure or an ordinary result."""
         if improved:
-            return 1.0
+            return IMPROVEMENT_REWARD
         if not evaluation.ok or evaluation.value is None:
             return 0.0
         threshold = self.board.rank_threshold(max(3, len(self.board) // 10))
         if threshold is not None and not self.board.better(threshold, evaluation.value):
-            return 0.25  # in the top decile, without beating the best
+            return NEAR_REWARD  # in the top decile, without beating the best
         return 0.0
 
     def _distil_lessons(self) -> None:
