@@ -504,6 +504,7 @@ class CandidateTable(QWidget):
 
         self._pending: list[tuple[int, Evaluation, float]] = []
         self.backend: str | None = None  # the run's, from reset
+        self._run_shown = False  # no run yet: the goal form's backend decides (follow_form)
         self._timer = QTimer(self)
         self._timer.setInterval(400)  # a table needs no more than a few updates a second
         self._timer.timeout.connect(self._tick)
@@ -521,11 +522,21 @@ class CandidateTable(QWidget):
         backend (None: not known, shown)."""
         self._pending.clear()
         self.backend = backend
-        for col in RESOURCE_COLUMNS:
-            self.view.setColumnHidden(col, backend not in (None, "cuda"))
+        self._run_shown = True  # the run's backend decides the columns from now on
+        self._show_resources(backend)
         self.model.reset(**kwargs)
         self.count.setText("0 candidates")
         self._update_devices()
+
+    def _show_resources(self, backend: str | None) -> None:
+        for col in RESOURCE_COLUMNS:
+            self.view.setColumnHidden(col, backend not in (None, "cuda"))
+
+    def follow_form(self, backend: str | None) -> None:
+        """Before any run the empty table's columns follow the goal form's backend; once a
+        run is started or reopened, that run's backend wins."""
+        if not self._run_shown:
+            self._show_resources(backend)
 
     def add(self, rows: list[tuple[int, Evaluation, float]]) -> None:
         self._pending.extend(rows)

@@ -89,6 +89,7 @@ class GoalForm(QWidget):
 
     validityChanged = Signal(bool)
     goalEdited = Signal()
+    backendChanged = Signal(str)  # the backend chosen (the empty candidate table follows it)
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -389,7 +390,13 @@ class GoalForm(QWidget):
         if clock is not None:
             clock.parentWidget().layout().setRowVisible(clock, spec.simulated_clock)
         self.device.setEnabled(spec.selects_device)
+        self.backendChanged.emit(backend)
         self._edited()
+
+    def watch_backend(self, slot) -> None:
+        """Call `slot(backend)` now and whenever the form's backend changes."""
+        self.backendChanged.connect(slot)
+        slot(self.backend.currentData())
 
     def _target_kind_changed(self, *_args) -> None:
         kind = self.target_kind.currentData()

@@ -315,6 +315,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         c.failed.connect(self._on_failed)
         c.stateChanged.connect(self._on_state)
         self.form.validityChanged.connect(lambda _ok: self._update_actions())
+        self.form.watch_backend(self.table.follow_form)  # the empty table's columns, before a run
         self.table.selected.connect(self.detail.show_evaluation)
         self.history.openRun.connect(self.open_run)
         self.history.compareRuns.connect(self.compare_runs)
