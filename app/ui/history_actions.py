@@ -53,7 +53,7 @@ class HistoryActionsMixin:
                            target=target_value(goal, baseline, limit),
                            max_evals=goal.stop.max_evals, reason=run.get("reason") or run["status"],
                            baseline_name=(run.get("device") or {}).get("baseline", ""),
-                           summary=self.run_summary(run_id))
+                           summary=self.run_summary(run_id), credits=run.get("credits"))
         self.table.reset(backend=goal.backend, minimize=bool(run["minimize"]), baseline=baseline,
                          limit=limit, unit=unit, param_order=parameter_order(goal))
         self.table.model.set_references(baseline, limit, (run.get("device") or {}).get("baseline", ""))

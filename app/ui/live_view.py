@@ -57,6 +57,13 @@ def budget_text(n: int, max_evals: int | None, elapsed_s: float, time_budget_s: 
     return " · ".join(parts)
 
 
+def time_shares(credits: dict) -> dict[str, tuple[float, int]]:
+    """Agents whose share is of the run's time (the adversary), from AgentCredit's credits:
+    name -> (% of the run's time, validation cases found). Live and reopened runs alike."""
+    return {a: (100.0 * float(c.get("time_share", 0.0)), int(c.get("cases", 0)))
+            for a, c in credits.items() if isinstance(c, dict) and c.get("time_budget")}
+
+
 class LiveView(QWidget):
     """The run dashboard. Feed it through `start_run` / `on_*` slots (connected to the bridge),
     or show a stored run with `show_run`."""
@@ -257,8 +264,7 @@ class LiveView(QWidget):
     def on_credit(self, ev: AgentCredit) -> None:
         # the chart derives shares from the evaluations themselves (same for past runs); an
         # agent whose share is of the run's time (the adversary) reports it here
-        shares = {a: (100.0 * float(c.get("time_share", 0.0)), int(c.get("cases", 0)))
-                  for a, c in ev.credits.items() if c.get("time_budget")}
+        shares = time_shares(ev.credits)
         if shares != self.data.time_shares:
             self.data.time_shares = shares
             self.data.version += 1
@@ -277,9 +283,11 @@ class LiveView(QWidget):
                  baseline: float | None = None, limit: float | None = None,
                  target: float | None = None, max_evals: int | None = None,
                  reason: str | None = None, baseline_name: str = "",
-                 summary: RunSummary | None = None) -> None:
-        """Draw a stored run (from the history)."""
+                 summary: RunSummary | None = None, credits: dict | None = None) -> None:
+        """Draw a stored run (from the history); `credits` are the run's stored AgentCredit
+        (the adversary's row comes from them, as it did live)."""
         self.reset(minimize=minimize, title=title, unit=unit)
+        self.data.time_shares = time_shares(credits or {})
         self.data.baseline, self.data.limit, self.data.target = baseline, limit, target
         self.data.baseline_name = baseline_name
         self.data.max_evals = max_evals

@@ -38,6 +38,7 @@ class PlaybackMixin:
                       title=f"Playing back at {per_second:g} evaluations/s: {title}",
                       baseline=d.baseline, limit=d.limit, target=d.target, max_evals=d.max_evals,
                       baseline_name=d.baseline_name)
+        live.data.time_shares = d.time_shares  # the adversary's row stays (not in the rows)
         live._running = True  # the x axis spans the budget while the points come in
         live._fix_x_range()
         self.table.reset(backend=self.table.backend, minimize=d.minimize, baseline=d.baseline,
@@ -60,7 +61,8 @@ class PlaybackMixin:
                 live.show_summary(summary)
                 live._running = False
                 live._fix_x_range()
-                live.redraw()
+                live.data.version += 1  # drawn whole once more: the agent chart is throttled
+                live.redraw()           # while running, and the last tick may have been drawn
 
         timer = self._playback_timer = QTimer(self)
         timer.setInterval(interval)
