@@ -185,6 +185,7 @@ def test_off_by_one_is_caught_at_an_edge_shape():
     assert "NaN" in case["problem"]
 
 
+@pytest.mark.slow
 def test_validation_set_grows_in_sqlite_and_is_reused(tmp_db):
     from app.store import Store
 
@@ -208,6 +209,7 @@ def test_validation_set_grows_in_sqlite_and_is_reused(tmp_db):
     assert honest.ok and "checks passed" in next(s.detail for s in honest.stages if s.name == "verify")
 
 
+@pytest.mark.slow
 def test_a_swarm_run_on_a_cpu_goal(tmp_db):
     from app.session import RunSession
     from app.store import Store

@@ -61,6 +61,7 @@ def with_state(name):
 
 
 @pytest.mark.parametrize("name", sorted(STATE))
+@pytest.mark.slow
 def test_global_device_state_is_refused_by_what_ptxas_reports(worker, tmp_path, name):
     fake_cupy.EMULATIONS["softmax"] = fake_cupy.softmax_emulation(DTYPE)
     ev = evaluate(worker, request(tmp_path, with_state(name)))

@@ -178,6 +178,7 @@ def test_a_failing_compile_in_the_worker_is_compile_failed_with_the_log(evaluato
     assert [s.name for s in broken.stages if s.name not in ENGINE_STAGES] == ["static_check", "compile"]
 
 
+@pytest.mark.slow
 def test_a_compiled_best_baseline_is_measured_in_its_own_cell_and_anchors_the_speedup():
     """Compiled baselines (Triton, torch.compile) run in a trusted cell of kind "baseline",
     never in the sealed cell; the candidate is timed against the fastest baseline the sealed

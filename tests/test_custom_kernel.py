@@ -359,6 +359,7 @@ def test_short_toml_of_a_custom_goal_round_trips():
 
 
 @needs_cc
+@pytest.mark.slow
 def test_llm_agent_rewrites_the_users_c_kernel(tmp_path, monkeypatch):
     """A scripted chat server answers with a rewrite of the user's kernel: the prompt carries the
     user's source, the rewrite goes through the real cascade and is verified against the

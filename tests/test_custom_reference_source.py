@@ -82,6 +82,7 @@ def _cli(capsys, *argv):
     return rc, out, err
 
 
+@pytest.mark.slow
 def test_c_goal_with_a_reference_kernel_tunes_end_to_end_from_the_cli(capsys, tmp_path):
     goal = write_goal(tmp_path)
     rc, out, err = _cli(capsys, "run", goal, "--db", tmp_path / "h.sqlite", "--quiet")
@@ -90,6 +91,7 @@ def test_c_goal_with_a_reference_kernel_tunes_end_to_end_from_the_cli(capsys, tm
     assert "UNROLL=" in out
 
 
+@pytest.mark.slow
 def test_a_wrong_kernel_fails_verification_against_the_reference_kernel(tmp_path):
     from app.gpu.cpu import CpuEvaluator
 

@@ -47,6 +47,7 @@ def test_the_claimed_speedup_is_re_timed_interleaved(tmp_path):
     assert "re-timed interleaved at the end" in reopened.speedup_basis
 
 
+@pytest.mark.slow
 def test_the_compiler_command_is_recorded_without_paths(tmp_path):
     from app.core.types import Candidate
     from app.gpu.cpu import CpuEvaluator

@@ -80,6 +80,7 @@ def _script(tmp_path: Path, text: str, name: str = "tune.py") -> Path:
                                     ("answer = run_kernel('vector_add', kernel, size, [c, a, b, n], "
                                     "{'block': 1, 'unroll': 1}, lang='C')\nanswer = [answer[0], None, None, None]")],
                          ids=["numpy-answer", "run_kernel-answer"])
+@pytest.mark.slow
 def test_c_script_imports_and_runs(capsys, tmp_path, answer):
     script = _script(tmp_path, C_SCRIPT.replace("ANSWER", answer))
     rc = main(["import-kt", str(script), "-o", str(tmp_path / "goal")])
