@@ -157,7 +157,7 @@ def test_a_forbidden_import_is_caught(tmp_path):
         "catalog/planted.py": "import app.swarm.coordinator\n",  # an arrow up
         "llm/planted.py": "import sqlite3\n",  # SQL outside the store
         "session_planted.py": "x = 1\n",  # a module no layer lists
-        "session.py": "from . import engine_process\n",  # relative, up one layer
+        "kt_import/planted.py": "from .. import session\n",  # relative, up one layer
         "cli_planted.py": "from PySide6.QtWidgets import QApplication\n",  # Qt in the CLI
         "cluster/planted.py": "def f():\n    from ..llm import agent\n",  # a sibling
         "swarm/planted.py": "import app.gpu.verify\n",  # the search into a backend
