@@ -11,8 +11,9 @@ judged leave-one-space-out on the recorded spaces (bench/README.md), none better
 "bandit" and its variants, discounted Thompson sampling over the agents (each agent's rewards
 per evaluation, discounted at every evaluation of the run so old evidence fades for all
 agents alike; a floor of the picks spread evenly), and "decay-paid", the decay rule with each
-agent's earned part weighed by its new bests per evaluation against the run's rate. Issue 33
-(an agent far below random alone keeping a large share) added, all measured and not adopted:
+agent's earned part weighed by its new bests per evaluation against the run's rate. Against an
+agent far below random alone keeping a large share, these were added, all measured and not
+adopted:
 "decay-strict" (only new bests earn), "decay-vs-explorer" (decay-paid against the explorer's
 rate: an agent improving less often than space-filling draws loses its earned part;
 "-floor": its floor part too) and "decay-vs-random" (a reward counts only above what a random

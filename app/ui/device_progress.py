@@ -1,4 +1,4 @@
-"""Which device each evaluation ran on, and how far each device has got (issue 16).
+"""Which device each evaluation ran on, and how far each device has got.
 
 Plain Python, no Qt: the candidate table's model feeds it and a view draws it. Evaluations
 run by the Ray evaluator pool carry `resources["node"]`, `["device"]` and `["device_id"]`;

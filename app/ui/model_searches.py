@@ -1,4 +1,4 @@
-"""The window's record of a goal searched once per GPU model (issue 16, heterogeneous devices).
+"""The window's record of a goal searched once per GPU model (heterogeneous devices).
 
 A cuda goal with devices = "each" on a cluster whose GPUs are of several models is run as one
 search per model, one after the other (app.cluster.per_model, in the engine process). The

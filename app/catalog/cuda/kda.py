@@ -1,5 +1,5 @@
 """The KDA forward (Kimi Delta Attention, chunked gated delta rule with per-channel decay, as
-flash-linear-attention's chunk_kda) as a multi-kernel CUDA operator (issue 18).
+flash-linear-attention's chunk_kda) as a multi-kernel CUDA operator.
 
 One translation unit (kernels/kda.cu) defines four entries, run in order on the harness's stream:
 gate cumsum, intra-chunk WY/UT solve, inter-chunk state recurrence, output; FUSE_GATE folds the

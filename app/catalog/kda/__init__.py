@@ -1,6 +1,6 @@
 """Kimi Delta Attention (KDA) forward on the CPU, in numpy: the float64 recurrent reference, the
 chunked algorithm a GPU kernel implements (stage by stage), realistic inputs, and the norm-based
-tolerance a bf16 recurrence is judged by. No Qt, no CuPy (issue 18)."""
+tolerance a bf16 recurrence is judged by. No Qt, no CuPy."""
 
 from app.catalog.kda.chunked import chunked_kda
 from app.catalog.kda.inputs import KdaInputs, make_inputs

@@ -12,7 +12,7 @@ density ratio against the results, rank correlation below 0 over the latest 40),
 yields its turns to the others: its suggestions would be no better than random draws, only
 more clustered (alone on convolution_MI250X the unchecked agent ended far below random search).
 Judged leave-one-space-out this is neutral on the swarm's P and halves the agent's share where
-its model does not predict (bench/README.md, issue 33); `check_predictive(None)` turns it off.
+its model does not predict (bench/README.md); `check_predictive(None)` turns it off.
 """
 
 from __future__ import annotations
