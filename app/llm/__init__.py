@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.llm.settings import LLMSettings, LLMSettingsError, check_goal_settings, resolve_api_key
-from app.swarm.agents import AgentSpec, register_agent
+from app.llm.settings import LLMSettings, LLMSettingsError, resolve_api_key
 
 if TYPE_CHECKING:
     from app.core.evaluator import Evaluator
@@ -92,11 +91,5 @@ def make_llm_team(goal: Goal, evaluator: Evaluator, *, settings: LLMSettings | N
     guarded = PolicyEvaluator(evaluator, spec, dtype=goal.dtype, forbid=goal.constraints.forbid)
     return LLMTeam(agents, guarded, client, book, usage, prior.kernels if prior else [])
 
-
-# The LLM roles are made per run as a team (one client, one lesson book, the evaluator behind
-# the source policy), so the session makes them with make_llm_team; the registry knows the name
-# and checks the goal's [llm] table.
-register_agent(AgentSpec("llm", "LLM rewrites of device code", make=None,
-                         check_goal=check_goal_settings, settings_field="llm"))
 
 __all__ = ["LLMSettings", "LLMSettingsError", "LLMTeam", "make_llm_team", "resolve_api_key"]
