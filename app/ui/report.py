@@ -3,9 +3,7 @@ formats of app.export (CSV, T4, JSON, the HTML report of app.html_report)."""
 
 from __future__ import annotations
 
-import base64
 import json
-import tempfile
 from pathlib import Path
 
 import pyqtgraph as pg
@@ -34,12 +32,6 @@ def export_plot_image(plot: pg.PlotWidget, path: str | Path, width: int = 1400) 
         exporter.parameters()["width"] = width
     exporter.export(str(path))
     return path
-
-
-def _png_data_uri(plot: pg.PlotWidget, width: int = 1200) -> str:
-    with tempfile.TemporaryDirectory() as d:
-        p = export_plot_image(plot, Path(d) / "plot.png", width)
-        return "data:image/png;base64," + base64.b64encode(p.read_bytes()).decode()
 
 
 def best_source_text(store, run_id: int) -> tuple[str, str]:
