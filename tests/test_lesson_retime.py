@@ -49,7 +49,7 @@ SLOW = FAST.replace("static void row(", "static void row1(").replace(
 WRONG = FAST.replace("for (long j = 0; j < n; ++j) y[j] *= inv;", "(void)inv;")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")  # one evaluator and two timed kernels for the module: only read
 def kernels():
     from app.gpu.cpu import CpuEvaluator
 
