@@ -51,3 +51,13 @@ def test_your_own_kernel_is_memory_bound_unless_it_counts_flops():
     assert goal_is_memory_bound("cpu", goal)
     goal.kernel.flops = "2 * n"
     assert not goal_is_memory_bound("cpu", goal)
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_every_operator_declares_its_input_hooks(backend):
+    """inputs_vary, fixed_inputs and perturb_timed_inputs are the protocol's, not sniffed: the
+    timer perturbs a compute-bound CPU operator's inputs before each timed call; the catalog's
+    CUDA operators keep it off until it is measured on a GPU."""
+    for name, op in known_operators(backend).items():
+        assert op.inputs_vary is True and op.fixed_inputs == (), name
+        assert op.perturb_timed_inputs is (backend == "cpu" and not op.memory_bound), name

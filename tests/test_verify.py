@@ -228,6 +228,7 @@ def test_several_outputs_are_each_checked():
     class MeanVar:
         name, language, deterministic = "meanvar", "c", True
         distributions = ("normal", "offset")
+        inputs_vary, fixed_inputs, perturb_timed_inputs = True, (), False
 
         def check_shape(self, shape, dtype="float32"):
             return None

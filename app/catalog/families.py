@@ -185,7 +185,7 @@ def for_operator(op: Any, dtype: str) -> tuple[str, ...]:
     """The families that apply to `op` (in the table's order); none for an operator that
     declares no meaning, or whose inputs the goal fixes (stored or seeded data)."""
     meaning = meaning_of(op)
-    if not meaning or dtype not in FLOAT_DTYPES or not getattr(op, "inputs_vary", True):
+    if not meaning or dtype not in FLOAT_DTYPES or not op.inputs_vary:
         return ()
     names = tuple(f.name for f in FAMILIES.values() if meaning in f.applies)
     if getattr(op, "custom", False):

@@ -45,6 +45,13 @@ class Operator(Protocol):
     # judged by bytes moved (GB/s) rather than FLOPs (GFLOP/s): the objective's unit, the
     # throughput a time becomes, the roof a figure is held to
     memory_bound: bool
+    # whether a check's seed changes any input (False: every input stored, seeded or constant)
+    inputs_vary: bool
+    # inputs the timer must never perturb (a custom goal's fixed or stored inputs)
+    fixed_inputs: tuple[str, ...]
+    # a few input elements changed before every timed call (app.gpu.timed_slots), so an
+    # output cache keyed on the inputs never hits: compute-bound operators, where a cache pays
+    perturb_timed_inputs: bool
 
     def space(self, dtype: str) -> SearchSpace: ...
     def check_shape(self, shape: Sequence[int], dtype: str = "float32") -> str | None: ...

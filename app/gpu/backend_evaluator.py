@@ -124,7 +124,7 @@ class BackendEvaluator(Evaluator):
         """What the adversary may vary: the goal's shapes, the operator's distributions."""
         return {"shapes": [list(s) for s in self.shapes], "dtype": self.dtype,
                 "distributions": list(self.op.distributions),
-                "inputs_vary": bool(getattr(self.op, "inputs_vary", True))}
+                "inputs_vary": bool(self.op.inputs_vary)}
 
     # ---- baseline, limit, re-timing -------------------------------------------------------
     def _baseline(self) -> tuple[str, float] | None:

@@ -169,7 +169,7 @@ def crafted_inputs(xp: Any, op: Operator, data: dict[str, Any], dtype: str
     case = CheckCase([int(d) for d in data["shape"]], dist, int(data.get("seed", 0)), "validation")
     inputs = make_inputs(xp, op, case, dtype)
     steps = check_craft(data.get("craft") or [])
-    if not steps or not getattr(op, "inputs_vary", True):
+    if not steps or not op.inputs_vary:
         return case, inputs
     ceiling = _ceiling(xp, op, case, dtype, inputs)
     tiny = dtype_limits(dtype)[1]

@@ -59,7 +59,7 @@ class TimedSlots:
         self.xp, self.op, self.shape, self.dtype = xp, op, tuple(shape), dtype
         rng = np.random.default_rng(seed)
         self.slots: list[Slot] = []
-        shared = None if getattr(op, "inputs_vary", True) else make_inputs(
+        shared = None if op.inputs_vary else make_inputs(
             xp, op, CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing"), dtype)
         for _ in range(slots):
             case = CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing")
@@ -75,13 +75,12 @@ class TimedSlots:
         steps = rng.integers(1, max(2, slots), size=4096)
         self._picks = np.cumsum(steps) % slots
         self._pools = [self._index_pool(s, rng) for s in self.slots]
-        self._fresh = getattr(op, "inputs_vary", True) and \
-            getattr(op, "throughput_unit", "") == "GFLOP/s"
+        self._fresh = op.perturb_timed_inputs
 
     def _index_pool(self, slot: Slot, rng: np.random.Generator) -> dict[str, tuple[Any, Any]]:
         """Per input: POOL sets of (positions to change, positions to copy from)."""
         pools = {}
-        fixed = getattr(self.op, "fixed_inputs", ())  # a custom goal's index arrays, stored inputs
+        fixed = self.op.fixed_inputs  # a custom goal's index arrays, stored inputs
         for name, arr in slot.inputs.items():
             n = int(arr.size)
             if n < 2 or name in fixed:

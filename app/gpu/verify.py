@@ -220,7 +220,7 @@ def plan_checks(op: Operator, goal_shapes: Sequence[Sequence[int]], params: dict
             cases.append(case)
     others = dists[1:] or dists
     rotation = int(rng.integers(len(others)))
-    if not getattr(op, "inputs_vary", True):
+    if not op.inputs_vary:
         # every input is stored or fixed: more draws would check the very same inputs again
         goal_distributions = 1
     edges = [s for s in op.edge_shapes(goal_shapes, dtype, params)

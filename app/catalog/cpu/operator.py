@@ -137,6 +137,15 @@ class CpuOperator:
     def throughput_unit(self) -> str:
         return "GB/s" if self.memory_bound else "GFLOP/s"
 
+    # class attributes, not dataclass fields: every input is drawn from the check's seed, and
+    # the timer may perturb any of them
+    inputs_vary = True
+    fixed_inputs = ()
+
+    @property
+    def perturb_timed_inputs(self) -> bool:
+        return not self.memory_bound
+
     def throughput(self, shape: Shape, seconds: float) -> float:
         amount = self.bytes_per_shape(shape) if self.memory_bound else self.flops(shape)
         return amount / seconds / 1e9 if seconds > 0 else 0.0

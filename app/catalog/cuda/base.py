@@ -245,6 +245,13 @@ class CudaOperator:
     def memory_bound(self) -> bool:
         return True
 
+    inputs_vary = True  # every input is drawn from the check's seed
+    fixed_inputs: tuple[str, ...] = ()
+    # off for the catalog's CUDA operators, as before the protocol named it: perturbing inputs
+    # inside the event-timed loop has not been measured on a GPU yet (its cost would count in
+    # the kernel's time); a custom CUDA kernel (app.catalog.custom) has it when compute-bound
+    perturb_timed_inputs = False
+
     # ---- baselines ----------------------------------------------------------------------
     def baselines(self, dtype: str) -> dict[str, Callable[..., dict[str, Any]]]:
         """name -> fn(lib_module, device_inputs, shape) returning device outputs (storage dtype).

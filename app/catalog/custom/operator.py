@@ -285,6 +285,10 @@ class CustomOperator:
                    for a in self.spec.args if a.is_input)
 
     @property
+    def perturb_timed_inputs(self) -> bool:
+        return self.inputs_vary and not self.memory_bound
+
+    @property
     def fixed_inputs(self) -> tuple[str, ...]:
         """Inputs the timer must not perturb (app.gpu.timed_slots): those the goal marks fixed,
         and every input of a goal judged by stored answers."""
