@@ -170,7 +170,7 @@ def side_by_side(op, config: dict, source: str, shape: list[int], threads: int, 
     out_n = np.empty_like(out_k)
     args = (out_k.ctypes.data, *(inputs[n].ctypes.data for n in names), *op.call_dims(shape_t))
     calls = {"best": lambda: kernel(*args), "numpy": lambda: op.numpy_baseline(inputs, out_n)}
-    if op.flops(shape_t) <= C_REFERENCE_MAX_FLOP or op.throughput_unit == "GB/s":
+    if op.flops(shape_t) <= C_REFERENCE_MAX_FLOP or op.memory_bound:
         ref = load(reference_library(op), op.reference_symbol, n_ptr, n_dims)
         out_r = np.empty_like(out_k)
         ref_args = (out_r.ctypes.data, *(inputs[n].ctypes.data for n in names),
@@ -188,13 +188,14 @@ def side_by_side(op, config: dict, source: str, shape: list[int], threads: int, 
     row = {"operator": op.name, "shape": shape, "threads": threads, "agree": agree,
            **{f"{k}_ms": s.median_ms for k, s in stats.items()},
            **{f"{k}_spread": s.spread for k, s in stats.items()}}
-    if op.throughput_unit == "GB/s":
+    if op.memory_bound:
         level, gbs = roofs.roof_for(op.bytes_moved(shape_t), threads)
         row["level"] = level
         if gbs:
             row["roof_ms"] = op.bytes_moved(shape_t) / (gbs * 1e9) * 1000.0
-    amount = op.flops(shape_t) if op.throughput_unit == "GFLOP/s" else op.bytes_moved(shape_t)
-    row["rate"] = f"{amount / (row['best_ms'] / 1000) / 1e9:.1f} {op.throughput_unit}"
+    amount = op.bytes_moved(shape_t) if op.memory_bound else op.flops(shape_t)
+    unit = "GB/s" if op.memory_bound else "GFLOP/s"
+    row["rate"] = f"{amount / (row['best_ms'] / 1000) / 1e9:.1f} {unit}"
     return row
 
 

@@ -133,10 +133,6 @@ class CpuOperator:
     def template(self) -> str:
         return kernel_source(self.kernel_file)
 
-    @property
-    def throughput_unit(self) -> str:
-        return "GB/s" if self.memory_bound else "GFLOP/s"
-
     # class attributes, not dataclass fields: every input is drawn from the check's seed, and
     # the timer may perturb any of them
     inputs_vary = True

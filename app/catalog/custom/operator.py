@@ -252,10 +252,6 @@ class CustomOperator:
         return float(total)
 
     @property
-    def throughput_unit(self) -> str:
-        return "GFLOP/s" if self.spec.flops else "GB/s"
-
-    @property
     def memory_bound(self) -> bool:
         return not self.spec.flops
 
