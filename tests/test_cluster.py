@@ -256,6 +256,10 @@ from app.goal import Goal
 from app.gpu.replay import make_replay_evaluator
 from app.session import RunSession
 from app.store import Store
+import app.cluster.pool
+# a paused run asks again every 5 s (fine for a user); the test waits for those asks, not for
+# what they find: asked every 0.5 s, a run that never rejoins still never finishes
+app.cluster.pool.WAIT_RETRY_S = 0.5
 
 tmp = tempfile.mkdtemp(prefix="ksgone", dir="/tmp")
 with socket.socket() as s:
