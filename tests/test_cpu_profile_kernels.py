@@ -9,6 +9,7 @@ import ctypes
 import itertools
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -65,9 +66,13 @@ def test_every_branch_is_correct_on_tails_on_every_isa_path(tmp_path, operator, 
     op = get_operator("cpu", operator)
     shapes = TRANSPOSE_SHAPES if operator == "transpose" else TAIL_SHAPES
     failures = []
-    for i, branch in enumerate(BRANCHES[operator]):
-        lib = build(tmp_path, f"k{i}", op.template(), {**branch, "CHUNK": 4, "THREADS": 2},
-                    PATHS[path])
+    # the compiles are independent and most of the time (transpose: 30 of them): two at once,
+    # so a serial run's second core is not idle; each branch is still built and checked
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        libs = list(pool.map(lambda ib: build(tmp_path, f"k{ib[0]}", op.template(),
+                                              {**ib[1], "CHUNK": 4, "THREADS": 2}, PATHS[path]),
+                             enumerate(BRANCHES[operator])))
+    for branch, lib in zip(BRANCHES[operator], libs):
         fn = lib.ks_kernel
         n_in = len(op.input_shapes(tuple(shapes[0])))
         fn.argtypes = [ctypes.c_void_p] * (1 + n_in) + [ctypes.c_long] * 2
