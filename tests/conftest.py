@@ -66,7 +66,7 @@ def pytest_collection_modifyitems(items):
             except OSError:
                 compiles[path] = False
         if compiles[path]:
-            item.fixturenames.append("_machine_roofs")
+            item.fixturenames.insert(0, "_machine_roofs")  # before the autouse one that seeds
 
 
 @pytest.fixture(scope="session")
