@@ -109,9 +109,7 @@ def test_a_second_ctrl_c_quits_at_once(tmp_path):
     """While the first Ctrl-C waits for a slow evaluation in flight, a second one quits at
     once: exit 130, no traceback, what was committed is kept and the run resumes."""
     db, goal = tmp_path / "history.sqlite", tmp_path / "goal.toml"
-    # ~1.5 s per evaluation idle (5x the 0.3 s between presses; load only lengthens it): the
-    # second press lands while one is in flight. Every later run (the resume) pays per shape.
-    goal.write_text(CPU_GOAL.replace("[[16, 80]]", "[[128, 8192]]"))
+    goal.write_text(CPU_GOAL.replace("[[16, 80]]", "[[512, 8192]]"))  # seconds per evaluation
     proc = subprocess.Popen([sys.executable, "-m", "app", "run", str(goal), "--db", str(db)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
