@@ -164,16 +164,10 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
     """The peak measured on this machine with this compiler, from `cache_file` (default:
     default_file(); a file in the trusted directory or the cells' cache is used only with its
     MAC, as the memory roofs are) when fresh and intact; (roof, from_cache)."""
-    from app.gpu.cpu.memory_roof import read_cached  # the memory roofs' rule for the MAC
-    from app.gpu.trusted_cache import store_trusted
+    from app.gpu.cpu.memory_roof import cached_figure  # the memory roofs' rule for the MAC
 
-    cache_file = cache_file or default_file()
-    roof = None if refresh else read_cached(cache_file, cache_key(identity), max_age_s, decode)
-    if roof is not None:
-        return roof, True
-    roof = measure(compiler)
-    store_trusted(cache_file, encode(roof, identity))
-    return roof, False
+    return cached_figure(cache_file or default_file(), cache_key(identity), identity, max_age_s,
+                         refresh, lambda: measure(compiler), encode, decode)
 
 
 def encode(roof: ComputeRoof, identity: str) -> bytes:

@@ -337,19 +337,27 @@ def read_cached(path: Path, key: str, max_age_s: float, decode: Callable[[dict],
     return None
 
 
+def cached_figure(cache_file: Path, key: str, identity: str, max_age_s: float, refresh: bool,
+                  measure_now: Callable[[], Any], encode_figure: Callable[[Any, str], bytes],
+                  decode_figure: Callable[[dict], Any]) -> tuple[Any, bool]:
+    """A machine figure (the memory roofs, the FP32 peak) from `cache_file` when fresh and
+    intact (read_cached), else measured now and stored signed; (figure, from_cache)."""
+    from app.gpu.trusted_cache import store_trusted
+
+    figure = None if refresh else read_cached(cache_file, key, max_age_s, decode_figure)
+    if figure is not None:
+        return figure, True
+    figure = measure_now()
+    store_trusted(cache_file, encode_figure(figure, identity))
+    return figure, False
+
+
 def cached(compiler: str, identity: str, cache_file: Path | None = None,
            max_age_s: float = ROOFS_MAX_AGE_S, refresh: bool = False) -> tuple[Roofs, bool]:
     """The roofs measured on this machine with this compiler, from `cache_file` (default:
     default_file()) when fresh and intact; (roofs, from_cache)."""
-    from app.gpu.trusted_cache import store_trusted
-
-    cache_file = cache_file or default_file()
-    roofs = None if refresh else read_cached(cache_file, cache_key(identity), max_age_s, decode)
-    if roofs is not None:
-        return roofs, True
-    roofs = measure(compiler)
-    store_trusted(cache_file, encode(roofs, identity))
-    return roofs, False
+    return cached_figure(cache_file or default_file(), cache_key(identity), identity, max_age_s,
+                         refresh, lambda: measure(compiler), encode, decode)
 
 
 class Probe:
