@@ -1,4 +1,4 @@
-"""The adversary (issue 29 item 2), through the real CPU backend: a planted kernel that passes
+"""The adversary, through the real CPU backend: a planted kernel that passes
 verification (wrong only on a few prime row counts) becomes the run's best, the adversary finds
 an input that breaks it inside the sandboxed worker, shrinks it, keeps it with its origin, and
 the kernel is dethroned ("broken by case N"); the best moves to the next correct kernel."""

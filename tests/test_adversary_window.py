@@ -1,4 +1,4 @@
-"""The window and the adversary's events (issue 29 item 2), pytest-qt offscreen: the bridge
+"""The window and the adversary's events, pytest-qt offscreen: the bridge
 hands on BestRechecked (a stored best re-checked on resume shows the figure measured now),
 a best a validation case broke is shown "broken by case N" in the plot and the candidate
 table, the case joins the lessons list, and the agent panel shows the adversary's time share."""

@@ -1,4 +1,4 @@
-"""P as the budget grows (issue 33): the search benchmark scores one swarm run at every budget
+"""P as the budget grows: the search benchmark scores one swarm run at every budget
 on its first M evaluations, which is only fair if a run with a larger budget is a continuation
 of a shorter one. It is: the allocation and the agents never look at the budget, so the same
 seed gives the same first M evaluations whatever the budget. P(M) can still fall with M (a run

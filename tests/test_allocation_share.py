@@ -1,5 +1,5 @@
 """An agent whose model is no better than chance on this space need not keep a large share of
-the run (issue 33): the optuna TPE agent alone scores below random search on convolution_MI250X
+the run: the optuna TPE agent alone scores below random search on convolution_MI250X
 (P -1.98 at 200 evaluations) yet took about 44 of 200 evaluations in the swarm. With its
 predictive check (`ModelAgent.check_predictive`, on by default at a rank correlation of 0;
 these tests use the stricter bar 0.2, `swarm+check0.2` in the search bench, whose effect shows

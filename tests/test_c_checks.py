@@ -52,7 +52,7 @@ SOURCE_ATTACKS = {
     "environment": ('#include <stdlib.h>\nvoid ks_kernel(float *o) { o[0] = getenv("OPENAI_API_KEY") != 0; }\n',
                     "'getenv'"),
     "no entry": ("void other(float *o) {}\n", "entry function ks_kernel"),
-    # issue 28: a line directive made the rest of the file "another file" for the scan
+    # a line directive made the rest of the file "another file" for the scan
     "#line": ('void ks_kernel(float *o) {}\n#line 1 "other.h"\nvoid g(void) { __asm__("nop"); }\n',
               "#line"),
     "GNU marker as a system header": (

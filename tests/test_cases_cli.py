@@ -1,4 +1,4 @@
-"""`kernelswarm cases GOAL` (issue 29 item 3): a goal's validation set listed, exported and
+"""`kernelswarm cases GOAL`: a goal's validation set listed, exported and
 added to from a file (a bad file gets one line and nothing stored is lost), and a stored case
 applied to a resumed run's kernels before one of them can be the best again."""
 

@@ -119,7 +119,7 @@ def test_out_of_bounds_write_is_caught_and_harms_nothing_after(transpose):
     assert before.ok and honest(transpose, "pid-probe-2").ok
 
 
-# ---- issue 11: cheats aimed at the timed calls -----------------------------------------------
+# ---- cheats aimed at the timed calls -----------------------------------------------------
 # More timed calls than FAST: a one-entry cache hits when the same input slot comes twice in a
 # row (1 in 3 per call), so 15+ calls make a miss of every hit vanishingly unlikely.
 TIMED = dataclasses.replace(FAST, timing=TimingSettings(warmup=1, min_samples=15, max_samples=20,
@@ -192,7 +192,7 @@ def test_a_blas_resolved_by_the_loader_is_refused(gemm):
 def test_a_roof_cached_too_low_is_measured_again_before_anything_is_refused(tmp_path):
     """(f) A figure beyond the cached roof (here set absurdly low, as a roof cached on a loaded
     machine can be) is held to the roof measured again beside the candidate, and an honest
-    kernel passes (issue 27). A kernel that skips work is still refused beside the fresh roof:
+    kernel passes. A kernel that skips work is still refused beside the fresh roof:
     tests/test_honest_roof.py."""
     from app.gpu.cpu import memory_roof, toolchain
 

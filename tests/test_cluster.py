@@ -1,4 +1,4 @@
-"""Evaluations on a real local Ray cluster (issue 16): `ray start --head` on loopback with two
+"""Evaluations on a real local Ray cluster: `ray start --head` on loopback with two
 CPUs in this module, stopped at the end whatever happens. The whole file takes about 60-80 s
 on two cores (the CPU goal's actor builds and times real C kernels)."""
 

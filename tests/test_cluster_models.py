@@ -1,4 +1,4 @@
-"""One search per GPU model (issue 16, heterogeneous devices) on a real local Ray cluster, and
+"""One search per GPU model (heterogeneous devices) on a real local Ray cluster, and
 Ray client (ray://) addresses.
 
 The cluster is two Ray nodes on this machine, each with one logical GPU (no real one): the head

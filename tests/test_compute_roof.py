@@ -1,4 +1,4 @@
-"""The compute roof (issue 28 item 3b): a compute-bound figure (GFLOP/s) is held to the FP32
+"""The compute roof: a compute-bound figure (GFLOP/s) is held to the FP32
 peak measured on this machine, for the threads the kernel really runs, measured again beside it
 before anything is refused. Real compiler, real worker cells, a real CPU hog beside them.
 

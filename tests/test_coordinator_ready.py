@@ -1,4 +1,4 @@
-"""Issue 30 item 3: a reply already paid for (the fixer's repair of a near miss) must be
+"""A reply already paid for (the fixer's repair of a near miss) must be
 evaluated, not left waiting for its agent's allocation share to come round before the run ends.
 An agent whose ready() says so is served first."""
 

@@ -85,7 +85,7 @@ def test_a_good_candidate_gets_time_bandwidth_and_speedup(evaluator):
     assert ev.value == pytest.approx(ev.time_ms) and ev.time_ms > 0
     nbytes = 2 * 2 * SHAPE[0] * SHAPE[1]
     assert ev.metrics["gbps"] == pytest.approx(nbytes / (ev.time_ms * 1e-3) / 1e9)
-    # one fraction of the hardware, named by its roof (issue 27)
+    # one fraction of the hardware, named by its roof
     assert ev.metrics["fraction_of_roof"] == pytest.approx(nbytes / (ev.time_ms * 1e-3) / 4.0e12)
     assert "copy roof 4000 GB/s" in ev.resources["roof"]
     assert not {"pct_copy_bw", "pct_peak_flops", "pct_of_limit"} & set(ev.metrics)

@@ -1,4 +1,4 @@
-"""A CUDA custom goal checked against a reference kernel source (issue 13): the reference has the
+"""A CUDA custom goal checked against a reference kernel source: the reference has the
 kernel's signature, is rendered with each tunable at its first value, compiled with NVRTC (real,
 no GPU needed) and launched with the goal's geometry in the GPU worker. Without a GPU the run
 compile-checks it before anything else, so a broken reference is one line naming the field."""

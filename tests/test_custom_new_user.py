@@ -1,4 +1,4 @@
-"""Issue 13's "done when", as a new user meets it: a C kernel with two tunable macros, a goal file
+"""Your own kernel as a new user meets it: a C kernel with two tunable macros, a goal file
 of about fifteen lines and a numpy reference in a fresh directory; the installed `kernelswarm`
 command (a real process) tunes it with the real compiler into a real SQLite history. Then every
 agent at once (explorer, local, evolution, model and the LLM agents, these talking to a

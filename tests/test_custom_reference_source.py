@@ -1,4 +1,4 @@
-"""A custom C goal checked against a reference kernel source (issue 13): the reference C kernel
+"""A custom C goal checked against a reference kernel source: the reference C kernel
 has the kernel's signature, is built in the worker with each tunable at its first value and run
 on copies of the same inputs; its outputs are the expected answer."""
 

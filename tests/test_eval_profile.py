@@ -1,4 +1,4 @@
-"""Where an evaluation's time goes, and what it is held to (issue 27, items 4 and 5): every
+"""Where an evaluation's time goes, and what it is held to: every
 stage, the evaluator's own included (starting the worker, the baselines, the roofs, the
 exchange), with seconds that add up to the evaluation's wall time; one fraction of the hardware
 per candidate, named by its roof, or "no roof" where there is none. Real compiler, real worker."""
@@ -57,7 +57,7 @@ def test_a_compute_bound_operator_is_held_to_the_fp32_peak():
     with CpuEvaluator(goal, settings=dataclasses.replace(FAST, measure_roofs=True)) as ev:
         r = ev.evaluate(Candidate(config=config, key="g", agent="t"))
     assert r.ok, (r.reason, r.detail)
-    # issue 28 item 3b: the measured FP32 peak at its one thread (app.gpu.cpu.compute_roof)
+    # the measured FP32 peak at its one thread (app.gpu.cpu.compute_roof)
     assert r.resources["roof"].startswith("FP32 peak") and "at 1 thread" in r.resources["roof"]
     assert 0 < r.metrics["fraction_of_roof"] < 1, r.metrics
 

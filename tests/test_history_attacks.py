@@ -1,4 +1,4 @@
-"""A shared history database with forged figures (issue 28 item 3d), through the real CLI.
+"""A shared history database with forged figures, through the real CLI.
 
 A colleague's `their.sqlite` holds a run of a real CPU goal whose stored rows say: a wrong
 kernel (tests/kernels/off_by_one_transpose.c, right only when both sizes are multiples of its

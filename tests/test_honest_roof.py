@@ -1,5 +1,5 @@
 """The roof check must never wrong an honest kernel, and must still refuse one that skips work
-(issue 27, item 3). Real compiler, real worker cells, a real CPU hog process beside them.
+Real compiler, real worker cells, a real CPU hog process beside them.
 
 The cached roofs are written absurdly low, as a roof measured on a loaded machine (or at the
 wrong thread count) can be: an honest kernel that starts its own OpenMP threads (no THREADS
@@ -73,7 +73,7 @@ def _low_roofs(path: Path) -> Path:
     """Roofs as a loaded machine might have cached them (far too low), in the file's format."""
     tc = toolchain()
     key = (memory_roof.cache_key(tc.identity) if hasattr(memory_roof, "cache_key")
-           else f"{tc.identity}|{os.cpu_count()}")  # the format before issue 27
+           else f"{tc.identity}|{os.cpu_count()}")  # the earlier, unsigned format
     levels = [{"name": "L1", "size_bytes": 1 << 15, "shared_by": 1},
               {"name": "DRAM", "size_bytes": 0, "shared_by": os.cpu_count() or 1}]
     low = {"L1": 1e-3, "DRAM": 1e-3}  # GB/s

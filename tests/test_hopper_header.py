@@ -2,7 +2,7 @@
 warp-specialised probe kernel calls every helper the header defines (TMA load, multicast and
 store + mbarrier handshake between a producer and two consumer warpgroups, remote arrivals,
 named barriers, setmaxnreg, the wgmma shapes N = 64..256 in bf16 and fp16, B K- and MN-major),
-ptxas reports its registers and no spills; plain sm_90 refuses it (issue 18)."""
+ptxas reports its registers and no spills; plain sm_90 refuses it."""
 
 from __future__ import annotations
 

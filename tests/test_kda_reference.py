@@ -1,4 +1,4 @@
-"""KDA forward on the CPU (issue 18): the float64 recurrent reference against closed forms, and the
+"""KDA forward on the CPU: the float64 recurrent reference against closed forms, and the
 chunked algorithm (gate cumsum, WY/UT solve, inter-chunk recurrence, output) against the reference
 at several T, chunk sizes, with and without an initial state, and across varlen boundaries."""
 

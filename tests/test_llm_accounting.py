@@ -1,4 +1,4 @@
-"""What a provider bills is what the run records (issue 30 item 8), against the real loopback
+"""What a provider bills is what the run records, against the real loopback
 server: empty replies at the length cap and timed-out replies are billed (the server's usage
 where it says, else estimated and marked), requests that never reached the model are not, and
 the reasoning-effort setting reaches the endpoint."""

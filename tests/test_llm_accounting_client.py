@@ -1,4 +1,4 @@
-"""The product speaks HTTP to LLM endpoints itself (issue 30 item 9): `openai` is no runtime
+"""The product speaks HTTP to LLM endpoints itself: `openai` is no runtime
 dependency and no product module imports it; the LLM bench, its only user, gets it through
 the `bench` (and `dev`) extras."""
 

@@ -123,7 +123,7 @@ def test_no_code_replies_are_fed_back_and_failures_listed():
     assert got and agent.stats["no_code"] == 1
     second = srv.requests[1]["messages"][1]["content"]
     assert "PROBLEMS WITH YOUR RECENT REPLIES" in second and "contains no code" in second
-    assert "gave wrong results" in second  # the product's summary (issue 28)
+    assert "gave wrong results" in second  # the product's summary
 
 
 def test_budget_and_a_rejecting_endpoint_stop_the_agent():

@@ -1,4 +1,4 @@
-"""The diversity archive (issue 30 item 2): inspirations are distinct, by normal form, from
+"""The diversity archive: inspirations are distinct, by normal form, from
 CURRENT and from each other, whatever fills the slots (other niches or the fastest overall)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The crossover prompt (issue 30): every third rewrite request combines CURRENT with a good
+"""The crossover prompt: every third rewrite request combines CURRENT with a good
 kernel of another structural niche, shown whole as SECOND PARENT with its structure and
 measured figure; the other requests are plain rewrites."""
 

@@ -1,4 +1,4 @@
-"""Attacks on the LLM side (issue 11 items 4 and 5), each played by the real loopback
+"""Attacks on the LLM side, each played by the real loopback
 chat-completions server (tests/llm_server.py) against the real client, agent and CLI:
 
 - a goal file that points the key at another endpoint (refused; the endpoint sees no
@@ -102,7 +102,7 @@ def _record(board: Blackboard, agent: LLMAgent, e: Evaluation) -> None:
 # ---- 1. the key goes only to the user's endpoint -----------------------------------------
 def _goal_file(tmp_path: Path, base_url: str) -> Path:
     goal = Goal(name="hostile endpoint", operator="softmax", backend="cpu", shapes=[[8, 100]],
-                llm={"base_url": base_url})  # a goal's model is a spending question (issue 28)
+                llm={"base_url": base_url})  # a goal's model is a spending question
     goal.swarm.agents = ["llm"]
     path = tmp_path / "goal.toml"
     path.write_text(goal.to_toml())

@@ -1,4 +1,4 @@
-"""Contracts from a parser (issue 30 item 6): the entry's signature is the compiler's own
+"""Contracts from a parser: the entry's signature is the compiler's own
 declaration output (C: gcc -aux-info) or pycparser's reading of the CUDA entry, never text
 from a comment; a user's kernel shows its arguments' shapes and fills; catalog operators
 their math in one line, KDA included."""

@@ -1,5 +1,5 @@
 """Extraction of the MAIN kernel when a reply offers a fallback after it, and tunables read only
-by the preprocessor (issue 30 item 8), on replies shaped like a strong model's."""
+by the preprocessor, on replies shaped like a strong model's."""
 
 from __future__ import annotations
 

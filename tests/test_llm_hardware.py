@@ -1,4 +1,4 @@
-"""The hardware sheet and the figures a prompt states (issue 30 item 7): CPU caches as sysfs
+"""The hardware sheet and the figures a prompt states: CPU caches as sysfs
 says and the measured bandwidths and peak when the run has them; the CUDA device's resources
 from the table, the NVRTC options and arch, and the CUDA timing protocol (events, L2 flushed),
 not the CPU's; one speedup figure; every chosen metric, not the first four."""

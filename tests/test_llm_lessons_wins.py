@@ -1,4 +1,4 @@
-"""Lessons from LLM wins (issue 30 item 4): every improvement gets a lesson against the best at
+"""Lessons from LLM wins: every improvement gets a lesson against the best at
 the time of its request, or the template when the request went out before anything was
 measured; the lesson carries the measured evidence and the transformation the product computed
 from the code diff; swarm lessons never credit a template parameter to kernels that never read

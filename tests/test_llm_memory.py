@@ -1,4 +1,4 @@
-"""Memory of what was tried (issue 30): through the real loopback chat server, an agent's next
+"""Memory of what was tried: through the real loopback chat server, an agent's next
 prompt carries one line per earlier attempt, computed by the product from the code diff
 (structural features that changed, lines changed) and the measured figures (faster or slower
 than the kernel it started from, by how much; the stage a failure stopped at). The model's own

@@ -52,7 +52,7 @@ def test_c_catalog_kernels_fall_in_the_niches_an_engineer_would_name():
 
 
 def test_an_intrinsics_rewrite_and_the_pragma_template_are_different_niches():
-    """Issue 30 item 2: both used to be 'explicit SIMD', so the template filled the slots."""
+    """Both used to be 'explicit SIMD', so the template filled the slots."""
     template = (C_KERNELS / "cpu_softmax.c").read_text()
     avx = ("#include <immintrin.h>\nvoid ks_kernel(float *y, const float *x, long r, long c) {\n"
            "#pragma omp parallel for\nfor (long i = 0; i < r; ++i) {\n"
@@ -165,7 +165,7 @@ def test_the_prompt_shows_an_elite_of_another_niche_with_its_structure_and_unit(
     assert f"3.5 {spec.unit}".rstrip() in inspiration.split("\n")[0]
     assert "structure: serial, SIMD pragmas" in inspiration.split("\n")[0]
     # the other slot stays empty: the faster kernels are CURRENT's own code at other tunings
-    # (issue 30 item 2), which the tunables search covers and a prompt need not repeat
+    # which the tunables search covers and a prompt need not repeat
     assert "ANOTHER GOOD CONFIGURATION" not in prompt and "time 1.1 ms" not in prompt
 
 

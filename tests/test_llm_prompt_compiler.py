@@ -1,4 +1,4 @@
-"""Compiler feedback a model can use (issue 30): gcc's vectorisation report on CURRENT, one
+"""Compiler feedback a model can use: gcc's vectorisation report on CURRENT, one
 line per loop by its line in CURRENT as the prompt shows it, in fixed phrases (the compiler's
 messages quote the code, so they never reach the prompt); ptxas's registers and spills for a
 CUDA CURRENT, compile only (NVRTC, no GPU)."""

@@ -1,4 +1,4 @@
-"""Issue 30's 'done when' for every goal kind (CPU catalog, CUDA catalog incl. the Hopper GEMM
+"""The prompt for every goal kind (CPU catalog, CUDA catalog incl. the Hopper GEMM
 and KDA, custom C, custom CUDA): the prompt shows the whole CURRENT, the hardware sheet and
 the contract from the parser (never a comment), without the compiler's or model's words."""
 

@@ -1,4 +1,4 @@
-"""The repair turn (issue 30 item 3): asked for as soon as the near miss is observed (not when
+"""The repair turn: asked for as soon as the near miss is observed (not when
 the allocator next picks the fixer), and labelled truthfully: CURRENT is the kernel the failed
 attempt started from, and the run's best (a different, faster kernel) is named as such."""
 

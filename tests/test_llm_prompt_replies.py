@@ -1,4 +1,4 @@
-"""Agent-side handling of two kinds of refusal (issue 30 item 8), through the real loopback
+"""Agent-side handling of two kinds of refusal, through the real loopback
 chat server: an empty reply at the length cap is fed back in the next prompt and backed off
 (not asked again at once, the same way), and a refusal because ANOTHER request's token
 reservation holds the run's budget does not stop the agent for the run: it waits, asks again

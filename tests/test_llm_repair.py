@@ -1,7 +1,7 @@
 """Multi-turn repair through the real loopback chat server: the fixer's request for a failed
 attempt is a conversation [system, the original task, the attempt's code as the assistant's
 turn, the measured failure]. The assistant turn holds only the extracted code in its normal
-form: the model's idea line, prose and comments never go back to it (issue 11)."""
+form: the model's idea line, prose and comments never go back to it."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""LLM kernels keep their identity across runs (issue 30 item 5): the warm start brings back an
+"""LLM kernels keep their identity across runs: the warm start brings back an
 LLM kernel's source with its declared tunables and tuned values and tunes them again; transfer
 never replays a configuration measured with an LLM kernel's source on the template."""
 

@@ -1,4 +1,4 @@
-"""Issue 28 item 2 (and the __has_include bit of item 8): load-time code and the files a later
+"""Load-time code and the files a later
 run trusts. Each attack goes through the real CPU backend (real gcc, the real worker cell, the
 text checks on) and is judged from outside: a canary file, the roofs and host binary the next
 run uses."""
@@ -46,7 +46,7 @@ void ks_kernel(float *y, const float *x, long rows, long cols) {
 
 
 def _roofs_file() -> Path:
-    """Where the next run reads its roofs (the cache itself before issue 28)."""
+    """Where the next run reads its roofs (the cache itself in earlier versions)."""
     default = getattr(memory_roof, "default_file", None)
     return default() if default else cache_dir() / "cpu-roofs.json"
 

@@ -1,4 +1,4 @@
-"""Issue 28 item 8, the file-system leaks that are not a file's contents: `stat` and inotify
+"""The file-system leaks that are not a file's contents: `stat` and inotify
 reach files Landlock hides (Landlock mediates opening, not looking up), and O_PATH opens are
 not checked by it at all. Through the real CPU backend with the text filters off
 (test_sandbox_attacks.WallOnlyWorker): only the walls stand. The candidate's filters

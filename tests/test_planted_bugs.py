@@ -1,4 +1,4 @@
-"""The three hostile kernels of issue 29, run through the real CPU backend (compiled by the
+"""Three planted hostile kernels, run through the real CPU backend (compiled by the
 system compiler, run in the sandboxed cascade): each is right on the inputs verification used
 to draw, and wrong on inputs real users have. The input families (app.catalog.families) catch
 each, and the message names the family; the honest template at the same configuration passes."""

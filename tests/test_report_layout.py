@@ -1,4 +1,4 @@
-"""The HTML report's convergence chart as read in a browser (issue 32, after looking at it in
+"""The HTML report's convergence chart as read in a browser (after looking at it in
 headless Chromium): the note under the axis never sits on the axis title, the best-so-far never
 leaves the plot when the first candidates are beyond the range shown, baseline and limit
 labels sit inside the plot at opposite ends (never in the legend's column, never on each

@@ -241,7 +241,7 @@ def test_cell_files(cell, tmp_path):
 
 
 def test_a_sealed_cell_cannot_watch_a_directory_landlock_hides(cell, tmp_path):
-    """Issue 28 item 8: inotify is not mediated by Landlock (names created in the home)."""
+    """Inotify is not mediated by Landlock (names created in the home)."""
     assert ask(cell, "inotify", str(tmp_path)) == {"fd": -1, "wd": -1}
 
 

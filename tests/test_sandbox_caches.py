@@ -1,4 +1,4 @@
-"""Issue 28 item 2, the compiled-library cache: every cell may write the shared cache
+"""The compiled-library cache: every cell may write the shared cache
 (app.paths.cache_dir), so a library planted there by an earlier cell must never be loaded.
 References are trusted for correctness and load into the worker itself; candidates run under
 the build key of their source. Both are built in the cell's own scratch now

@@ -1,4 +1,4 @@
-"""Issue 28 item 8, the last part: `stat` gives the size and mtime of files Landlock hides.
+"""The last part: `stat` gives the size and mtime of files Landlock hides.
 Landlock governs opening a file, not looking it up, and Python itself needs stat, so a goal's
 Python reference (a colleague's code, run in the worker cell) could still measure any file on
 the machine. The cell's own file view (app/gpu/sandbox/mounts.py) holds only what its rules

@@ -1,4 +1,4 @@
-"""Attacks on processes and IPC outside the cell (issue 28 items 1, 5, 6), written as C kernels
+"""Attacks on processes and IPC outside the cell, written as C kernels
 and run through the real CPU backend (real gcc, the real worker, kernel host and compile
 helper) with the text filters off: only the walls stand in the way. The ground truth is read
 from outside: a victim process's signals, nice value, affinity, scheduler and limits, the
@@ -106,7 +106,7 @@ PROCESS_ATTACKS = {
 
 @pytest.mark.parametrize("name", sorted(PROCESS_ATTACKS))
 def test_a_candidate_cannot_reprioritise_or_limit_another_process(transpose, victim, name):
-    """Issue 28 item 1: nice 19, one CPU, SCHED_IDLE, rlimits rewritten, idle I/O class."""
+    """Nice 19, one CPU, SCHED_IDLE, rlimits rewritten, idle I/O class."""
     before = _state(victim.pid)
     head, call = PROCESS_ATTACKS[name]
     result = attack(transpose, name, head + HEAD + call.format(pid=victim.pid) + COPY)
@@ -116,7 +116,7 @@ def test_a_candidate_cannot_reprioritise_or_limit_another_process(transpose, vic
 
 
 def test_a_signal_through_f_setown_never_reaches_another_process(transpose, victim):
-    """Issue 28 item 1: F_SETOWN + F_SETSIG + O_ASYNC on its own pipe sends any signal on the
+    """F_SETOWN + F_SETSIG + O_ASYNC on its own pipe sends any signal on the
     next write (kill and tgkill are filtered, this is not a kill)."""
     source = f"""#define _GNU_SOURCE
 #include <fcntl.h>
@@ -135,7 +135,7 @@ def test_a_signal_through_f_setown_never_reaches_another_process(transpose, vict
     assert not result.ok
 
 
-# ---- SysV IPC (item 5) --------------------------------------------------------------------
+# ---- SysV IPC --------------------------------------------------------------------
 IPC_CREAT, IPC_RMID = 0o1000, 0
 
 
@@ -196,7 +196,7 @@ def test_sysv_ipc_of_the_host_is_out_of_reach_and_nothing_is_left_behind(transpo
             libc.msgctl(_sysv("msg")[mine_msg], IPC_RMID, None)
 
 
-# ---- processes that outlive the cell (item 6) ---------------------------------------------
+# ---- processes that outlive the cell ---------------------------------------------
 def _alive(pid: int, start: str) -> bool:
     """`pid` is still the process that had start time `start` (not a reused pid), not a zombie."""
     try:
@@ -250,7 +250,7 @@ def _kill_all(pids) -> None:
 
 
 def test_a_candidate_that_leaves_its_session_does_not_outlive_the_cell():
-    """Issue 28 item 6: the candidate clears its parent-death signal, calls setsid and keeps
+    """The candidate clears its parent-death signal, calls setsid and keeps
     running; the watchdog kills the worker; nothing of it may remain."""
     tag = f"ks-orphan{random.randrange(100000)}"
     source = f"""#include <sys/prctl.h>
@@ -281,7 +281,7 @@ COMPILE_BOMB = """#if __INCLUDE_LEVEL__ < 24
 
 @pytest.mark.slow
 def test_a_compile_bomb_does_not_outlive_the_watchdog():
-    """Issue 28 item 6: the watchdog kills the worker in its compile stage; the compiler's
+    """The watchdog kills the worker in its compile stage; the compiler's
     cc1 (a grandchild of the compile helper, in its own session) must die with it."""
     ev = evaluator(compile_s=3.0)
     seen: dict[int, str] = {}

@@ -1,4 +1,4 @@
-"""Each process wall of the cell on its own, in a real process (issue 28 items 1, 5, 6): the PID
+"""Each process wall of the cell on its own, in a real process: the PID
 and IPC namespaces, the seccomp rules on process-acting calls, Landlock's signal scope and the
 engine's tree kill. Any one of them alone must keep a victim outside safe; the attack tests
 (test_sandbox_walls.py) hit all of them together through the real worker."""

@@ -1,8 +1,8 @@
-"""Issue 28, item 3: timing cheats, each a real planted kernel (tests/kernels/) through the real
+"""Timing cheats, each a real planted kernel (tests/kernels/) through the real
 CPU evaluator (worker cell, kernel host, cascade). The ground truth is an honest twin timed
 beside the cheat in the same evaluator: a cheat that "wins" is timed well under its twin;
 every one must now be refused or timed like its twin. Measured on the old code (/tmp/base2)
-each of them won: see the report of issue 28."""
+each of them won before the timing was hardened."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host-side TMA descriptors and driver launches without a GPU (issue 18 item 1): every rule
+"""Host-side TMA descriptors and driver launches without a GPU: every rule
 cuTensorMapEncodeTiled would enforce is checked in Python first; the ctypes marshalling of
 cuTensorMapEncodeTiled and cuLaunchKernelEx runs against stand-in C functions with the same
 signatures (the real driver, libcuda, is absent here); persistent grids and cluster launches."""

@@ -1,4 +1,4 @@
-"""CSV export of a shared history (issue 28 item 8): a colleague's database whose texts are
+"""CSV export of a shared history: a colleague's database whose texts are
 spreadsheet formulas exports as inert cells (OWASP CSV injection: a leading apostrophe), read
 back through the real CLI; plain numbers, negative ones included, stay numbers."""
 

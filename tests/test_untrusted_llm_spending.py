@@ -1,4 +1,4 @@
-"""A goal file spends the user's money only as far as the user allows (issue 28 item 7): its
+"""A goal file spends the user's money only as far as the user allows: its
 [llm] table may lower the saved spending limits, never raise them or switch the model unless
 the user passes --trust-goal-llm (the window asks). Played through the real CLI against the
 loopback chat server, which bills every request by the size of what it was sent."""

@@ -1,4 +1,4 @@
-"""Candidate output never reaches a prompt (issue 28 item 8): a candidate's stderr, its log
+"""Candidate output never reaches a prompt: a candidate's stderr, its log
 and the compiler's messages about it carry the home directory hex-, base64- and reversed-
 encoded plus a canary; the fixer and the other agents ask the real loopback endpoint about
 these failures, and no request it receives holds any of it. What the fixer needs (reason,

@@ -1,4 +1,4 @@
-"""A candidate that floods its stderr (issue 28 item 8): 200 MB per call into the worker's
+"""A candidate that floods its stderr: 200 MB per call into the worker's
 log must not land in the engine's memory; the engine reads only a bounded tail. Ground truth:
 the engine process's peak resident memory (ru_maxrss), from a real `kernelswarm run`."""
 

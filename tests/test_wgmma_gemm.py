@@ -1,4 +1,4 @@
-"""The wgmma + TMA GEMM template (app/catalog/cuda/kernels/gemm_wgmma.cu, issue 18 item 2)
+"""The wgmma + TMA GEMM template (app/catalog/cuda/kernels/gemm_wgmma.cu)
 without a GPU: every recommended configuration compiles with NVRTC for sm_90a in bf16 and fp16
 with no spills (registers, spills and shared memory per configuration are printed: run with -s,
 and kept as the test's user properties), the space's restrictions match the template's

@@ -1,4 +1,4 @@
-"""The agent chart's pale bars are each agent's own colour (issue 32, after looking at the
+"""The agent chart's pale bars are each agent's own colour (after looking at the
 1366x768 screenshots: the model's mauve dots had a pink bar), and the adversary's colour does
 not change with its case count."""
 

@@ -1,4 +1,4 @@
-"""Issue 16, item 4: the candidates table says which device each candidate ran on, and a
+"""The candidates table says which device each candidate ran on, and a
 per-device summary (done, failed, best with its unit) shows while evaluations come from several
 devices. Evaluations carry resources node/device/device_id as the Ray pool records them; a local
 run (no device in resources) looks as before. No Ray needed: real models, widgets and SQLite."""

@@ -1,4 +1,4 @@
-"""The run settings' cluster field (issue 16): the goal's [cluster] address in and out of the
+"""The run settings' cluster field: the goal's [cluster] address in and out of the
 form; empty means this machine (no [cluster] table, no Ray)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The run's counters read whole at 1366x768 (issue 32, after looking at the playback
+"""The run's counters read whole at 1366x768 (after looking at the playback
 screenshot: 'Best 4.004 ms' was cut by '1.40× vs first' beside it). The speedup's basis is in
 the counter's name, so its value stays short."""
 

@@ -1,4 +1,4 @@
-"""The candidate table shows registers and shared memory for CUDA runs only (issue 32): a CPU
+"""The candidate table shows registers and shared memory for CUDA runs only: a CPU
 or replay run has no such figures, so the columns would stay empty."""
 
 from __future__ import annotations

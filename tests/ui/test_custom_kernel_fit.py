@@ -1,4 +1,4 @@
-"""The "Your kernel" page as a page to live in (issue 32): it fits a 1366x768 screen with rows
+"""The "Your kernel" page as a page to live in: it fits a 1366x768 screen with rows
 in both tables and the compiler output visible, resizing gives the height to the tables, the
 arguments come from the parsed C signature, the TOML preview is the file as saved, Close and
 Cancel exist and "Use in the window" closes it."""

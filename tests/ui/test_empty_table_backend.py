@@ -1,5 +1,5 @@
 """Before any run, the empty candidate table's CUDA-only columns (registers, shared memory)
-follow the goal form's backend (issue 32: a CPU or replay goal showed them until its run
+follow the goal form's backend (a CPU or replay goal showed them until its run
 started); once a run is started or reopened, that run's backend decides."""
 
 from __future__ import annotations

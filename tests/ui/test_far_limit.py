@@ -1,6 +1,6 @@
 """A hardware limit far beyond every result (a CPU transpose at 2 GB/s under a 28.9 GB/s L3
 roof) is named in the plot's corner instead of drawn to scale: drawn, it squeezed the results
-into a flat line at the bottom of the Run view (issue 32, seen when a stored run was opened at
+into a flat line at the bottom of the Run view (seen when a stored run was opened at
 1366x768). A limit near the results stays a line."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 12, the desktop app as a new user finds it: the layout fits a 1600×1000 screen, the
+"""The desktop app as a new user finds it: the layout fits a 1600×1000 screen, the
 dark theme is legible, the candidate dock shows the code that ran and follows the run that is
 open, parameters keep one order, the goal form keeps what it does not show (the [llm] table,
 the agents' order) so a run from the form is the run `kernelswarm run` makes, and the example
@@ -36,7 +36,7 @@ def _run_from_window(qtbot, window, timeout_ms: int = 90000) -> None:
     window.table.flush()
 
 
-# ---- item 4: the layout fits ---------------------------------------------------------------
+# ---- the layout fits ---------------------------------------------------------------
 def test_long_run_title_keeps_the_window_on_a_1600_screen(qtbot, window):
     _at_size(window, qtbot, 1600, 1000)
     long_name = "a goal with a very long name " * 10 + "x" * 10  # 300 characters
@@ -83,7 +83,7 @@ def test_candidate_detail_fills_its_dock(qtbot, window):
     assert window.detail.timing.width() >= window.detail_dock.width() - 40
 
 
-# ---- item 9: dark theme -------------------------------------------------------------------------
+# ---- dark theme -------------------------------------------------------------------------
 def luminance(color: QColor) -> float:
     """Relative luminance (WCAG 2), 0 (black) to 1 (white)."""
     def channel(c: float) -> float:
@@ -138,7 +138,7 @@ def test_dark_theme_draws_title_and_numbers_legibly(qtbot, window):
         window.set_theme("light")
 
 
-# ---- item 7: the code that ran ----------------------------------------------------------------
+# ---- the code that ran ----------------------------------------------------------------
 def _cpu_goal() -> Goal:
     return Goal(name="cpu softmax", backend="cpu", operator="softmax", shapes=[[64, 256]])
 
@@ -182,7 +182,7 @@ def test_source_tab_shows_a_candidates_own_source(qtbot):
     assert "rewritten by the llm agent" in text and "-DVEC=4" in text
 
 
-# ---- item 8: the dock follows the open run; one parameter order -----------------------------------
+# ---- the dock follows the open run; one parameter order -----------------------------------
 def test_opening_another_run_clears_the_candidate_dock(qtbot, window, replay_goal, run_headless):
     store = window.store()
     a = run_headless(store, replay_goal(max_evals=15, seed=1, name="run A"))
@@ -276,7 +276,7 @@ def test_a_goal_runs_the_same_from_the_form_as_headless(qtbot, window, tmp_path)
     assert from_form == headless
 
 
-# ---- item 10: the example list says what runs here -------------------------------------------------
+# ---- the example list says what runs here -------------------------------------------------
 def test_examples_say_whether_this_machine_can_run_them(qtbot):
     from app.ui.goal_form import EXAMPLE_STATUS_ROLE, GoalForm, backend_usable, example_goals
 

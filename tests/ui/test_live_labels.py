@@ -1,4 +1,4 @@
-"""Labels of the Run view that need no decoding (issue 32): the budget bar names both budgets,
+"""Labels of the Run view that need no decoding: the budget bar names both budgets,
 the ETA holds still while paused, a transferred start's 1.00x says what it is measured against,
 a replay's clock says it is simulated, the axis has no '(x0.001)' and the legend sits outside
 the data."""

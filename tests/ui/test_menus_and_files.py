@@ -1,4 +1,4 @@
-"""Discoverability and consistency in the window (issue 32): the Examples menu lists the
+"""Discoverability and consistency in the window: the Examples menu lists the
 your-own-kernel examples, Recent goals comes alive after Open and Save, a TOML syntax error
 names its file, the goal form hides GPU-only limits for a CPU goal, and quitting mid-run asks."""
 

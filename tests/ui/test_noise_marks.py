@@ -42,7 +42,7 @@ def test_history_best_column_carries_the_runs_unit(qtbot, window, replay_goal, r
 
 
 def test_objective_column_shows_the_spread_and_the_warning_whole(qtbot):
-    """Issue 32: the column cut '1.815 ±84% ⚠…' and '12.35 ±1.1e+…' at 1366x768."""
+    """The column cut '1.815 ±84% ⚠…' and '12.35 ±1.1e+…' at 1366x768."""
     table = CandidateTable()
     qtbot.addWidget(table)
     table.resize(1300, 250)

@@ -1,4 +1,4 @@
-"""A stored run played back at a watchable pace (issue 32: a replay finishes in under 3 s, too
+"""A stored run played back at a watchable pace (a replay finishes in under 3 s, too
 fast to watch): the points arrive a few at a time, then the run's summary as opened."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A reopened run's agent chart has the rows the live run showed (issue 32): the adversary's
+"""A reopened run's agent chart has the rows the live run showed: the adversary's
 row comes from the run's AgentCredit, not from its evaluations, and reopening from History
 dropped it. Here a real replay run is recorded, then given the adversary's credit through
 the recorder as a CPU run's coordinator publishes it; the window's live chart, given the

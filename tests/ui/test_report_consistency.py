@@ -1,5 +1,5 @@
 """The app and the HTML report colour each agent alike, and the report's spread reads '170 %'
-(issue 32: different colours per agent; '1.7e+02 % spread')."""
+(different colours per agent; '1.7e+02 % spread')."""
 
 from __future__ import annotations
 

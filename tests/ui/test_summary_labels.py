@@ -1,4 +1,4 @@
-"""The Summary tab says what each figure is, with its unit (issue 32: raw keys such as
+"""The Summary tab says what each figure is, with its unit (raw keys such as
 `load_after`, `noisy 1` and `gbs`)."""
 
 from __future__ import annotations

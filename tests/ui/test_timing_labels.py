@@ -1,5 +1,5 @@
 """The Timing tab's p10, median and p90 labels never print on top of each other, and the axis
-says its unit without pyqtgraph's '(x0.001)' scale (issue 32)."""
+says its unit without pyqtgraph's '(x0.001)' scale."""
 
 from __future__ import annotations
 

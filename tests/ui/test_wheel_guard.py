@@ -1,5 +1,5 @@
 """The mouse wheel over an unfocused combo or spin box scrolls; it never changes the value
-(issue 32: scrolling the Arguments table turned an input's fill from normal to zeros)."""
+(scrolling the Arguments table turned an input's fill from normal to zeros)."""
 
 from __future__ import annotations
 
