@@ -458,8 +458,13 @@ def cblas_symbol(path: str) -> str:
 
 
 def git_source(rev: str, kernel_file: str) -> str:
-    return subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:app/catalog/kernels/{kernel_file}"],
-                          capture_output=True, text=True, check=True).stdout
+    """The kernel at `rev`, wherever it lived then (app/catalog/kernels/ before the CPU folder)."""
+    for folder in ("app/catalog/cpu/kernels", "app/catalog/kernels"):
+        shown = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:{folder}/{kernel_file}"],
+                               check=False, capture_output=True, text=True)
+        if shown.returncode == 0:
+            return shown.stdout
+    raise RuntimeError(f"{kernel_file} not found at {rev}")
 
 
 def clock_ghz(h: ctypes.CDLL) -> float:

@@ -17,7 +17,7 @@ CATALOG = ["cpu_gemm.c", "cpu_softmax.c", "cpu_rmsnorm.c", "cpu_transpose.c"]
 
 
 def _catalog(name: str) -> str:
-    return resources.files("app.catalog").joinpath("kernels", name).read_text()
+    return resources.files("app.catalog.cpu").joinpath("kernels", name).read_text()
 
 
 @pytest.mark.parametrize("name", CATALOG)

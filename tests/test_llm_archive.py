@@ -12,7 +12,7 @@ from app.llm.features import features
 from app.llm.niches import niche_elites, pick_inspirations, structure
 from app.llm.normal import normalise
 
-C_KERNELS = ROOT / "app" / "catalog" / "kernels"
+C_KERNELS = ROOT / "app" / "catalog" / "cpu" / "kernels"
 
 
 def _ev(key: str, value: float, source: str | None) -> Evaluation:

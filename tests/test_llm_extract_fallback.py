@@ -78,7 +78,7 @@ def test_a_tunable_named_only_in_its_guard_and_declaration_is_refused():
 
 
 def test_used_params_sees_preprocessor_reads_and_ignores_guards_and_comments():
-    tpl = Path("app/catalog/kernels/cpu_gemm.c").read_text()
+    tpl = Path("app/catalog/cpu/kernels/cpu_gemm.c").read_text()
     assert {"PAR", "ISA", "ORDER", "SHARE_B"} <= used_params(tpl, ["PAR", "ISA", "ORDER", "SHARE_B"])
     copied = ("// EXP_IMPL picks the exp: 0 libm, 1 polynomial\n#ifndef EXP_IMPL\n#define EXP_IMPL 0"
               "\n#endif\n" + FALLBACK)

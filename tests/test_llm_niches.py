@@ -23,7 +23,7 @@ from app.llm.settings import LLMSettings
 from app.llm.spec import kernel_spec
 from app.swarm.blackboard import Blackboard
 
-C_KERNELS = ROOT / "app" / "catalog" / "kernels"
+C_KERNELS = ROOT / "app" / "catalog" / "cpu" / "kernels"
 CU_KERNELS = ROOT / "app" / "catalog" / "cuda" / "kernels"
 
 

@@ -35,7 +35,7 @@ def _with(body_line: str, top: str = "") -> str:
 
 
 def test_catalog_templates_pass_the_policy():
-    for path in sorted(glob.glob(str(ROOT / "app/catalog/kernels/cpu_*.c"))):
+    for path in sorted(glob.glob(str(ROOT / "app/catalog/cpu/kernels/cpu_*.c"))):
         if path.endswith("cpu_reference.c"):
             continue
         check(Path(path).read_text(), language="c",

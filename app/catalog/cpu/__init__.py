@@ -1,4 +1,4 @@
-"""CPU operators (C11 + OpenMP kernel templates under app/catalog/kernels/cpu_*.c)."""
+"""CPU operators (C11 + OpenMP kernel templates under app/catalog/cpu/kernels/cpu_*.c)."""
 
 from app.catalog import register
 from app.catalog.cpu.operator import CpuOperator

@@ -27,8 +27,8 @@ REFERENCE_SOURCE = "cpu_reference.c"
 
 
 def kernel_source(file_name: str) -> str:
-    """A kernel template shipped as package data under app/catalog/kernels/."""
-    return resources.files("app.catalog").joinpath("kernels", file_name).read_text(encoding="utf-8")
+    """A kernel template shipped as package data under app/catalog/cpu/kernels/."""
+    return resources.files("app.catalog.cpu").joinpath("kernels", file_name).read_text(encoding="utf-8")
 
 
 def thread_counts(cpus: int | None = None) -> list[int]:
