@@ -68,8 +68,11 @@ def _resolve(name: str, known: set[str]) -> str:
     return name
 
 
-def imports_of(root: Path, path: Path, known: set[str]) -> list[tuple[int, str]]:
-    """(line, module) for every import in one file; app names resolved to their module."""
+def imports_of(root: Path, path: Path, known: set[str],
+               package_arrows: bool = True) -> list[tuple[int, str]]:
+    """(line, module) for every import in one file; app names resolved to their module.
+    `from package import module` also counts as an arrow to the package's __init__ unless
+    `package_arrows` is False (the __init__ then only gathers names for outside users)."""
     module = _module_name(root, path)
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: list[tuple[int, str]] = []
@@ -81,9 +84,10 @@ def imports_of(root: Path, path: Path, known: set[str]) -> list[tuple[int, str]]
             if node.level:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join(parts + ([node.module] if node.module else []))
-            found.append((node.lineno, base))
-            if _within(base, "app"):  # `from app import ui` names a module
-                found += [(node.lineno, f"{base}.{a.name}") for a in node.names]
+            named = [f"{base}.{a.name}" for a in node.names] if _within(base, "app") else []
+            if package_arrows or not all(n in known for n in named):
+                found.append((node.lineno, base))
+            found += [(node.lineno, n) for n in named]  # `from app import ui` names a module
         elif isinstance(node, ast.Constant) and isinstance(node.value, str):
             named = _NAMED.fullmatch(node.value.partition(":")[0])
             if named and _resolve(named.group(0), known) != "app":

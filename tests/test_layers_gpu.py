@@ -10,49 +10,25 @@ that module, not to the package's __init__ (which only gathers names for outside
 
 from __future__ import annotations
 
-import ast
-import re
 import shutil
 from pathlib import Path
 
 from project_paths import ROOT
+from test_layers import _module_name as module_name
+from test_layers import _within, imports_of
 
 BACKENDS = ("cpu", "cuda", "replay")
 ABOVE = ("app.gpu", "app.gpu.custom_reference")  # may use every backend: registration, previews
-_NAMED = re.compile(r"app\.gpu(\.\w+)*")
-
-
-def _name(root: Path, path: Path) -> str:
-    return ".".join(p for p in path.relative_to(root).with_suffix("").parts if p != "__init__")
 
 
 def graph(root: Path) -> dict[str, set[str]]:
     """module -> the app.gpu modules it imports (by explicit arrows, see the module docstring)."""
-    paths = {_name(root, p): p for p in sorted((root / "app" / "gpu").rglob("*.py"))}
-
-    def resolve(name: str) -> str | None:
-        while name not in paths and "." in name:
-            name = name.rsplit(".", 1)[0]
-        return name if name in paths else None
-
-    arrows: dict[str, set[str]] = {}
-    for module, path in paths.items():
-        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-        found: set[str | None] = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                found |= {resolve(a.name) for a in node.names}
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")[: len(package.split(".")) - node.level + 1]
-                    base = ".".join(parts + ([base] if base else []))
-                found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in paths else resolve(base)
-                          for a in node.names}
-            elif isinstance(node, ast.Constant) and isinstance(node.value, str) and \
-                    _NAMED.fullmatch(node.value.partition(":")[0]):
-                found.add(resolve(node.value.partition(":")[0]))
-        arrows[module] = {m for m in found if m and m != module}
+    known = {module_name(root, p) for p in (root / "app").rglob("*.py")}
+    arrows = {}
+    for path in sorted((root / "app" / "gpu").rglob("*.py")):
+        module = module_name(root, path)
+        arrows[module] = {name for _, name in imports_of(root, path, known, package_arrows=False)
+                          if _within(name, "app.gpu") and name != module}
     return arrows
 
 
