@@ -100,6 +100,19 @@ class Evaluator(abc.ABC):
         """What the adversary may draw for this goal (shapes, distributions); None: no probe."""
         return None
 
+    # What this machine's roof probes measured (an LLM prompt's hardware sheet states them):
+    def limits(self) -> Any:
+        """The GPU's copy bandwidth and peaks (a cuda.roofline.Limits); None: not a GPU."""
+        return None
+
+    def roofs(self) -> Any:
+        """The CPU cache levels' copy roofs (memory-bound operators); None: not measured."""
+        return None
+
+    def peak(self) -> Any:
+        """The CPU's FP32 peak at one and at every thread (compute-bound); None: not measured."""
+        return None
+
     def add_validation_case(self, case: dict[str, Any]) -> None:
         """A new failing input every later evaluation is checked against."""
 

@@ -16,7 +16,10 @@ import logging
 import os
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.core.evaluator import Evaluator
 
 log = logging.getLogger(__name__)
 
@@ -140,22 +143,21 @@ def _cc(device: str, arch: str) -> str:
     return ""
 
 
-def measured_figures(evaluator: Any) -> dict[str, Any]:
+def measured_figures(evaluator: Evaluator) -> dict[str, Any]:
     """What the run's evaluator measured for the sheet (per-level bandwidth, FP32 peak, copy
     bandwidth), each where its roof probe measures it; {} where it has none."""
     out: dict[str, Any] = {}
     try:
-        limits = evaluator.limits() if hasattr(evaluator, "limits") else None
-        if limits is not None and getattr(limits, "copy_bw", None):
+        limits = evaluator.limits()
+        if limits is not None and limits.copy_bw:
             out["copy_gbs"] = limits.copy_bw / 1e9
-        peak = evaluator.peak() if hasattr(evaluator, "peak") else None
+        peak = evaluator.peak()
         if peak is not None:
             out["peak_gflops"] = peak.gflops(os.cpu_count() or 1)
             out["peak_gflops_one_thread"] = peak.gflops(1)
-        roofs = evaluator.roofs() if hasattr(evaluator, "roofs") else None
-        every = getattr(roofs, "all_threads", None)
-        if isinstance(every, dict):
-            out["bandwidth_gbs"] = dict(every)
+        roofs = evaluator.roofs()
+        if roofs is not None and roofs.all_threads:
+            out["bandwidth_gbs"] = dict(roofs.all_threads)
     except (AttributeError, OSError, RuntimeError, TypeError, ValueError) as exc:
         # a backend that cannot say: the sheet goes without the figure
         log.info("hardware sheet: no measured figures (%s)", exc)
