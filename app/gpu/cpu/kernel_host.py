@@ -81,6 +81,13 @@ class HostDied(RuntimeError):
         super().__init__(f"the candidate's process {what}")
 
 
+def _died(words: list[str]) -> HostDied:
+    """The zygote's "signal N" or "exit N" line as HostDied."""
+    if words[0] == "signal":
+        return HostDied(int(words[1]), None)
+    return HostDied(None, int(words[1]) if words[1].isdigit() else None)
+
+
 class ForgedTiming(RuntimeError):
     """The durations the candidate's process reported are shorter than the zygote's clock says."""
 
@@ -153,7 +160,7 @@ class _Arena:
         self.resize(nbytes)
 
     def resize(self, nbytes: int) -> None:
-        nbytes = max(ALIGN, -(-nbytes // ALIGN) * ALIGN)
+        nbytes = _padded(nbytes)
         # the old mapping is dropped, not closed: a view of it may live on in a traceback's
         # frame (mmap.close would raise BufferError); it is unmapped with its last reference
         self.view, self.map = np.empty(0, np.uint8), None
@@ -241,16 +248,11 @@ class KernelHost:
         self.child_alive = False
         try:
             words = self._read().split()
+            while words and words[0] not in ("signal", "exit"):  # the candidate's own writes
+                words = self._read().split()
         except HostError:
             return HostDied(None, None)
-        while words and words[0] not in ("signal", "exit"):  # the candidate's own writes
-            try:
-                words = self._read().split()
-            except HostError:
-                return HostDied(None, None)
-        if len(words) == 2 and words[0] == "signal":
-            return HostDied(int(words[1]), None)
-        return HostDied(None, int(words[1]) if len(words) == 2 and words[1].isdigit() else None)
+        return _died(words) if len(words) == 2 else HostDied(None, None)
 
     def _exchange(self, verb: str, rest: str = "") -> tuple[int, int, int]:
         """Send a child command; (its report, its CPU time, the zygote's window), in ns."""
@@ -264,14 +266,9 @@ class KernelHost:
             return int(words[1]), int(words[2]), int(words[3])
         if len(words) == 2 and words[0] in ("signal", "exit"):
             self.child_alive = False
-            return self._raise_died(words)
+            raise _died(words)
         raise HostError("the candidate wrote to the harness's channel (the reply to call "
                         f"{seq} was {line[:60]!r})")
-
-    def _raise_died(self, words: list[str]) -> int:
-        if words[0] == "signal":
-            raise HostDied(int(words[1]), None)
-        raise HostDied(None, int(words[1]) if words[1].isdigit() else None)
 
     # ---- candidates ------------------------------------------------------------------
     def load(self, library: str, entry: str) -> None:
@@ -294,7 +291,7 @@ class KernelHost:
             raise HostError(line[len("error "):])
         words = line.split()
         if len(words) == 2 and words[0] in ("signal", "exit"):
-            self._raise_died(words)  # killed while loading (a constructor, say)
+            raise _died(words)  # killed while loading (a constructor, say)
         raise HostError(f"the kernel host answered {line[:60]!r} to load")
 
     def _null_overheads(self) -> list[int]:
@@ -349,8 +346,6 @@ class KernelHost:
             if self.proc.poll() is None and self.child_alive:
                 raise
             raise self._child_ended() from None
-        except HostDied:
-            raise
         for a, off in zip(args, offsets):
             if isinstance(a, ArrayArg) and a.copy_back:
                 raw = a.buffer.reshape(-1).view(np.uint8)
@@ -372,20 +367,17 @@ class KernelHost:
         self._cpu_ns += cpu
         self._window_ns += window
         self.threads_seen = max(self.threads_seen, self._threads)
-        if self.thread_limit <= 0:
+        limit = self.thread_limit
+        if limit <= 0:
             return
-        if self._threads > self.thread_limit:  # counted while stopped: busy or not, load or not
-            plural = "s" if self.thread_limit != 1 else ""
+        declares = (f"its configuration declares THREADS={limit} "
+                    f"({limit} thread{'s' if limit != 1 else ''})")
+        if self._threads > limit:  # counted while stopped: busy or not, load or not
             raise ThreadLimit(f"the kernel left {self._threads} threads running after a call; "
-                              f"its configuration declares THREADS={self.thread_limit} "
-                              f"({self.thread_limit} thread{plural})")
-        allowed = self.thread_limit * self._window_ns * THREAD_MARGIN + THREAD_SLACK_NS
-        if self._cpu_ns > allowed:
-            busy = self._cpu_ns / max(1, self._window_ns)
-            plural = "s" if self.thread_limit != 1 else ""
-            raise ThreadLimit(f"the kernel kept {busy:.1f} cores busy on average during its calls; "
-                              f"its configuration declares THREADS={self.thread_limit} "
-                              f"({self.thread_limit} thread{plural})")
+                              f"{declares}")
+        if self._cpu_ns > limit * self._window_ns * THREAD_MARGIN + THREAD_SLACK_NS:
+            raise ThreadLimit(f"the kernel kept {self.cores_busy():.1f} cores busy on average "
+                              f"during its calls; {declares}")
 
     def check_reports(self) -> bool:
         """Whether the child's reports agree with the zygote's clock (within the channel's own
@@ -425,8 +417,7 @@ class KernelHost:
             pass
         for stream in (self.commands, self.replies):
             try:
-                if stream is not None:
-                    stream.close()
+                stream.close()
             except OSError:
                 pass
         if self.proc.poll() is None:

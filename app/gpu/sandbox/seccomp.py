@@ -195,10 +195,7 @@ def export_candidate_filters(load_path: str, run_path: str) -> str:
     _deny_all(run, sc.ERRNO(errno.EPERM), OPEN_CALLS)
     for name, arg, bit in (("mmap", 2, PROT_EXEC), ("mprotect", 2, PROT_EXEC),
                            ("pkey_mprotect", 2, PROT_EXEC), ("shmat", 2, SHM_EXEC)):
-        try:
-            run.add_rule(sc.KILL_PROCESS, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
-        except (OSError, ValueError, RuntimeError):
-            pass
+        _add(run, sc.KILL_PROCESS, name, sc.Arg(arg, sc.MASKED_EQ, bit, bit))
     for f, path in ((load, load_path), (run, run_path)):
         with open(path, "wb") as out:
             f.export_bpf(out)
@@ -209,10 +206,7 @@ def export_candidate_filters(load_path: str, run_path: str) -> str:
 
 def _deny_all(f, action: int, names: tuple[str, ...]) -> None:
     for name in names:
-        try:
-            f.add_rule(action, name)
-        except (OSError, ValueError, RuntimeError):
-            pass  # not a system call on this architecture
+        _add(f, action, name)
 
 
 def seal_compiler() -> str:
