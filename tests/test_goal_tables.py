@@ -51,3 +51,43 @@ def test_a_goal_built_in_code_names_no_file():
     with pytest.raises(GoalError) as err:
         Goal.from_dict({"swarm": {"colour": 1}})
     assert str(err.value).startswith("swarm.colour: unknown field; known: ")
+
+
+def test_an_unknown_llm_key_is_refused_on_load_naming_the_file(tmp_path):
+    """[llm] is read like the other tables: a misspelt setting stops the file from opening
+    (it used to load and be refused only when a run started, without the file's name)."""
+    with pytest.raises(GoalError) as err:
+        _load(tmp_path, '[llm]\nmodel = "m"\nmax_request = 7\n')
+    assert err.value.field == "llm.max_request"
+    assert str(err.value).startswith("llm.max_request: unknown field in 'mine.toml'; known: ")
+
+
+def test_the_api_key_is_never_read_from_a_goal(tmp_path):
+    for key in ("api_key", "key"):
+        with pytest.raises(GoalError) as err:
+            _load(tmp_path, f'[llm]\n{key} = "sk-secret"\n')
+        assert err.value.field == f"llm.{key}" and "never kept" in str(err.value)
+        assert "sk-secret" not in str(err.value)
+
+
+def test_the_llm_table_declares_the_settings_fields():
+    """A goal may set every endpoint setting, and only those (app.llm.settings judges them)."""
+    from dataclasses import fields
+
+    from app.goal import LLMTable
+    from app.llm.settings import LLMSettings
+
+    assert LLMTable.KEYS == tuple(f.name for f in fields(LLMSettings))
+
+
+def test_the_llm_table_reads_as_what_the_goal_sets_in_the_files_order(tmp_path):
+    text = '[llm]\nmodel = "m"\nroles = ["memory"]\nbase_url = "http://127.0.0.1:9/v1"\n'
+    goal = _load(tmp_path, text)
+    assert goal.llm == {"model": "m", "roles": ["memory"], "base_url": "http://127.0.0.1:9/v1"}
+    assert goal.to_toml().endswith(text.replace('["memory"]', '[\n    "memory",\n]'))
+    assert not Goal().llm and "[llm]" in Goal().to_toml()
+    goal.llm["max_tokens"] = 64
+    assert Goal.from_toml(goal.to_toml()).llm["max_tokens"] == 64
+    with pytest.raises(GoalError) as err:
+        goal.llm["colour"] = 1
+    assert err.value.field == "llm.colour"

@@ -3,7 +3,9 @@ errors that name the field."""
 
 from __future__ import annotations
 
+import copy
 import sys
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -25,6 +27,7 @@ from app.goal.tables import (
     TARGET_KINDS,
     Constraints,
     KernelTable,
+    LLMTable,
     Objective,
     StopRules,
     SubTable,
@@ -37,17 +40,17 @@ from app.goal.tables import (
 # GoalError is raised here (defined in app.core so every layer may raise it); the sub-tables
 # and their names are read from here by the rest of the app
 __all__ = ["DEFAULT_AGENTS", "DIRECTIONS", "DTYPES", "OBJECTIVES", "SECTIONS", "TARGET_KINDS", "Constraints",
-           "Goal", "GoalError", "KernelTable", "Objective", "StopRules", "SwarmSettings",
+           "Goal", "GoalError", "KernelTable", "LLMTable", "Objective", "StopRules", "SwarmSettings",
            "Target", "Tolerance"]
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
-# [llm] and [cluster] stay plain tables here: their fields are judged where their settings
-# live (app.llm.settings through the agent registry, with the user's own settings and
-# spending limits; app.core.cluster_settings, shared with app.cluster), once per run.
-OPEN_TABLES = {"llm": (), "cluster": CLUSTER_KEYS}  # the keys known here; () none
+# [cluster] stays a plain table here (an empty one: this machine, no Ray): its fields are
+# judged by app.core.cluster_settings, shared with app.cluster. [llm]'s values are judged by
+# app.llm.settings (through the agent registry) against the user's own settings, once per run.
+OPEN_TABLES = {"cluster": CLUSTER_KEYS}  # the keys known here
 SECTIONS: dict[str, type[SubTable]] = {
     t.TABLE: t for t in (Objective, Target, StopRules, Tolerance, Constraints, SwarmSettings,
-                         KernelTable)}
+                         KernelTable, LLMTable)}
 
 
 @dataclass
@@ -66,12 +69,16 @@ class Goal:
     constraints: Constraints = field(default_factory=Constraints)
     swarm: SwarmSettings = field(default_factory=SwarmSettings)
     simulate_time: bool = True  # replay: charge recorded compile/verify/benchmark times
-    # LLM endpoint settings (app.llm.settings.LLMSettings fields; never the API key)
-    llm: dict[str, Any] = field(default_factory=dict)
+    # LLM endpoint settings the goal overrides (app.llm.settings judges them; never the API key)
+    llm: LLMTable = field(default_factory=LLMTable)
     kernel: KernelTable | None = None  # your own kernel (app.catalog.custom) instead of `operator`
     # [cluster]: run the evaluations on a Ray cluster (app.cluster); empty: here, no Ray at all
     cluster: dict[str, Any] = field(default_factory=dict)
     source_path: str = ""  # where the goal was loaded from (not saved)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.llm, dict):  # a goal built in code may give [llm] as a dict
+            self.llm = LLMTable.from_table(self.llm)
 
     # ---- validation -------------------------------------------------------------------
     def validate(self) -> Goal:
@@ -103,7 +110,7 @@ class Goal:
         for table in (self.objective, self.target, self.stop, self.tolerance,
                       self.constraints, self.swarm):
             table.check()
-        if not isinstance(self.llm, dict):
+        if not isinstance(self.llm, Mapping):  # an LLMTable, or a dict set in code
             raise GoalError("llm", "must be a table of LLM endpoint settings")
         if self.cluster:
             check_cluster_table(self.cluster)  # the table's shape only; Ray is not imported
@@ -113,6 +120,7 @@ class Goal:
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source_path", None)
+        data["llm"] = copy.deepcopy(dict(self.llm))  # what the goal sets, in the file's order
         if not data.get("cluster"):
             data.pop("cluster", None)  # a local goal's TOML stays as it was
         if data.get("kernel"):  # only what the user set: the table stays short
@@ -178,12 +186,12 @@ class Goal:
 
 
 def _open_table(key: str, value: Any, where: str) -> None:
-    """[llm] and [cluster] on load: a table, and (where the keys are known here) no unknown key."""
+    """[cluster] on load: a table without an unknown key."""
     if not isinstance(value, dict):
         raise GoalError(key, f"must be a table, e.g. [{key}]{in_file(where)}")
     known = OPEN_TABLES[key]
     for k in value:
-        if known and k not in known:
+        if k not in known:
             raise GoalError(f"{key}.{k}", f"unknown field{in_file(where)}; known: {', '.join(known)}")
 
 

@@ -10,6 +10,7 @@ run still loads; `Goal.validate()` calls every table's `check()` once per run.
 
 from __future__ import annotations
 
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
@@ -21,6 +22,7 @@ OBJECTIVES = ("time", "throughput", "energy")
 DIRECTIONS = ("minimize", "maximize")
 TARGET_KINDS = ("none", "speedup", "fraction_of_limit", "absolute")
 DEFAULT_AGENTS = ["explorer", "local", "evolution", "model"]
+API_KEY_ENV = "KERNELSWARM_LLM_API_KEY"  # where the key is read from (app.llm.settings), never a file
 
 T = TypeVar("T", bound="SubTable")
 
@@ -221,3 +223,72 @@ class KernelTable(SubTable):
         if not isinstance(data.get("deterministic", True), bool):
             raise GoalError("kernel.deterministic", "must be true or false")
         return data
+
+
+@dataclass(eq=False)  # equality is the mapping's: a table equals the dict of what it sets
+class LLMTable(SubTable, MutableMapping):
+    """The [llm] table: the endpoint settings a goal overrides (app.llm.settings.LLMSettings has
+    the same fields and judges the values, against the user's own settings and spending limits,
+    once per run). None is a setting the goal leaves alone, so the table reads as the mapping
+    of what the goal sets, in the file's order; never the API key."""
+
+    TABLE: ClassVar[str] = "llm"
+    KEYS: ClassVar[tuple[str, ...]] = ()  # the fields below, in order (set after the class)
+    base_url: str | None = None
+    model: str | None = None
+    timeout_s: float | None = None
+    max_concurrent: int | None = None
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_retries: int | None = None
+    backoff_s: float | None = None
+    max_backoff_s: float | None = None
+    run_token_budget: int | None = None
+    run_cost_budget: float | None = None
+    price_prompt_per_mtok: float | None = None
+    price_completion_per_mtok: float | None = None
+    roles: list[str] | None = None
+    stream: bool | None = None
+    reasoning_effort: str | None = None
+
+    @classmethod
+    def from_table(cls, value: Any, where: str = "") -> LLMTable:
+        for k in ("api_key", "key"):  # a goal file is shared: the key would travel with it
+            if isinstance(value, dict) and k in value:
+                raise GoalError(f"llm.{k}", "the API key is never kept in settings files; set "
+                                f"{API_KEY_ENV} or store it in the OS keyring")
+        table = super().from_table(value, where)
+        table._order = list(value)
+        return table
+
+    def __post_init__(self) -> None:
+        # the keys in the order the file gave them: a goal saved again writes them unchanged
+        self._order: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key) if key in self.KEYS else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self.KEYS:  # the same refusal as on load
+            LLMTable.from_table({key: value})
+        setattr(self, key, value)
+        if key not in self._order:
+            self._order.append(key)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        setattr(self, key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        keys = [*self._order, *(k for k in self.KEYS if k not in self._order)]
+        return (k for k in keys if getattr(self, k) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+LLMTable.KEYS = tuple(f.name for f in fields(LLMTable))

@@ -8,14 +8,16 @@ dictionaries, reprs, the database, logs or exports.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from app.goal.tables import API_KEY_ENV, LLMTable
 from app.llm import spending
 
-KEY_ENV_VARS = ("KERNELSWARM_LLM_API_KEY", "OPENAI_API_KEY")
+KEY_ENV_VARS = (API_KEY_ENV, "OPENAI_API_KEY")
 KEYRING_SERVICE = "kernelswarm"
 KEYRING_USER = "llm-api-key"
 ROLES = ("memory", "tiling", "fixer")
@@ -230,7 +232,7 @@ def _approved(url: str, env: dict[str, str]) -> bool:
     return any(_same_endpoint(url, a) for a in env.get(APPROVED_ENV, "").split())
 
 
-def endpoint_needs_confirmation(goal_llm: dict[str, Any] | None, user_settings: LLMSettings,
+def endpoint_needs_confirmation(goal_llm: Mapping[str, Any] | None, user_settings: LLMSettings,
                                 env: dict[str, str] | None = None) -> str | None:
     """A sentence to show the user when a goal's [llm] base_url would send the key somewhere
     other than their configured endpoint (and they have not approved it yet); None when not.
@@ -242,11 +244,12 @@ def endpoint_needs_confirmation(goal_llm: dict[str, Any] | None, user_settings: 
     return endpoint_refusal(goal_url, user_settings.base_url)
 
 
-def run_settings(goal_llm: dict[str, Any] | None, *, env: dict[str, str] | None = None,
-                 user: LLMSettings | None = None) -> LLMSettings:
-    """The settings a run uses: the user's saved settings, then the goal's [llm] table, then
-    KERNELSWARM_LLM_* variables. Raises EndpointNotTrusted when the goal's base_url is not the
-    user's endpoint and was not approved."""
+def run_settings(goal_llm: LLMTable | Mapping[str, Any] | None, *,
+                 env: dict[str, str] | None = None, user: LLMSettings | None = None) -> LLMSettings:
+    """The settings a run uses: the user's saved settings, then the goal's [llm] table (what
+    it sets: an LLMTable reads as that mapping), then KERNELSWARM_LLM_* variables. Raises
+    EndpointNotTrusted when the goal's base_url is not the user's endpoint and was not
+    approved."""
     env = os.environ if env is None else env
     user = user if user is not None else LLMSettings.user()
     own = LLMSettings.from_env(env, base=user)
@@ -341,13 +344,17 @@ def redact(text: str, key: str) -> str:
 
 def check_goal_settings(goal: Any) -> None:
     """A goal's [llm] table, checked once per run by the session (through the agent registry):
-    GoalError naming `llm.<field>`, so a goal file's mistake reads like any other field's."""
+    GoalError naming `llm.<field>`, so a goal file's mistake reads like any other field's. Its
+    keys were checked on load (app.goal.tables.LLMTable); a dict set in code is read as one."""
     from app.core.errors import GoalError
 
-    if not isinstance(goal.llm, dict):
+    table = goal.llm
+    if isinstance(table, dict):
+        table = LLMTable.from_table(table)
+    if not isinstance(table, LLMTable):
         raise GoalError("llm", "must be a table of LLM endpoint settings")
     try:
-        LLMSettings.from_dict(dict(goal.llm))
+        LLMSettings.from_dict(dict(table))
     except LLMSettingsError as exc:
         raise GoalError(f"llm.{exc.field}", exc.problem) from None
     except TypeError as exc:
