@@ -58,7 +58,6 @@ NOISY_SPREAD = 0.15  # (p90 - p10) / median above this: the measurement is noisy
 STAGES = ("static_check", "compile", "resources", "verify", "time", "reverify")
 # stages an evaluator adds around the worker's (account_stages): where the rest of the time went
 ENGINE_STAGES = frozenset({"baselines", "roofs", "wait_worker", "worker_start", "exchange"})
-COMPILE_STAGES = frozenset({"static_check", "compile", "resources"})
 
 Progress = Callable[[str], None]
 

@@ -96,6 +96,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
     window: the cascade picks an input slot there, perturbs it and poisons its outputs."""
     names = list(fns)
     last: list[str | None] = [None]
+    hook = before or (lambda name: None)
 
     def settle(name: str) -> None:
         if settings.settle_s > 0 and name != last[0]:
@@ -103,8 +104,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
             # untimed calls until its own threads are awake (the other's are asleep by now)
             end = time.perf_counter() + SETTLE_WARM_S
             for _ in range(SETTLE_WARM_MAX_CALLS):
-                if before is not None:
-                    before(name)
+                hook(name)
                 fns[name]()
                 if time.perf_counter() >= end:
                     break
@@ -117,8 +117,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
             break
         for name in names:
             settle(name)
-            if before is not None:
-                before(name)
+            hook(name)
             fns[name]()
     samples: dict[str, list[float]] = {n: [] for n in names}
     start = time.perf_counter()
@@ -128,8 +127,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
         order = names[rounds % len(names):] + names[:rounds % len(names)]
         for name in order:
             settle(name)
-            if before is not None:
-                before(name)
+            hook(name)
             if flusher is not None and not getattr(fns[name], "flushes_itself", False):
                 flusher()
             samples[name].append(time_call(fns[name]))

@@ -433,14 +433,13 @@ class Worker:
                 break
             elapsed = time.monotonic() - stage_t0
             limit = deadlines.for_stage(stage)
+            reason = TIMEOUT
             if elapsed > limit:
                 killed_for = f"exceeded the {limit:g} s limit for the {stage} stage"
-                reason = TIMEOUT
                 break
             if time.monotonic() - request_t0 > deadlines.total():
                 killed_for = (f"exceeded the {deadlines.total():g} s limit for one request (in "
                               f"the {stage} stage)")
-                reason = TIMEOUT
                 break
             if self.memory_limit_bytes and _rss_bytes(self._proc.pid) > self.memory_limit_bytes:
                 killed_for = (f"used more than {self.memory_limit_bytes / 2**20:.0f} MiB of memory "
@@ -451,28 +450,23 @@ class Worker:
         code = self._end(kill=killed_for is not None)
         log = self._read_log(log_start)
         if killed_for:
-            fault = WorkerFault(reason, f"killed: {killed_for}", stage, elapsed, log, completed)
-        elif code is not None and code < 0:
-            sig = _signal_name(-code)
+            detail = f"killed: {killed_for}"
+        elif code == -signal.SIGKILL:
             # A SIGKILL the watchdog did not send: the system's out-of-memory killer, usually.
-            if -code == signal.SIGKILL:
-                fault = WorkerFault(OUT_OF_MEMORY, f"worker was killed (SIGKILL, most likely the "
-                                    f"system's out-of-memory killer) in the {stage} stage", stage,
-                                    elapsed, log, completed)
-            elif -code == signal.SIGSYS:
-                fault = WorkerFault(CRASH, f"sandbox violation: the candidate made a forbidden "
-                                    f"system call (starting a process or program, opening a "
-                                    f"socket, tracing or signalling another process) in the "
-                                    f"{stage} stage; the worker was killed (SIGSYS)", stage,
-                                    elapsed, log, completed)
-            else:
-                fault = WorkerFault(CRASH, f"worker died with {sig} in the {stage} stage", stage,
-                                    elapsed, log, completed)
+            reason, detail = OUT_OF_MEMORY, (f"worker was killed (SIGKILL, most likely the "
+                                             f"system's out-of-memory killer) in the {stage} stage")
+        elif code == -signal.SIGSYS:
+            reason, detail = CRASH, (f"sandbox violation: the candidate made a forbidden system "
+                                     f"call (starting a process or program, opening a socket, "
+                                     f"tracing or signalling another process) in the {stage} "
+                                     f"stage; the worker was killed (SIGSYS)")
+        elif code is not None and code < 0:
+            reason, detail = CRASH, f"worker died with {_signal_name(-code)} in the {stage} stage"
         else:
-            fault = WorkerFault(CRASH, f"worker exited with code {code} in the {stage} stage", stage,
-                                elapsed, log, completed)
+            reason, detail = CRASH, f"worker exited with code {code} in the {stage} stage"
         self.served += 1
-        return WorkerReply(fault=fault, log=log)
+        return WorkerReply(fault=WorkerFault(reason, detail, stage, elapsed, log, completed),
+                           log=log)
 
     def _end(self, kill: bool) -> int | None:
         """Kill (watchdog) or reap (it died) the process; its exit code (-signal when killed)."""

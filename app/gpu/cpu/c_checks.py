@@ -156,12 +156,8 @@ def preprocess(source: str, compiler: str, flags: tuple[str, ...], defines: dict
 
 def _opened_headers(stderr: str) -> list[tuple[int, str]]:
     """(depth, path) for each header `-H` reported opening."""
-    found = []
-    for line in stderr.splitlines():
-        match = re.match(r"^(\.+) (.+)$", line)
-        if match:
-            found.append((len(match.group(1)), match.group(2).strip()))
-    return found
+    return [(len(m.group(1)), m.group(2).strip())
+            for m in (re.match(r"^(\.+) (.+)$", line) for line in stderr.splitlines()) if m]
 
 
 def include_problems(headers: list[tuple[int, str]], system_dirs: tuple[str, ...]) -> list[str]:
@@ -204,12 +200,8 @@ def own_lines(preprocessed: str, entered: list[str], main: str,
     command_line = False
     pending = list(entered)
     for line in preprocessed.splitlines():
-        if not line.startswith("#"):
-            if started and stack == [main]:
-                own.append(line)
-            continue
         marker = MARKER.match(line)
-        if marker is None:  # a #pragma GCC ... the preprocessor passes through
+        if marker is None:  # code, or a #pragma GCC ... the preprocessor passes through
             if started and stack == [main]:
                 own.append(line)
             continue

@@ -61,12 +61,9 @@ def _elf_facts(library: Path) -> tuple[dict[str, int], list[str], list[str]]:
     with open(library, "rb") as fh:
         elf = ELFFile(fh)
         sizes = {s.name: s["sh_size"] for s in elf.iter_sections()}
-        imports = []
         dynsym = elf.get_section_by_name(".dynsym")
-        if dynsym is not None:
-            for sym in dynsym.iter_symbols():
-                if sym.name and sym["st_shndx"] == "SHN_UNDEF":
-                    imports.append(sym.name)
+        imports = [sym.name for sym in (dynsym.iter_symbols() if dynsym is not None else ())
+                   if sym.name and sym["st_shndx"] == "SHN_UNDEF"]
         problems = []
         for seg in elf.iter_segments():
             if seg["p_type"] == "PT_INTERP":

@@ -68,9 +68,7 @@ class KernelParams:
     """The `void**` array of one argument tuple, with the values it points at kept alive."""
 
     def __init__(self, args: Sequence[Any], encode: Any = None) -> None:
-        self.values: list[Any] = []
-        for i, arg in enumerate(args):
-            self.values.append(_value(i, arg, encode))
+        self.values: list[Any] = [_value(i, arg, encode) for i, arg in enumerate(args)]
         ptrs = [ctypes.c_void_p(v.ptr) if isinstance(v, tma.TensorMap) else
                 ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in self.values]
         self.array = (ctypes.c_void_p * max(1, len(ptrs)))(*[p.value for p in ptrs])

@@ -56,11 +56,26 @@ def probe_driver() -> tuple[bool, str]:
     return bool(names), f"driver {driver}; {gpus or 'no GPUs'}"
 
 
-def _handle(index: int) -> Any:
-    mod, why = nvml()
+def _device(index: int) -> tuple[Any, Any] | None:
+    """(NVML, the device's handle); None without NVML or for a device NVML cannot see."""
+    mod, _ = nvml()
     if mod is None:
-        raise RuntimeError(why)
-    return mod.nvmlDeviceGetHandleByIndex(index)
+        return None
+    try:
+        return mod, mod.nvmlDeviceGetHandleByIndex(index)
+    except Exception:  # noqa: BLE001 - a device NVML cannot see
+        return None
+
+
+def _answers(probes: Any, convert: Callable[[Any], Any]) -> dict[str, Any]:
+    """{key: convert(probe())} for each probe that answers."""
+    out = {}
+    for key, probe in probes:
+        try:
+            out[key] = convert(probe())
+        except Exception:  # noqa: BLE001, S110 - not every GPU answers every probe
+            pass
+    return out
 
 
 # NVML's cumulative violation counters (nvmlDeviceGetViolationStatus) that mean throttling: heat,
@@ -107,27 +122,19 @@ class ThrottleProbe:
 
 
 def throttle_mask_fn(index: int) -> ThrottleProbe:
-    """The device's throttle probe (a callable returning the clock-event mask, 0 without NVML)."""
-    mod, _ = nvml()
-    if mod is None:
-        return ThrottleProbe()
-    try:
-        return ThrottleProbe(mod, _handle(index))
-    except Exception:  # noqa: BLE001 - a device NVML cannot see: no throttle information
-        return ThrottleProbe()
+    """The device's throttle probe (a callable returning the clock-event mask, 0 without NVML
+    or for a device NVML cannot see)."""
+    found = _device(index)
+    return ThrottleProbe(*found) if found else ThrottleProbe()
 
 
 def read(index: int) -> dict[str, float]:
     """One reading of the device's state; keys missing when NVML cannot give them."""
-    mod, _ = nvml()
-    if mod is None:
+    found = _device(index)
+    if found is None:
         return {}
-    out: dict[str, float] = {}
-    try:
-        h = _handle(index)
-    except Exception:  # noqa: BLE001 - a device NVML cannot see
-        return out
-    probes: list[tuple[str, Callable[[], float]]] = [
+    mod, h = found
+    out: dict[str, float] = _answers([
         ("sm_clock_mhz", lambda: mod.nvmlDeviceGetClockInfo(h, mod.NVML_CLOCK_SM)),
         ("mem_clock_mhz", lambda: mod.nvmlDeviceGetClockInfo(h, mod.NVML_CLOCK_MEM)),
         ("max_sm_clock_mhz", lambda: mod.nvmlDeviceGetMaxClockInfo(h, mod.NVML_CLOCK_SM)),
@@ -138,12 +145,7 @@ def read(index: int) -> dict[str, float]:
         ("mem_util_pct", lambda: mod.nvmlDeviceGetUtilizationRates(h).memory),
         ("mem_used_mb", lambda: mod.nvmlDeviceGetMemoryInfo(h).used / 2**20),
         ("mem_total_mb", lambda: mod.nvmlDeviceGetMemoryInfo(h).total / 2**20),
-    ]
-    for key, probe in probes:
-        try:
-            out[key] = float(probe())
-        except Exception:  # noqa: BLE001, S110 - not every GPU answers every probe
-            pass
+    ], float)
     mask = throttle_mask_fn(index)()
     out["clock_event_mask"] = float(mask)
     out["throttled"] = 1.0 if throttle_reasons(mask) else 0.0
@@ -152,23 +154,14 @@ def read(index: int) -> dict[str, float]:
 
 def device_identity(index: int) -> dict[str, str]:
     """Name, UUID and driver version from NVML (empty without NVML)."""
-    mod, _ = nvml()
-    if mod is None:
+    found = _device(index)
+    if found is None:
         return {}
-    out: dict[str, str] = {}
-    try:
-        h = _handle(index)
-        for key, probe in (("name", lambda: mod.nvmlDeviceGetName(h)),
-                           ("uuid", lambda: mod.nvmlDeviceGetUUID(h)),
-                           ("driver", lambda: mod.nvmlSystemGetDriverVersion())):
-            try:
-                v = probe()
-                out[key] = v.decode() if isinstance(v, bytes) else str(v)
-            except Exception:  # noqa: BLE001, S110 - not every GPU answers every probe
-                pass
-    except Exception:  # noqa: BLE001, S110 - a device NVML cannot see
-        pass
-    return out
+    mod, h = found
+    return _answers((("name", lambda: mod.nvmlDeviceGetName(h)),
+                     ("uuid", lambda: mod.nvmlDeviceGetUUID(h)),
+                     ("driver", lambda: mod.nvmlSystemGetDriverVersion())),
+                    lambda v: v.decode() if isinstance(v, bytes) else str(v))
 
 
 class TelemetrySampler:

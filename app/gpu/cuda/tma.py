@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import itertools
+import math
+import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -71,10 +74,7 @@ class TiledMap:
     @property
     def box_bytes(self) -> int:
         """What one load of the box delivers (the mbarrier transaction count)."""
-        n = ITEMSIZE[self.dtype]
-        for b in self.box:
-            n *= b
-        return n
+        return ITEMSIZE[self.dtype] * math.prod(self.box)
 
 
 def tiled(address: int, shape: Sequence[int], dtype: str, box: Sequence[int], *, swizzle: int = 128,
@@ -93,12 +93,8 @@ def tiled(address: int, shape: Sequence[int], dtype: str, box: Sequence[int], *,
     if len(box) != rank:
         raise TensorMapError(f"box {tuple(box)} has {len(box)} dimensions, the tensor {rank}")
     dims = tuple(int(d) for d in reversed(shape))
-    if strides is None:
-        row, acc = [], size
-        for d in dims[:-1]:
-            acc *= d
-            row.append(acc)
-        byte_strides = tuple(row)
+    if strides is None:  # contiguous: each dimension's stride is the one below times its size
+        byte_strides = tuple(itertools.accumulate(dims[:-1], operator.mul, initial=size))[1:]
     else:
         if len(strides) != rank:
             raise TensorMapError(f"{len(strides)} strides for a rank-{rank} tensor")
