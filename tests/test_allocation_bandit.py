@@ -124,3 +124,26 @@ def test_decay_paid_weighs_down_an_agent_that_only_lands_near_the_best():
     assert paid.paid_factors()["model"] == 0.25 and paid.paid_factors()["local"] == 1.0
     assert paid.shares()["model"] < paid.shares()["local"]
     assert plain.paid_factors() == {a: 1.0 for a in AGENTS}  # the default rule is unchanged
+
+
+def test_decay_cap_keeps_an_agent_below_the_explorer_to_its_floor_part():
+    """`decay-cap`: an agent whose credit per evaluation over the run's latest evaluations is
+    below the space-filling explorer's, over enough evidence, keeps only its floor part; one
+    above the explorer is untouched, and so is everyone before the evidence is there."""
+    plain, cap = DecayAllocator(AGENTS), make_allocator("decay-cap", AGENTS)
+    for alloc in (plain, cap):
+        for step in range(3):
+            alloc.update("explorer", 1.0 if step % 2 == 0 else 0.0)
+            alloc.update("model", 0.25 if step % 2 == 0 else 0.0)
+            alloc.update("local", 1.0)
+    assert cap.capped() == set()  # three evaluations each: not enough to judge
+    for alloc in (plain, cap):
+        for step in range(40):
+            alloc.update("explorer", 1.0 if step % 2 == 0 else 0.0)
+            alloc.update("model", 0.25 if step % 2 == 0 else 0.0)
+            alloc.update("local", 1.0)
+    assert cap.capped() == {"model"}
+    floor_part = cap.floor / len(AGENTS)
+    assert plain.shares()["model"] > floor_part + 0.02
+    assert abs(cap.shares()["model"] - floor_part) < 1e-12
+    assert cap.shares()["local"] > plain.shares()["local"]

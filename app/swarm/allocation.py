@@ -17,7 +17,10 @@ adopted:
 "decay-strict" (only new bests earn), "decay-vs-explorer" (decay-paid against the explorer's
 rate: an agent improving less often than space-filling draws loses its earned part;
 "-floor": its floor part too) and "decay-vs-random" (a reward counts only above what a random
-proposal would earn against the run's results so far).
+proposal would earn against the run's results so far). "decay-cap" keeps an agent to its floor
+part while its credit per evaluation over the run's latest evaluations is below the explorer's
+(space-filling draws, the run's own stand-in for random search): it almost never fires, since
+in the swarm the agents that are far below random alone beat the explorer's rate there.
 
 Agents that pay for their proposals (LLM agents: tokens) report what they spent through
 `spend(agent)`; their reward is weighed by cost per improvement, relative to the other paying
@@ -37,6 +40,9 @@ MAX_COST_FACTOR = 4.0  # one agent's cost weight stays within [1/4, 4] of the ot
 IMPROVEMENT_REWARD = 1.0  # the coordinator's reward for a new global best
 NEAR_REWARD = 0.25  # and for a correct result in the top decile (coordinator._reward)
 SHARE_SAMPLES = 400  # Thompson draws behind a displayed share (shares() only, not picks)
+CAP_WINDOW = 60  # "decay-cap": the run's latest evaluations an agent is compared over
+CAP_EVIDENCE = 8  # evaluations of both the agent and the reference in that window
+CAP_Z = 1.0  # standard errors below the reference's credit per evaluation
 
 
 class _Allocator:
@@ -93,9 +99,13 @@ class DecayAllocator(_Allocator):
 
     def __init__(self, agents: list[str], decay: float = 0.85, floor: float = 0.5,
                  paid: float = 0.0, near_credit: float = 1.0, reference: str = "",
-                 floor_paid: float = 1.0, random_level: float = 0.0,
+                 floor_paid: float = 1.0, random_level: float = 0.0, cap_reference: str = "",
                  spend: Callable[[str], float | None] | None = None) -> None:
         super().__init__(agents, spend)
+        # "": no cap; else the agent whose recent credit per evaluation the others must match
+        # (see capped); the recent credits of the run, in order: (agent, credit)
+        self.cap_reference = cap_reference
+        self.recent: list[tuple[str, float]] = []
         self.decay = decay
         self.random_level = random_level  # > 0: rewards count above a random proposal's (random_reward)
         self.floor = floor  # fraction of proposals spread evenly
@@ -112,6 +122,38 @@ class DecayAllocator(_Allocator):
             self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * credit
             self.evaluations[agent] += 1
             self._count(agent, reward)
+            if self.cap_reference:
+                self.recent = [*self.recent[1 - CAP_WINDOW:], (agent, credit)]
+
+    def capped(self) -> set[str]:
+        """Agents whose credit per evaluation over the run's last CAP_WINDOW evaluations is
+        below the reference's (a space-filling agent: what proposals with no model earn in the
+        same stretch of the run) by more than CAP_Z standard errors, both with at least
+        CAP_EVIDENCE evaluations there. A capped agent keeps its floor part only: an agent that
+        does worse than chance over enough evidence cannot hold a large share however much
+        reward it earned before."""
+        ref = self.cap_reference
+        if not ref:
+            return set()
+        by: dict[str, list[float]] = {}
+        for a, credit in self.recent:
+            by.setdefault(a, []).append(credit)
+
+        def rate(a: str) -> tuple[float, float]:
+            xs = by.get(a, [])
+            mean = sum(xs) / len(xs)
+            return mean, sum((x - mean) ** 2 for x in xs) / max(1, len(xs) - 1) / len(xs)
+        if len(by.get(ref, [])) < CAP_EVIDENCE:
+            return set()
+        ref_rate, ref_var = rate(ref)
+        out = set()
+        for a in self.agents:
+            if a == ref or len(by.get(a, [])) < CAP_EVIDENCE:
+                continue
+            mean, var = rate(a)
+            if ref_rate - mean > CAP_Z * math.sqrt(var + ref_var) and ref_rate > mean:
+                out.add(a)
+        return out
 
     def paid_factors(self) -> dict[str, float]:
         """Each agent's new bests over what its evaluations would have brought at the run's
@@ -140,6 +182,8 @@ class DecayAllocator(_Allocator):
         factors = self.cost_factors()
         paid = self.paid_factors()
         weight = {a: self.reward[a] * factors[a] * paid[a] for a in self.agents}
+        for a in self.capped():
+            weight[a] = 0.0
         if self.random_level > 0:  # an agent earning no more than chance is weighed as chance
             level = self.random_level * self.random_reward()
             weight = {a: max(w, level) for a, w in weight.items()}
@@ -236,7 +280,8 @@ ALLOCATORS: dict[str, Callable[..., _Allocator]] = {
     "decay-vs-explorer": partial(DecayAllocator, paid=0.25, reference="explorer"),
     "decay-vs-explorer-floor": partial(DecayAllocator, paid=0.25, reference="explorer",
                                        floor_paid=0.5),
-    "decay-vs-random": partial(DecayAllocator, random_level=1.0)}
+    "decay-vs-random": partial(DecayAllocator, random_level=1.0),
+    "decay-cap": partial(DecayAllocator, cap_reference="explorer")}
 BudgetAllocator = DecayAllocator  # the policy the coordinator makes
 
 
