@@ -34,12 +34,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import app.gpu  # noqa: F401 - registers the backends
 from app.cluster.pool import ClusterEvaluator
 from app.core.cluster_settings import check_cluster_table
 from app.core.types import Candidate
 from app.goal import Goal
 from app.gpu.replay import make_replay_evaluator
+from app.session.registries import wire
 
 SPACE = ROOT / "resources" / "spaces" / "pnpoly_RTX_3090.json.gz"
 ACTORS = (1, 2, 4, 8)
@@ -111,7 +111,7 @@ def main() -> int:
             cands = candidates(goal, n * args.evals_per_actor, seed=n)
             local_wall, local_overheads = drive(local, cands, n)
             pool = ClusterEvaluator(goal, [], check_cluster_table(
-                {"address": address, "actors": n}), pace=1.0)
+                {"address": address, "actors": n}), wire=wire, pace=1.0)
             try:
                 drive(pool, cands[:n], n)  # warm: first calls pay for connections
                 wall, overheads = drive(pool, cands, n)

@@ -82,6 +82,15 @@ def _machine_roofs(tmp_path_factory) -> Path | None:
     return path
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _wired_registries():
+    """Every entry point (CLI, window, engine process) calls wire() before it reads a
+    registry; a test that builds a form or an evaluator directly stands in for one."""
+    from app.session.registries import wire
+
+    wire()
+
+
 @pytest.fixture(autouse=True)
 def _isolated_user_dirs(tmp_path_factory, monkeypatch):
     """Never touch the real user's history database or caches."""

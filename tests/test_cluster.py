@@ -169,16 +169,16 @@ def test_a_cpu_goal_runs_on_the_cluster(ray_head, tmp_path):
 def _paced_session(ray_head, tmp_path, max_evals: int):
     """A replay run over two actors in this process, each evaluation sleeping its recorded time
     (about 0.25 s), recorded in a real store."""
-    import app.gpu  # noqa: F401
     from app.cluster.pool import ClusterEvaluator
     from app.core.cluster_settings import check_cluster_table
     from app.session import RunSession
+    from app.session.registries import wire
     from app.store import Store
 
     goal = Goal.from_toml(REPLAY_GOAL.replace("max_evals = 30", f"max_evals = {max_evals}")
                           .replace("workers = 4", "workers = 2"))
     pool = ClusterEvaluator(goal, [], check_cluster_table({"address": ray_head, "actors": 2}),
-                            pace=1.0)
+                            wire=wire, pace=1.0)
     store = Store(tmp_path / "h.db")
     return pool, store, RunSession(goal, store=store, evaluator=pool)
 
@@ -249,12 +249,12 @@ def test_cluster_code_never_imports_qt_or_sql():
 # ---- the cluster disappears --------------------------------------------------------------------
 GONE_DRIVER = r'''
 import json, os, signal, socket, subprocess, sys, tempfile, threading, time
-import app.gpu
 from app.cluster.pool import ClusterEvaluator
 from app.core.cluster_settings import check_cluster_table
 from app.goal import Goal
 from app.gpu.replay import make_replay_evaluator
 from app.session import RunSession
+from app.session.registries import wire
 from app.store import Store
 import app.cluster.pool
 # a paused run asks again every 5 s (fine for a user); the test waits for those asks, not for
@@ -292,7 +292,7 @@ lines = []
 pool = ClusterEvaluator(goal, [], check_cluster_table(
     {"address": f"127.0.0.1:{port}", "actors": 2,
      "fallback": "wait" if fallback == "choose" else fallback}),
-    local=lambda: make_replay_evaluator(goal), pace=3.0, notify=lines.append)
+    wire=wire, local=lambda: make_replay_evaluator(goal), pace=3.0, notify=lines.append)
 store = Store(sys.argv[2])
 session = RunSession(goal, store=store, evaluator=pool)
 notices = []  # the Notice events on the run's bus (what the window and the CLI show)

@@ -13,6 +13,7 @@ import copy
 import os
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 from app.core.types import Candidate, Evaluation
@@ -20,8 +21,12 @@ from app.goal import Goal
 
 
 class EvaluationActor:
-    def __init__(self, goal: Goal, cases: list[dict], pace: float = 0.0) -> None:
-        import app.gpu  # noqa: F401 - registers the built-in backends
+    def __init__(self, goal: Goal, cases: list[dict], wire: Callable[[], None],
+                 pace: float = 0.0) -> None:
+        # The actor's process starts with empty registries: `wire` is the session's own
+        # wiring (a module-level function, pickled by reference), so they are filled here
+        # exactly as on the workstation, from the one place that knows what to register.
+        wire()
         from app.gpu.registry import backend_spec
 
         local = copy.deepcopy(goal)

@@ -54,7 +54,8 @@ class _Actor:
 
 class ClusterEvaluator(Evaluator):
     def __init__(self, goal: Goal, validation_cases: Sequence[dict], settings: ClusterSettings,
-                 *, local: Callable[[], Evaluator] | None = None, pace: float = 0.0,
+                 *, wire: Callable[[], None], local: Callable[[], Evaluator] | None = None,
+                 pace: float = 0.0,
                  notify: Callable[[str], None] | None = None) -> None:
         self.settings = settings
         self._local_factory = local  # the workstation's evaluator, for fallback "local"
@@ -69,7 +70,8 @@ class ClusterEvaluator(Evaluator):
         self.plan: ActorPlan = plan_actors(nodes, goal.backend, settings)
         self._remote = self.ray.remote(EvaluationActor).options(
             max_restarts=0, max_task_retries=0, **self.plan.options)
-        self._args = (goal, list(validation_cases), pace)
+        # `wire` fills each actor's registries (the session's wire(): this layer cannot import it)
+        self._args = (goal, list(validation_cases), wire, pace)
         self._cond = threading.Condition()
         self._idle: list[_Actor] = []
         self._busy: dict[str, _Actor] = {}  # candidate key -> actor evaluating it

@@ -1,6 +1,7 @@
 """Evaluation backends (replay, cpu, cuda) and everything that touches a device. No Qt.
 
-The built-in backends register here (see app.gpu.registry). Each entry imports its heavy
+The built-in backends are declared here and registered by register_builtin_backends(), which
+the session's wiring calls (see app.gpu.registry). Each entry imports its heavy
 modules (compilers, CuPy, NVML) only inside its factory and probe; what a goal must name is
 the catalog's to check (app.catalog.goals), a recorded space the replay backend's.
 """
@@ -14,7 +15,7 @@ from typing import TYPE_CHECKING
 from app.catalog.goals import check_operator_goal, goal_is_memory_bound, recorded_space
 from app.core.units import objective_unit
 from app.goal import DTYPES, GoalError
-from app.gpu.registry import BackendSpec, register_backend
+from app.gpu.registry import BackendSpec, backend_names, register_backend
 from app.gpu.replay import check_replay_goal, make_replay_evaluator, probe_recorded_spaces
 
 if TYPE_CHECKING:
@@ -83,16 +84,29 @@ def _probe_cuda() -> tuple[bool, str]:
     return probe_driver()
 
 
-register_backend(BackendSpec(
-    name="replay", label="replay — recorded measurements",
-    make_evaluator=lambda goal, cases: make_replay_evaluator(goal), probe=probe_recorded_spaces,
-    check_goal=check_replay_goal,
-    unit=lambda goal: objective_unit(goal.objective.metric), simulated_clock=True))
-register_backend(BackendSpec(
-    name="cpu", label="cpu — C kernels, OpenMP", make_evaluator=_make_cpu, probe=_probe_cpu,
-    check_goal=partial(check_operator_goal, "cpu"), unit=partial(_operator_unit, "cpu"),
-    language="c", source_suffix=".c", dtypes=DTYPES, compiles=True))
-register_backend(BackendSpec(
-    name="cuda", label="cuda — NVIDIA GPU", make_evaluator=_make_cuda, probe=_probe_cuda,
-    check_goal=partial(check_operator_goal, "cuda"), unit=partial(_operator_unit, "cuda"),
-    language="cuda", source_suffix=".cu", dtypes=DTYPES, compiles=True, selects_device=True))
+def register_builtin_backends() -> None:
+    """Register the replay, cpu and cuda backends; a name already registered is left as it is
+    (idempotent). Called by the session's wiring, never on import: importing app.gpu (for its
+    sandbox, say) leaves the registry as it was."""
+    for spec in _builtin_backends():
+        if spec.name not in backend_names():
+            register_backend(spec)
+
+
+def _builtin_backends() -> tuple[BackendSpec, ...]:
+    return (
+        BackendSpec(
+            name="replay", label="replay — recorded measurements",
+            make_evaluator=lambda goal, cases: make_replay_evaluator(goal),
+            probe=probe_recorded_spaces, check_goal=check_replay_goal,
+            unit=lambda goal: objective_unit(goal.objective.metric), simulated_clock=True),
+        BackendSpec(
+            name="cpu", label="cpu — C kernels, OpenMP", make_evaluator=_make_cpu, probe=_probe_cpu,
+            check_goal=partial(check_operator_goal, "cpu"), unit=partial(_operator_unit, "cpu"),
+            language="c", source_suffix=".c", dtypes=DTYPES, compiles=True),
+        BackendSpec(
+            name="cuda", label="cuda — NVIDIA GPU", make_evaluator=_make_cuda, probe=_probe_cuda,
+            check_goal=partial(check_operator_goal, "cuda"), unit=partial(_operator_unit, "cuda"),
+            language="cuda", source_suffix=".cu", dtypes=DTYPES, compiles=True,
+            selects_device=True),
+    )

@@ -5,7 +5,9 @@ dtypes and metrics, whether it compiles code or replays recordings, how it check
 backend-specific fields, the objective's unit for a goal, how to make its evaluator and how to
 probe this machine for it. Code that used to compare backend names (`backend == "cpu"`) asks
 the spec instead. Factories and probes import the heavy modules (CuPy, compilers) lazily.
-The built-in backends register in app/gpu/__init__.py, so importing this module is enough.
+The built-in backends are declared in app/gpu/__init__.py and registered only when
+app.gpu.register_builtin_backends() is called (the session's wire() does, at every entry
+point): importing a module never fills a registry.
 """
 
 from __future__ import annotations

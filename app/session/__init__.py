@@ -56,7 +56,7 @@ def make_evaluator(goal: Goal, cases: Sequence[dict]) -> Evaluator:
     from app.cluster.pool import ClusterEvaluator
     from app.core.cluster_settings import check_cluster_table
 
-    return ClusterEvaluator(goal, cases, check_cluster_table(goal.cluster),
+    return ClusterEvaluator(goal, cases, check_cluster_table(goal.cluster), wire=wire,
                             local=lambda: spec.make_evaluator(goal, cases))
 
 

@@ -1,10 +1,12 @@
 """The registries, wired in one place: every entry point (the CLI, the window, the engine
 process) calls `wire()` before it reads a registry, and the session's goal check calls it too,
-so no module has to be imported for its side effects and no caller has to know which.
+so no module has to be imported for its side effects and no caller has to know which. A
+process that evaluates for a run elsewhere (a Ray actor, app.cluster) is handed `wire` by the
+session and calls it there: it is a module-level function, so it travels by reference.
 
 What is registered:
 - backends (app.gpu.registry): the built-in cpu, cuda and replay backends, declared by the
-  app.gpu package;
+  app.gpu package and registered by its register_builtin_backends();
 - agents (app.swarm.agents): the swarm's own strategies, declared there, and the LLM agent,
   declared here because the swarm sits below app.llm and must not reach up for it;
 - catalog operators load per backend on first use (app.catalog.known_operators), and each
@@ -31,9 +33,9 @@ def wire() -> None:
 
 
 def _backends() -> None:
-    import importlib
+    from app.gpu import register_builtin_backends
 
-    importlib.import_module("app.gpu")  # the package declares its built-in backends
+    register_builtin_backends()
 
 
 def _agents() -> None:
