@@ -12,6 +12,7 @@ the guarantee (the sandbox status says so).
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -35,12 +36,10 @@ def trusted_dir() -> Path:
 
 def _key() -> bytes:
     path = trusted_dir() / KEY_NAME
-    try:
+    with contextlib.suppress(OSError):
         key = path.read_bytes()
         if len(key) == 32:
             return key
-    except OSError:
-        pass
     path.parent.mkdir(parents=True, exist_ok=True)
     os.chmod(path.parent, 0o700)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".key-")
@@ -94,7 +93,5 @@ def load_trusted(path: Path) -> bytes | None:
 
 def discard(path: Path) -> None:
     for p in (path, Path(f"{path}{MAC_SUFFIX}")):
-        try:
+        with contextlib.suppress(OSError):
             p.unlink()
-        except OSError:
-            pass

@@ -21,6 +21,7 @@ request. A worker killed by the seal (SIGSYS) is reported as a sandbox violation
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib
 import io
 import json
@@ -217,11 +218,9 @@ class _CellProcess:
             sandbox.kill_cell(self.pid)  # the whole tree: cc1, kernel host, candidate too
 
     def join(self, timeout: float | None = None) -> None:
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.popen.wait(timeout)
             _LIVE_CELLS.discard(self)
-        except subprocess.TimeoutExpired:
-            pass
 
     @property
     def exitcode(self) -> int | None:
@@ -238,11 +237,9 @@ def _rss_bytes(pid: int, depth: int = 0) -> int:
     except (OSError, ValueError, IndexError):
         return 0
     if depth < 5:
-        try:
-            with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
-                total += sum(_rss_bytes(int(c), depth + 1) for c in f.read().split())
-        except (OSError, ValueError):
-            pass
+        with (contextlib.suppress(OSError, ValueError),
+              open(f"/proc/{pid}/task/{pid}/children", "rb") as f):
+            total += sum(_rss_bytes(int(c), depth + 1) for c in f.read().split())
     return total
 
 
@@ -348,10 +345,8 @@ class Worker:
         proc, conn = self._proc, self._conn
         self._proc = self._conn = None
         if conn is not None:
-            try:
+            with contextlib.suppress(OSError):  # BrokenPipeError among them
                 conn.send(None)
-            except (OSError, BrokenPipeError):
-                pass
         if proc is not None:
             proc.join(timeout=2.0)
             if proc.is_alive():
@@ -377,10 +372,8 @@ class Worker:
 
     def close(self) -> None:
         self.stop()
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self.log_path)
-        except OSError:
-            pass
 
     # ---- one request ----------------------------------------------------------------------
     def request(self, message: Any, deadlines: Deadlines,

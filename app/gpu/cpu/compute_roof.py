@@ -18,6 +18,7 @@ the two holds.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -95,12 +96,10 @@ class ComputeRoof:
 
 
 def cpu_model() -> str:
-    try:
+    with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith(("model name", "Model name")):
                 return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
     return platform.processor() or platform.machine() or "CPU"
 
 

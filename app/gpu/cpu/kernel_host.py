@@ -29,6 +29,7 @@ in the arena survives to the next call.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import mmap
@@ -411,21 +412,15 @@ class KernelHost:
                 f"channel costs {np.median(null) / 1e3:.1f} us)")
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(HostError, HostDied, OSError):
             self.end()
-        except (HostError, HostDied, OSError):
-            pass
         for stream in (self.commands, self.replies):
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
         if self.proc.poll() is None:
             self.proc.kill()
-        try:
+        with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
         self.arena.close()
 
 

@@ -9,6 +9,7 @@ the engine, in the cell's own scratch for a sandboxed worker (nothing another ce
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import functools
@@ -93,22 +94,16 @@ def nvrtc_version() -> str:
 def include_options() -> list[str]:
     """Include paths for cuda_fp16.h / cuda_bf16.h: CuPy's own (private API, so fall back to
     looking for the headers beside the NVIDIA wheels or CUDA_PATH)."""
-    try:
+    with contextlib.suppress(Exception):  # CuPy internals moved: look for the headers ourselves
         from cupy._core.core import assemble_cupy_compiler_options
 
         return [o for o in assemble_cupy_compiler_options(()) if o.startswith("-I")]
-    except Exception:  # noqa: BLE001, S110 - CuPy internals moved: look for the headers ourselves
-        pass
-    candidates = []
-    for root in (os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if root:
-            candidates.append(Path(root) / "include")
-    try:
+    candidates = [Path(root) / "include"
+                  for root in (os.environ.get("CUDA_PATH"), "/usr/local/cuda") if root]
+    with contextlib.suppress(Exception):  # no NVIDIA runtime wheel: other places were tried
         import nvidia.cuda_runtime  # type: ignore
 
         candidates.append(Path(next(iter(nvidia.cuda_runtime.__path__))) / "include")
-    except Exception:  # noqa: BLE001, S110 - no NVIDIA runtime wheel: other places were tried
-        pass
     return [f"-I{p}" for p in candidates if (p / "cuda_fp16.h").exists()]
 
 

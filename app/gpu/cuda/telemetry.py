@@ -4,6 +4,7 @@ app.core.events.Telemetry. Without a GPU or NVML it says so once and keeps worki
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 from collections.abc import Callable
@@ -71,10 +72,8 @@ def _answers(probes: Any, convert: Callable[[Any], Any]) -> dict[str, Any]:
     """{key: convert(probe())} for each probe that answers."""
     out = {}
     for key, probe in probes:
-        try:
+        with contextlib.suppress(Exception):  # not every GPU answers every probe
             out[key] = convert(probe())
-        except Exception:  # noqa: BLE001, S110 - not every GPU answers every probe
-            pass
     return out
 
 

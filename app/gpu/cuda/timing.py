@@ -10,6 +10,7 @@ drives CuPy on the device inside a GPU worker process.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -214,10 +215,8 @@ class Timer:
             for _ in range(reps):
                 fn()
             graph = stream.end_capture()
-        try:
+        with contextlib.suppress(AttributeError):  # older CuPy: uploaded on first launch
             graph.upload(stream)
-        except AttributeError:  # older CuPy: uploaded on first launch
-            pass
         stream.synchronize()
         return graph, stream
 

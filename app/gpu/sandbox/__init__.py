@@ -25,6 +25,7 @@ wall off (debugging only; logged loudly).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import glob
 import json
@@ -415,10 +416,8 @@ def writable_caches(cache: str, kind: str = "gpu") -> list[str]:
     """The cache directories a cell may write (created here: Landlock needs them to exist)."""
     dirs = [cache, *(d for d in _cache_dirs(cache, kind).values() if os.path.isabs(d))]
     for d in dirs:
-        try:
+        with contextlib.suppress(OSError):
             os.makedirs(d, exist_ok=True)
-        except OSError:
-            pass
     return dirs
 
 

@@ -8,6 +8,7 @@ against the toolchain list and a list of flags that would load or run other code
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import json
@@ -28,11 +29,9 @@ REFUSED_FLAGS = ("-wrapper", "-fplugin", "-B", "-specs", "--specs", "-fdump-", "
 
 
 def _die_with_parent() -> None:
-    try:
+    with contextlib.suppress(OSError):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except OSError:
-        pass
 
 
 def refused(argv: Sequence[str], programs: Sequence[str]) -> str:

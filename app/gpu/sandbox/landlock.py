@@ -55,12 +55,8 @@ def abi_version() -> int:
 
 
 def _existing(paths: Iterable[str]) -> list[str]:
-    seen, out = set(), []
-    for p in paths:
-        if p and os.path.exists(p) and p not in seen:
-            seen.add(p)
-            out.append(p)
-    return out
+    """The paths that exist, each once, in their first order."""
+    return list(dict.fromkeys(p for p in paths if p and os.path.exists(p)))
 
 
 def restrict(rules: FileRules) -> str:

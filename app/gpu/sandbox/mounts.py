@@ -21,6 +21,7 @@ itself, single-threaded, before the compile helper starts (the helper sees the s
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import platform
@@ -182,10 +183,8 @@ def build_view(rules, scratch: str, libc: _Libc | None = None) -> str:
         libc.pivot_root(root, old)
     except OSError as exc:
         # before the pivot nothing is lost: the process keeps the old view, and says so
-        try:
+        with contextlib.suppress(OSError):
             libc.umount(root)
-        except OSError:
-            pass
         os.chdir(cwd)
         return f"off: the cell's file view could not be built ({exc}); stat can still see hidden files"
     # past the pivot there is no way back: a failure here ends the cell (the old root must not
@@ -193,9 +192,8 @@ def build_view(rules, scratch: str, libc: _Libc | None = None) -> str:
     os.chdir("/")
     libc.umount("/.old-root")
     os.rmdir("/.old-root")
-    try:
+    # where refused, the tmpfs root stays writable in name only: Landlock refuses writes there
+    with contextlib.suppress(OSError):
         libc.mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    except OSError:
-        pass  # the tmpfs root stays writable in name only: Landlock refuses writes there
     os.chdir(cwd if os.path.isdir(cwd) else scratch)
     return ON_LINE.replace("own /proc", f"{proc} /proc") if proc else ON_LINE

@@ -9,6 +9,7 @@ architectures' system calls (int 0x80, x32) kill the process (libseccomp's defau
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 
@@ -67,10 +68,8 @@ def own_process_only(sc, f, deny: int, keep_sessions: bool = False) -> None:
 
 
 def _add(f, action: int, name: str, *args) -> None:
-    try:
+    with contextlib.suppress(OSError, ValueError, RuntimeError):  # not a call on this arch
         f.add_rule(action, name, *args)
-    except (OSError, ValueError, RuntimeError):
-        pass  # not a system call on this architecture
 
 
 def available() -> str:

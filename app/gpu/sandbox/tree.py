@@ -11,6 +11,7 @@ the tree until then.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 
@@ -54,7 +55,5 @@ def kill_tree(pid: int) -> int:
 
 
 def _signal(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
