@@ -49,7 +49,9 @@ def build_evaluator(goal: Goal, validation_cases: Sequence[dict] = ()) -> Evalua
 
 def make_evaluator(goal: Goal, cases: Sequence[dict]) -> Evaluator:
     """The evaluator a goal runs on: its backend's, on a Ray cluster when the goal has a
-    [cluster] table (Ray is imported only then; app.cluster sits above the backends)."""
+    [cluster] table (Ray is imported only then; app.cluster sits above the backends). Wires
+    the registries first: a benchmark may build an evaluator without checking the goal."""
+    wire()
     spec = backend_spec(goal.backend)
     if not goal.cluster:
         return spec.make_evaluator(goal, cases)
