@@ -8,6 +8,9 @@ from project_paths import GOALS
 from app.goal import Goal, GoalError
 from app.session import check_goal
 
+# cpu goals are only checked here, never compiled: no roofs to measure (tests/conftest.py)
+COMPILES = False
+
 
 def _replay_goal(**overrides) -> Goal:
     goal = Goal(name="g", space="pnpoly_RTX_3090.json.gz", backend="replay")
