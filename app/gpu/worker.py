@@ -243,7 +243,8 @@ def _rss_bytes(pid: int, depth: int = 0) -> int:
     return total
 
 
-def _signal_name(code: int) -> str:
+def signal_name(code: int) -> str:
+    """"SIGSEGV" for 11; "signal 99" for a number that names no signal."""
     try:
         return signal.Signals(code).name
     except ValueError:
@@ -454,7 +455,7 @@ class Worker:
                                      f"tracing or signalling another process) in the {stage} "
                                      f"stage; the worker was killed (SIGSYS)")
         elif code is not None and code < 0:
-            reason, detail = CRASH, f"worker died with {_signal_name(-code)} in the {stage} stage"
+            reason, detail = CRASH, f"worker died with {signal_name(-code)} in the {stage} stage"
         else:
             reason, detail = CRASH, f"worker exited with code {code} in the {stage} stage"
         self.served += 1

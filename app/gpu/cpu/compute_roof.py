@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.gpu.cpu.memory_roof import build_c_probe
+from app.gpu.cpu.memory_roof import build_c_probe, calibrated_reps
 
 PROBE_SOURCE = r"""
 #include <omp.h>
@@ -115,13 +115,7 @@ def calibrate(probe: ctypes.CDLL) -> int:
     """Repetitions per thread for a sample of SAMPLE_S, found on one thread (on a busy
     machine a thread team waits for its slowest member, which would end the search early)."""
     probe.ks_fma(1000, 1, 1.0)  # warm: the clock
-    reps = 1 << 12
-    while True:
-        t0 = time.perf_counter()
-        probe.ks_fma(reps, 1, 1.0)
-        if time.perf_counter() - t0 >= SAMPLE_S or reps >= 1 << 30:
-            return reps
-        reps *= 2
+    return calibrated_reps(lambda reps: probe.ks_fma(reps, 1, 1.0), SAMPLE_S, 1 << 12, 1 << 30)
 
 
 def rate(probe: ctypes.CDLL, threads: int, samples: int = SAMPLES, reps: int = 0) -> float:

@@ -34,7 +34,6 @@ import ctypes
 import hashlib
 import mmap
 import os
-import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -43,6 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from app.gpu import trusted_cache
+from app.gpu.worker import signal_name
 
 SOURCE = Path(__file__).with_name("host") / "kernel_host.c"
 ALIGN = 4096  # every array starts on its own page, as a fresh allocation would
@@ -70,14 +70,8 @@ class HostDied(RuntimeError):
 
     def __init__(self, signal_number: int | None, exit_code: int | None) -> None:
         self.signal_number, self.exit_code = signal_number, exit_code
-        if signal_number is not None:
-            try:
-                name = signal.Signals(signal_number).name
-            except ValueError:
-                name = f"signal {signal_number}"
-            what = f"died with {name}"
-        else:
-            what = f"exited with code {exit_code}"
+        what = (f"died with {signal_name(signal_number)}" if signal_number is not None
+                else f"exited with code {exit_code}")
         self.signal_name = what.split()[-1]
         super().__init__(f"the candidate's process {what}")
 

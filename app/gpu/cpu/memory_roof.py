@@ -183,17 +183,21 @@ def _build_probe(compiler: str, directory: Path) -> ctypes.CDLL:
     return probe
 
 
+def calibrated_reps(run: Callable[[int], object], sample_s: float, reps: int, cap: int) -> int:
+    """Repetitions, doubled from `reps` up to `cap`, for which `run(reps)` lasts `sample_s`."""
+    while True:
+        t0 = time.perf_counter()
+        run(reps)
+        if time.perf_counter() - t0 >= sample_s or reps >= cap:
+            return reps
+        reps *= 2
+
+
 def _rate(run: Callable[[int], object], bytes_per_pass: int, samples: int) -> float:
     """GB/s of `run(reps)` moving `bytes_per_pass` per pass, the 90th percentile of `samples`
     timings (a roof is what the level can reach)."""
     run(1)  # warm: pages, threads, caches
-    reps = 1
-    while True:  # enough passes that one sample lasts SAMPLE_S
-        t0 = time.perf_counter()
-        run(reps)
-        if time.perf_counter() - t0 >= SAMPLE_S or reps >= 1 << 20:
-            break
-        reps *= 2
+    reps = calibrated_reps(run, SAMPLE_S, 1, 1 << 20)  # one sample lasts SAMPLE_S
     rates = []
     for _ in range(samples):
         t0 = time.perf_counter()

@@ -231,20 +231,19 @@ class Timer:
         reps_of: dict[str, int] = {}
         streams: dict[str, Any] = {}
         for name, fn in fns.items():
+            runners[name], modes[name], reps_of[name] = fn, "events", 1
             t = min(self.one_launch_ms(fn) for _ in range(3))
-            if t < p.graph_below_ms and name in graphable:
-                reps = max(2, min(1000, int(p.graph_target_ms / max(t, 1e-4))))
-                hook(name)
-                try:
-                    graph, stream = self.make_graph(fn, reps)
-                except Exception:  # noqa: BLE001 - some library calls cannot be captured: time them plainly
-                    runners[name], modes[name], reps_of[name] = fn, "events", 1
-                    continue
-                streams[name] = stream
-                runners[name] = (lambda g=graph, s=stream: g.launch(s))
-                modes[name], reps_of[name] = f"graph x{reps} (L2 warm after the first)", reps
-            else:
-                runners[name], modes[name], reps_of[name] = fn, "events", 1
+            if t >= p.graph_below_ms or name not in graphable:
+                continue
+            reps = max(2, min(1000, int(p.graph_target_ms / max(t, 1e-4))))
+            hook(name)
+            try:
+                graph, stream = self.make_graph(fn, reps)
+            except Exception:  # noqa: BLE001, S112 - some library calls cannot be captured
+                continue  # timed plainly, as set above
+            streams[name] = stream
+            runners[name] = (lambda g=graph, s=stream: g.launch(s))
+            modes[name], reps_of[name] = f"graph x{reps} (L2 warm after the first)", reps
         return runners, modes, reps_of, streams
 
     def _batch(self, runners: dict[str, Callable[[], Any]], streams: dict[str, Any], p: Protocol,

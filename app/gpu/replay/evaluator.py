@@ -40,9 +40,8 @@ class ReplayEvaluator(Evaluator):
             # Restricted configurations are filtered by the space before they get here; one that
             # slips through (a foreign config) is refused, not measured.
             return Evaluation(ok=False, reason=INVALID, detail="not in the recorded space", **base)
-        compile_s = _ms(rec.get("compile_time")) / 1000.0
-        verify_s = _ms(rec.get("verification_time")) / 1000.0
-        bench_s = _ms(rec.get("benchmark_time")) / 1000.0
+        compile_s, verify_s, bench_s = (_ms(rec.get(k)) / 1000.0 for k in (
+            "compile_time", "verification_time", "benchmark_time"))
         sim = (compile_s + verify_s + bench_s) if self.simulate_time else 0.0
         t = rec.get("time")
         if isinstance(t, str) or not is_number(t):
