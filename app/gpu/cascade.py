@@ -106,29 +106,23 @@ class CascadeBackend(Protocol):
     def static_check(self, source: str, config: dict[str, Any], shapes: list[list[int]]) -> list[str]: ...
     def build(self, source: str, config: dict[str, Any], shapes: list[list[int]]) -> Built:
         """Compile for every shape the candidate will run (raises StageFailed)."""
-        ...
     def check_resources(self, built: Built, config: dict[str, Any]) -> dict[str, Any]: ...
     def load(self, built: Built) -> Runner: ...
     def timing_calls(self, runner: Runner, inputs: dict[str, Any], outputs: dict[str, GuardedOutput],
                      shape: tuple[int, ...]) -> dict[str, Callable[[], None]]:
         """Zero-argument calls to time, interleaved: "candidate" plus baselines by name."""
-        ...
     def timer(self, calls: dict[str, Callable[[], None]], settings: Any,
               before: Callable[[str], None] | None = None) -> TimerResult:
         """The backend's timing protocol (request.timing is its settings); `before(name)` runs
         before each call of `name`, outside the timed window."""
-        ...
     def fault(self, exc: BaseException) -> StageFailed | None:
         """A device error as a stage failure (None: not the backend's kind of error)."""
-        ...
     def release(self) -> None:
         """Free cached device memory between stages (a no-op on the CPU)."""
-        ...
     def measure_roof(self, check: RoofCheck) -> dict[str, float] | None:
         """GB/s of each level in `check` (GFLOP/s of the peak for a compute-bound check),
         measured now beside the candidate at its thread count (None: this backend cannot, its
         figure is held to the cached roof)."""
-        ...
 
 
 @dataclass
@@ -391,14 +385,6 @@ class _Timed:
     slots: TimedSlots
     result: TimerResult
 
-    @property
-    def inputs(self) -> dict[str, Any]:
-        return self.slots.first.inputs
-
-    @property
-    def outputs(self) -> dict[str, GuardedOutput]:
-        return self.slots.first.outputs
-
 
 def _load() -> float | None:
     try:
@@ -495,10 +481,11 @@ def _reverify(op: Operator, backend: CascadeBackend, runner: Runner, timed: list
     rng = np.random.default_rng(request.seed + 11)
     for t in timed:
         case = CheckCase(list(t.shape), "normal", int(rng.integers(2**31)), "reverify")
+        slot = t.slots.first
         if op.inputs_vary:  # stored or fixed inputs: these are the values
-            refill_inputs(backend.xp, op, t.inputs, case, request.dtype)
+            refill_inputs(backend.xp, op, slot.inputs, case, request.dtype)
         tol = tolerance_for(op, t.shape, request.dtype, request.rtol, request.atol)
-        problem, corrupted = run_check(backend.xp, op, runner, t.inputs, t.outputs, t.shape,
+        problem, corrupted = run_check(backend.xp, op, runner, slot.inputs, slot.outputs, t.shape,
                                        request.dtype, tol)
         if problem:
             raise StageFailed(VERIFY_FAILED, f"reverify: {problem} (shape {list(t.shape)}, "
