@@ -28,7 +28,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.gpu.cpu.memory_roof import build_c_probe, calibrated_reps
+from app.gpu.cpu.memory_roof import build_c_probe, cached_figure, calibrated_reps
+from app.gpu.trusted_cache import trusted_dir
 
 PROBE_SOURCE = r"""
 #include <omp.h>
@@ -147,8 +148,6 @@ def cache_key(identity: str) -> str:
 
 
 def default_file() -> Path:
-    from app.gpu.trusted_cache import trusted_dir
-
     return trusted_dir() / "cpu-compute-roof.json"
 
 
@@ -157,8 +156,6 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
     """The peak measured on this machine with this compiler, from `cache_file` (default:
     default_file(); a file in the trusted directory or the cells' cache is used only with its
     MAC, as the memory roofs are) when fresh and intact; (roof, from_cache)."""
-    from app.gpu.cpu.memory_roof import cached_figure  # the memory roofs' rule for the MAC
-
     return cached_figure(cache_file or default_file(), cache_key(identity), identity, max_age_s,
                          refresh, lambda: measure(compiler), encode, decode)
 

@@ -24,6 +24,7 @@ The probe is harness code, not a candidate: it is built from the fixed source be
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import subprocess
 import tempfile
@@ -34,6 +35,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from app.gpu.trusted_cache import MAC_SUFFIX, load_trusted, store_trusted, trusted_dir
+from app.paths import baseline_cache_dir, cache_dir
 
 PROBE_SOURCE = r"""
 #include <stddef.h>
@@ -255,12 +259,10 @@ def measure(compiler: str, threads: int | None = None, samples: int = 7,
     with tempfile.TemporaryDirectory(prefix="kernelswarm-roof-") as tmp:
         probe = _build_probe(compiler, Path(tmp))
         for level in levels:
-            roofs.one_thread[level.name] = _copy_rate(probe, probe_size(level, levels, 1), 1, samples)
-            if threads > 1:
-                roofs.all_threads[level.name] = _copy_rate(
-                    probe, probe_size(level, levels, threads), threads, samples)
-            else:
-                roofs.all_threads[level.name] = roofs.one_thread[level.name]
+            one = _copy_rate(probe, probe_size(level, levels, 1), 1, samples)
+            roofs.one_thread[level.name] = one
+            roofs.all_threads[level.name] = one if threads <= 1 else _copy_rate(
+                probe, probe_size(level, levels, threads), threads, samples)
     roofs.measured_one_thread = dict(roofs.one_thread)
     roofs.measured_all_threads = dict(roofs.all_threads)
     roofs.one_thread = _monotone(roofs.one_thread, levels)
@@ -279,15 +281,11 @@ def cache_key(identity: str) -> str:
 
 def default_file() -> Path:
     """Where the roofs are cached: the trusted directory, which no cell may write."""
-    from app.gpu.trusted_cache import trusted_dir
-
     return trusted_dir() / "cpu-roofs.json"
 
 
 def encode(roofs: Roofs, identity: str) -> bytes:
     """The cache file's bytes for `roofs` measured now with the compiler `identity`."""
-    import json
-
     return json.dumps({**roofs.to_dict(), "key": cache_key(identity), "measured_at": time.time(),
                        "measured_one_thread": roofs.measured_one_thread,
                        "measured_all_threads": roofs.measured_all_threads}).encode()
@@ -304,9 +302,6 @@ def _must_be_signed(path: Path) -> bool:
     """A roof file in the trusted directory, or anywhere a cell may write (the cache and the
     baseline cell's cache), or one written with a MAC, is used only with a matching MAC; a
     file given explicitly elsewhere (a test's planted roofs, a user's own) is taken as given."""
-    from app.gpu.trusted_cache import MAC_SUFFIX, trusted_dir
-    from app.paths import baseline_cache_dir, cache_dir
-
     real = os.path.realpath(path)
     for d in (trusted_dir(), cache_dir(), baseline_cache_dir()):
         if real.startswith(os.path.realpath(d) + os.sep):
@@ -315,8 +310,6 @@ def _must_be_signed(path: Path) -> bool:
 
 
 def _read(path: Path) -> bytes | None:
-    from app.gpu.trusted_cache import load_trusted
-
     if _must_be_signed(path):
         return load_trusted(path)  # a tampered file is discarded (logged) and measured again
     try:
@@ -328,8 +321,6 @@ def _read(path: Path) -> bytes | None:
 def read_cached(path: Path, key: str, max_age_s: float, decode: Callable[[dict], Any]) -> Any:
     """decode() of the cache file at `path` when it is intact (signed where it must be),
     measured for `key` and younger than `max_age_s`; None otherwise (measure again)."""
-    import json
-
     raw = _read(path)
     if raw is not None:
         try:
@@ -346,8 +337,6 @@ def cached_figure(cache_file: Path, key: str, identity: str, max_age_s: float, r
                   decode_figure: Callable[[dict], Any]) -> tuple[Any, bool]:
     """A machine figure (the memory roofs, the FP32 peak) from `cache_file` when fresh and
     intact (read_cached), else measured now and stored signed; (figure, from_cache)."""
-    from app.gpu.trusted_cache import store_trusted
-
     figure = None if refresh else read_cached(cache_file, key, max_age_s, decode_figure)
     if figure is not None:
         return figure, True
