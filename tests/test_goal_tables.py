@@ -17,7 +17,7 @@ def _load(tmp_path, text: str) -> Goal:
     return Goal.load(path)
 
 
-@pytest.mark.parametrize("table", [*sorted(SECTIONS), "cluster"])
+@pytest.mark.parametrize("table", sorted(SECTIONS))
 def test_an_unknown_key_names_the_file_and_the_key(tmp_path, table):
     with pytest.raises(GoalError) as err:
         _load(tmp_path, f"[{table}]\ncolour = 1\n")
@@ -26,7 +26,7 @@ def test_an_unknown_key_names_the_file_and_the_key(tmp_path, table):
     assert "'mine.toml'" in message and "unknown field" in message and "\n" not in message
 
 
-@pytest.mark.parametrize("table", [*sorted(SECTIONS), "llm", "cluster"])
+@pytest.mark.parametrize("table", sorted(SECTIONS))
 def test_a_table_given_as_a_value_names_the_file(tmp_path, table):
     with pytest.raises(GoalError) as err:
         _load(tmp_path, f"{table} = 3\n")
@@ -70,14 +70,19 @@ def test_the_api_key_is_never_read_from_a_goal(tmp_path):
         assert "sk-secret" not in str(err.value)
 
 
-def test_the_llm_table_declares_the_settings_fields():
-    """A goal may set every endpoint setting, and only those (app.llm.settings judges them)."""
+def test_the_llm_and_cluster_tables_declare_their_settings_fields():
+    """A goal may set every endpoint or cluster setting, and only those (app.llm.settings and
+    app.core.cluster_settings judge them)."""
     from dataclasses import fields
 
-    from app.goal import LLMTable
+    from app.core.cluster_settings import KNOWN, ClusterSettings
+    from app.goal import ClusterTable, LLMTable
     from app.llm.settings import LLMSettings
 
     assert LLMTable.KEYS == tuple(f.name for f in fields(LLMSettings))
+    assert ClusterTable.KEYS == KNOWN == tuple(f.name for f in fields(ClusterSettings))
+    assert sorted(SECTIONS) == ["cluster", "constraints", "kernel", "llm", "objective", "stop",
+                                "swarm", "target", "tolerance"]
 
 
 def test_the_llm_table_reads_as_what_the_goal_sets_in_the_files_order(tmp_path):
@@ -91,3 +96,14 @@ def test_the_llm_table_reads_as_what_the_goal_sets_in_the_files_order(tmp_path):
     with pytest.raises(GoalError) as err:
         goal.llm["colour"] = 1
     assert err.value.field == "llm.colour"
+
+
+def test_the_cluster_table_keeps_its_order_and_a_local_goal_writes_none(tmp_path):
+    text = '[cluster]\nfallback = "local"\naddress = "auto"\n'
+    goal = _load(tmp_path, text)
+    assert goal.cluster == {"fallback": "local", "address": "auto"} and goal.to_toml().endswith(text)
+    assert goal.validate().cluster["address"] == "auto"
+    assert not Goal().cluster and "[cluster]" not in Goal().to_toml()
+    with pytest.raises(GoalError) as err:
+        _load(tmp_path, "[cluster]\nactors = 3\n").validate()
+    assert err.value.field == "cluster.address"

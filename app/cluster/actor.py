@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.core.types import Candidate, Evaluation
-from app.goal import Goal
+from app.goal import ClusterTable, Goal
 
 
 class EvaluationActor:
@@ -30,7 +30,7 @@ class EvaluationActor:
         from app.gpu.registry import backend_spec
 
         local = copy.deepcopy(goal)
-        local.cluster = {}  # the actor evaluates here; it never reaches for a cluster itself
+        local.cluster = ClusterTable()  # the actor evaluates here; it never reaches for a cluster itself
         local.device = None  # Ray gave this actor its GPU (CUDA_VISIBLE_DEVICES): index 0
         self.evaluator = backend_spec(local.backend).make_evaluator(local, list(cases))
         self.pace = pace  # > 0: sleep the recorded time x pace (the benchmark's simulated clock)

@@ -54,5 +54,5 @@ def goal_for_model(goal: Goal, model: str) -> Goal:
     """The goal of the run on `model`: a copy with its actors pinned to that model (stored with
     the run, so `kernelswarm run --resume` resumes that model's search on that model)."""
     one = copy.deepcopy(goal)
-    one.cluster = {**goal.cluster, "devices": f"model:{model}"}
+    one.cluster["devices"] = f"model:{model}"
     return one

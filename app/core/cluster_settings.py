@@ -6,6 +6,7 @@ bad table is refused the same everywhere.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,8 +32,9 @@ class ClusterSettings:
 
 
 def check_cluster_table(table: Any) -> ClusterSettings:
-    """The table as settings; GoalError naming the field that is wrong."""
-    if not isinstance(table, dict):
+    """The table (the goal's ClusterTable, or a dict) as settings; GoalError naming the field
+    that is wrong."""
+    if not isinstance(table, Mapping):
         raise GoalError("cluster", "must be a table, e.g. [cluster] address = \"auto\"")
     for k in table:
         if k not in KNOWN:

@@ -16,7 +16,6 @@ else:  # pragma: no cover
     import tomli as tomllib
 import tomli_w
 
-from app.core.cluster_settings import KNOWN as CLUSTER_KEYS
 from app.core.cluster_settings import check_cluster_table
 from app.core.errors import GoalError
 from app.goal.ranges import FIELDS
@@ -25,6 +24,7 @@ from app.goal.tables import (
     DIRECTIONS,
     OBJECTIVES,
     TARGET_KINDS,
+    ClusterTable,
     Constraints,
     KernelTable,
     LLMTable,
@@ -39,18 +39,17 @@ from app.goal.tables import (
 
 # GoalError is raised here (defined in app.core so every layer may raise it); the sub-tables
 # and their names are read from here by the rest of the app
-__all__ = ["DEFAULT_AGENTS", "DIRECTIONS", "DTYPES", "OBJECTIVES", "SECTIONS", "TARGET_KINDS", "Constraints",
+__all__ = ["DEFAULT_AGENTS", "DIRECTIONS", "DTYPES", "OBJECTIVES", "SECTIONS", "TARGET_KINDS",
+           "ClusterTable", "Constraints",
            "Goal", "GoalError", "KernelTable", "LLMTable", "Objective", "StopRules", "SwarmSettings",
            "Target", "Tolerance"]
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int32")
-# [cluster] stays a plain table here (an empty one: this machine, no Ray): its fields are
-# judged by app.core.cluster_settings, shared with app.cluster. [llm]'s values are judged by
-# app.llm.settings (through the agent registry) against the user's own settings, once per run.
-OPEN_TABLES = {"cluster": CLUSTER_KEYS}  # the keys known here
+# Every [table] of a goal file. [llm]'s values are judged by app.llm.settings (through the
+# agent registry) against the user's own settings, [cluster]'s by app.core.cluster_settings.
 SECTIONS: dict[str, type[SubTable]] = {
     t.TABLE: t for t in (Objective, Target, StopRules, Tolerance, Constraints, SwarmSettings,
-                         KernelTable, LLMTable)}
+                         KernelTable, LLMTable, ClusterTable)}
 
 
 @dataclass
@@ -73,12 +72,14 @@ class Goal:
     llm: LLMTable = field(default_factory=LLMTable)
     kernel: KernelTable | None = None  # your own kernel (app.catalog.custom) instead of `operator`
     # [cluster]: run the evaluations on a Ray cluster (app.cluster); empty: here, no Ray at all
-    cluster: dict[str, Any] = field(default_factory=dict)
+    cluster: ClusterTable = field(default_factory=ClusterTable)
     source_path: str = ""  # where the goal was loaded from (not saved)
 
     def __post_init__(self) -> None:
-        if isinstance(self.llm, dict):  # a goal built in code may give [llm] as a dict
+        if isinstance(self.llm, dict):  # a goal built in code may give these tables as dicts
             self.llm = LLMTable.from_table(self.llm)
+        if isinstance(self.cluster, dict):
+            self.cluster = ClusterTable.from_table(self.cluster)
 
     # ---- validation -------------------------------------------------------------------
     def validate(self) -> Goal:
@@ -112,15 +113,17 @@ class Goal:
             table.check()
         if not isinstance(self.llm, Mapping):  # an LLMTable, or a dict set in code
             raise GoalError("llm", "must be a table of LLM endpoint settings")
-        if self.cluster:
-            check_cluster_table(self.cluster)  # the table's shape only; Ray is not imported
+        if self.cluster:  # a ClusterTable, or a dict set in code
+            check_cluster_table(self.cluster)  # the table's values only; Ray is not imported
         return self
 
     # ---- TOML --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data.pop("source_path", None)
-        data["llm"] = copy.deepcopy(dict(self.llm))  # what the goal sets, in the file's order
+        # what the goal sets, in the file's order
+        data["llm"] = copy.deepcopy(dict(self.llm))
+        data["cluster"] = copy.deepcopy(dict(self.cluster))
         if not data.get("cluster"):
             data.pop("cluster", None)  # a local goal's TOML stays as it was
         if data.get("kernel"):  # only what the user set: the table stays short
@@ -150,8 +153,6 @@ class Goal:
                                 f"{', '.join(sorted(top))}")
             if key in SECTIONS:
                 value = SECTIONS[key].from_table(value, where)
-            elif key in OPEN_TABLES:
-                _open_table(key, value, where)
             kwargs[key] = value
         return cls(**kwargs)
 
@@ -183,16 +184,6 @@ class Goal:
         from app.paths import find_space
 
         return find_space(self.space, Path(self.source_path).parent if self.source_path else None)
-
-
-def _open_table(key: str, value: Any, where: str) -> None:
-    """[cluster] on load: a table without an unknown key."""
-    if not isinstance(value, dict):
-        raise GoalError(key, f"must be a table, e.g. [{key}]{in_file(where)}")
-    known = OPEN_TABLES[key]
-    for k in value:
-        if k not in known:
-            raise GoalError(f"{key}.{k}", f"unknown field{in_file(where)}; known: {', '.join(known)}")
 
 
 def _drop_none(d: Any) -> Any:

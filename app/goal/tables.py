@@ -41,12 +41,17 @@ class SubTable:
     def from_table(cls: type[T], value: Any, where: str = "") -> T:  # noqa: PYI019 - py3.10
         if not isinstance(value, dict):
             raise GoalError(cls.TABLE, f"must be a table, e.g. [{cls.TABLE}]{in_file(where)}")
-        known = sorted(f.name for f in fields(cls))  # type: ignore[arg-type]
+        known = cls._known()
         for k in value:
             if k not in known:
                 raise GoalError(f"{cls.TABLE}.{k}",
                                 f"unknown field{in_file(where)}; known: {', '.join(known)}")
         return cls(**cls._normalise(dict(value)))
+
+    @classmethod
+    def _known(cls) -> list[str]:
+        """The keys the table takes, as an unknown key's message lists them."""
+        return sorted(f.name for f in fields(cls))  # type: ignore[arg-type]
 
     @classmethod
     def _normalise(cls, data: dict[str, Any]) -> dict[str, Any]:
@@ -225,15 +230,65 @@ class KernelTable(SubTable):
         return data
 
 
-@dataclass(eq=False)  # equality is the mapping's: a table equals the dict of what it sets
-class LLMTable(SubTable, MutableMapping):
-    """The [llm] table: the endpoint settings a goal overrides (app.llm.settings.LLMSettings has
-    the same fields and judges the values, against the user's own settings and spending limits,
-    once per run). None is a setting the goal leaves alone, so the table reads as the mapping
-    of what the goal sets, in the file's order; never the API key."""
+class PartialTable(SubTable, MutableMapping):
+    """A table of settings judged elsewhere, which a goal overrides one by one: None is a
+    setting the goal leaves alone, so the table reads as the mapping of what the goal sets, in
+    the file's order (a goal saved again writes it unchanged), and equals that dict."""
+
+    KEYS: ClassVar[tuple[str, ...]] = ()  # the fields, in order (set by @_partial)
+
+    @classmethod
+    def from_table(cls: type[T], value: Any, where: str = "") -> T:  # noqa: PYI019 - py3.10
+        table = super().from_table(value, where)  # type: ignore[misc]
+        table._order = list(value)
+        return table
+
+    def __post_init__(self) -> None:
+        self._order: list[str] = []
+
+    def __getitem__(self, key: str) -> Any:
+        value = getattr(self, key) if key in self.KEYS else None
+        if value is None:
+            raise KeyError(key)
+        return value
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        if key not in self.KEYS:  # the same refusal as on load
+            type(self).from_table({key: value})
+        setattr(self, key, value)
+        if key not in self._order:
+            self._order.append(key)
+
+    def __delitem__(self, key: str) -> None:
+        if key not in self:
+            raise KeyError(key)
+        setattr(self, key, None)
+
+    def __iter__(self) -> Iterator[str]:
+        keys = [*self._order, *(k for k in self.KEYS if k not in self._order)]
+        return (k for k in keys if getattr(self, k) is not None)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+P = TypeVar("P", bound=PartialTable)
+
+
+def _partial(cls: type[P]) -> type[P]:
+    """A dataclass whose equality is the mapping's, with its field names in KEYS."""
+    cls = dataclass(eq=False)(cls)
+    cls.KEYS = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    return cls
+
+
+@_partial
+class LLMTable(PartialTable):
+    """The [llm] table: the endpoint settings a goal overrides. app.llm.settings.LLMSettings
+    has the same fields and judges the values, against the user's own settings and spending
+    limits, once per run. Never the API key."""
 
     TABLE: ClassVar[str] = "llm"
-    KEYS: ClassVar[tuple[str, ...]] = ()  # the fields below, in order (set after the class)
     base_url: str | None = None
     model: str | None = None
     timeout_s: float | None = None
@@ -257,38 +312,22 @@ class LLMTable(SubTable, MutableMapping):
             if isinstance(value, dict) and k in value:
                 raise GoalError(f"llm.{k}", "the API key is never kept in settings files; set "
                                 f"{API_KEY_ENV} or store it in the OS keyring")
-        table = super().from_table(value, where)
-        table._order = list(value)
-        return table
-
-    def __post_init__(self) -> None:
-        # the keys in the order the file gave them: a goal saved again writes them unchanged
-        self._order: list[str] = []
-
-    def __getitem__(self, key: str) -> Any:
-        value = getattr(self, key) if key in self.KEYS else None
-        if value is None:
-            raise KeyError(key)
-        return value
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key not in self.KEYS:  # the same refusal as on load
-            LLMTable.from_table({key: value})
-        setattr(self, key, value)
-        if key not in self._order:
-            self._order.append(key)
-
-    def __delitem__(self, key: str) -> None:
-        if key not in self:
-            raise KeyError(key)
-        setattr(self, key, None)
-
-    def __iter__(self) -> Iterator[str]:
-        keys = [*self._order, *(k for k in self.KEYS if k not in self._order)]
-        return (k for k in keys if getattr(self, k) is not None)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
+        return super().from_table(value, where)
 
 
-LLMTable.KEYS = tuple(f.name for f in fields(LLMTable))
+@_partial
+class ClusterTable(PartialTable):
+    """The [cluster] table: where the Ray cluster is and which of its devices to use; empty:
+    this machine, no Ray at all. app.core.cluster_settings judges it (Goal.validate, and
+    app.cluster when it connects) into ClusterSettings, which has the same fields."""
+
+    TABLE: ClassVar[str] = "cluster"
+    address: str | None = None
+    devices: str | None = None
+    actors: int | None = None
+    fallback: str | None = None
+    connect_timeout_s: float | None = None
+
+    @classmethod
+    def _known(cls) -> list[str]:
+        return list(cls.KEYS)  # as app.core.cluster_settings lists them
