@@ -217,16 +217,13 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
         known = backend.fault(exc)
         if known is None and isinstance(exc, MemoryError):
             known = StageFailed(OUT_OF_MEMORY, "ran out of memory in the worker", restart=True)
-        if known is not None:
-            stages.append(Stage(_next_stage(stages), False, 0.0, known.detail))
-            _failed(ev, known)
-            restart = known.restart
-        else:
+        if known is None:
             # a loader's or the harness's message: nothing of this machine goes into the log
-            ev.reason, ev.detail = RUNTIME_FAILED, scrub(f"{type(exc).__name__}: {exc}")
-            ev.log = "\n".join(x for x in (ev.log, scrub(traceback.format_exc())) if x)
-            stages.append(Stage(_next_stage(stages), False, 0.0, ev.detail))
-            restart = True
+            known = StageFailed(RUNTIME_FAILED, scrub(f"{type(exc).__name__}: {exc}"),
+                                log=scrub(traceback.format_exc()), restart=True)
+        stages.append(Stage(_next_stage(stages), False, 0.0, known.detail))
+        _failed(ev, known)
+        restart = known.restart
     ev.stages = stages
     ev.sim_seconds = time.perf_counter() - t_start
     try:

@@ -282,18 +282,14 @@ class Worker:
         plan = sandbox.plan_cell(self.kind, self.scratch,
                                  sandbox.writable_caches(cache, self.kind),
                                  self.memory_limit_bytes, self.programs)
-        if self.via_multiprocessing:
-            proc, parent = self._spawn(plan)
-        else:
-            proc, parent = self._start_cell(plan, cache)
-        self._proc = proc
-        self._conn = parent
+        self._proc, self._conn = (self._spawn(plan) if self.via_multiprocessing
+                                  else self._start_cell(plan, cache))
         self.served = 0
-        if not parent.poll(_START_TIMEOUT_S):
+        if not self._conn.poll(_START_TIMEOUT_S):
             self.stop()
             raise RuntimeError(f"{self.name} did not start within {_START_TIMEOUT_S:.0f} s")
         try:
-            msg = _receive(parent)
+            msg = _receive(self._conn)
         except EOFError:
             self._proc.join(timeout=5.0)
             code = self._proc.exitcode

@@ -140,17 +140,14 @@ def parse_ptxas_log(log: str) -> dict[str, KernelResources]:
         if (g := _GMEM.search(line)):  # one line per module (and per arch), before the kernels
             gmem = max(gmem, int(g.group(1)))
             continue
-        m = _ENTRY.search(line)
-        if m:
+        if (m := _ENTRY.search(line)):
             current = out.setdefault(m.group(1), KernelResources())
             continue
         if current is None:
             continue
-        m = _FRAME.search(line)
-        if m:
+        if (m := _FRAME.search(line)):
             current.stack_bytes, current.spill_stores, current.spill_loads = map(int, m.groups())
-        m = _USED.search(line)
-        if m:
+        if (m := _USED.search(line)):
             current.registers = int(m.group(1))
             if (b := _BARRIERS.search(line)):
                 current.barriers = int(b.group(1))

@@ -126,10 +126,8 @@ def occupancy(registers: int, threads_per_block: int, static_shared: int = 0,
     warps_per_block = -(-max(threads_per_block, 0) // lim.warp_size)
 
     # warp slots (cudaOccMaxBlocksPerSMWarpsLimit)
-    if threads_per_block <= 0 or threads_per_block > lim.max_threads_per_block:
-        by_warps = 0
-    else:
-        by_warps = lim.max_warps_per_sm // warps_per_block
+    by_warps = (0 if threads_per_block <= 0 or threads_per_block > lim.max_threads_per_block
+                else lim.max_warps_per_sm // warps_per_block)
 
     # registers (cudaOccMaxBlocksPerSMRegsLimit)
     regs_per_warp = _round_up(max(registers, 0) * lim.warp_size, lim.reg_alloc_unit)
