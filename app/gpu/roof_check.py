@@ -59,10 +59,8 @@ class RoofCheck:
         level = self.shapes[0][1]
         where = ", measured again beside the candidate" if self.fresh else ""
         plural = "s" if self.threads != 1 else ""
-        if self.compute:
-            return (f"{level} peak {self.rate(level):.0f} GFLOP/s at {self.threads} "
-                    f"thread{plural}{where}")
-        return f"{level} roof {self.rate(level):.1f} GB/s at {self.threads} thread{plural}{where}"
+        what = f"peak {self.rate(level):.0f}" if self.compute else f"roof {self.rate(level):.1f}"
+        return f"{level} {what} {self.unit} at {self.threads} thread{plural}{where}"
 
     def raise_to(self, measured: dict[str, float]) -> None:
         """Fresh figures only ever raise the roof."""

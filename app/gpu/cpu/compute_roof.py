@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.gpu.cpu.memory_roof import build_c_probe, cached_figure, calibrated_reps
+from app.gpu.cpu.memory_roof import build_c_probe, cached_figure, calibrated_reps, seconds
 from app.gpu.trusted_cache import trusted_dir
 
 PROBE_SOURCE = r"""
@@ -124,12 +124,8 @@ def rate(probe: ctypes.CDLL, threads: int, samples: int = SAMPLES, reps: int = 0
     reps = reps or calibrate(probe)
     per_rep = probe.ks_flops_per_rep() * threads
     probe.ks_fma(1000, threads, 1.0)  # warm: the thread team
-    best = 0.0
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        probe.ks_fma(reps, threads, 1.0)
-        best = max(best, per_rep * reps / (time.perf_counter() - t0) / 1e9)
-    return best
+    return max((per_rep * reps / seconds(probe.ks_fma, reps, threads, 1.0) / 1e9
+                for _ in range(samples)), default=0.0)
 
 
 def measure(compiler: str, threads: int | None = None, samples: int = SAMPLES) -> ComputeRoof:

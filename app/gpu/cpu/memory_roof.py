@@ -187,14 +187,18 @@ def _build_probe(compiler: str, directory: Path) -> ctypes.CDLL:
     return probe
 
 
+def seconds(call: Callable[..., object], *args: Any) -> float:
+    """How long `call(*args)` took."""
+    t0 = time.perf_counter()
+    call(*args)
+    return time.perf_counter() - t0
+
+
 def calibrated_reps(run: Callable[[int], object], sample_s: float, reps: int, cap: int) -> int:
     """Repetitions, doubled from `reps` up to `cap`, for which `run(reps)` lasts `sample_s`."""
-    while True:
-        t0 = time.perf_counter()
-        run(reps)
-        if time.perf_counter() - t0 >= sample_s or reps >= cap:
-            return reps
+    while seconds(run, reps) < sample_s and reps < cap:
         reps *= 2
+    return reps
 
 
 def _rate(run: Callable[[int], object], bytes_per_pass: int, samples: int) -> float:
@@ -202,11 +206,7 @@ def _rate(run: Callable[[int], object], bytes_per_pass: int, samples: int) -> fl
     timings (a roof is what the level can reach)."""
     run(1)  # warm: pages, threads, caches
     reps = calibrated_reps(run, SAMPLE_S, 1, 1 << 20)  # one sample lasts SAMPLE_S
-    rates = []
-    for _ in range(samples):
-        t0 = time.perf_counter()
-        run(reps)
-        rates.append(bytes_per_pass * reps / (time.perf_counter() - t0) / 1e9)
+    rates = [bytes_per_pass * reps / seconds(run, reps) / 1e9 for _ in range(samples)]
     return float(np.percentile(rates, 90))
 
 

@@ -38,7 +38,5 @@ def cell_environment(scratch: str, extra: Mapping[str, str] | None = None,
     env.setdefault("PATH", DEFAULT_PATH)
     env.update({"HOME": scratch, "TMPDIR": scratch, "TMP": scratch, "TEMP": scratch,
                 "PYTHONDONTWRITEBYTECODE": "1", "PYTHONNOUSERSITE": "1"})
-    for k, v in (extra or {}).items():
-        if not SECRET.search(k):
-            env[k] = v
+    env.update({k: v for k, v in (extra or {}).items() if not SECRET.search(k)})
     return env
