@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.catalog.protocol import OperatorBase
 from app.core.types import Candidate
 from app.goal import Goal
 from app.gpu.cascade import ENGINE_STAGES, STAGES
@@ -75,7 +76,7 @@ def test_a_long_call_is_warmed_once():
     assert len(calls) == 1 + 3  # one warm-up round, then the samples
 
 
-class _Stored:
+class _Stored(OperatorBase):
     """A stand-in operator with stored inputs (as an imported Kernel Tuner goal has)."""
 
     distributions = ("normal",)

@@ -10,7 +10,7 @@ import pytest
 from app.catalog import families
 from app.catalog.cpu.ops import GEMM, RMSNORM, SOFTMAX, TRANSPOSE
 from app.catalog.cuda import OPERATORS as CUDA_OPS
-from app.catalog.protocol import from_storage, to_storage
+from app.catalog.protocol import OperatorBase, from_storage, to_storage
 from app.gpu import verify as V
 from app.gpu.verify import CheckCase, GuardedOutput, plan_checks
 
@@ -225,7 +225,7 @@ def test_cuda_operators_verify_through_the_same_code(dtype):
 def test_several_outputs_are_each_checked():
     """An operator with two outputs (mean and variance): the second one wrong is caught by name."""
 
-    class MeanVar:
+    class MeanVar(OperatorBase):
         name, language, deterministic = "meanvar", "c", True
         distributions = ("normal", "offset")
         inputs_vary, fixed_inputs, perturb_timed_inputs = True, (), False

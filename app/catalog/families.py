@@ -178,7 +178,7 @@ FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 
 def meaning_of(op: Any) -> str:
-    return str(getattr(op, "meaning", "") or ("custom" if getattr(op, "custom", False) else ""))
+    return op.meaning or ("custom" if op.custom else "")
 
 
 def for_operator(op: Any, dtype: str) -> tuple[str, ...]:
@@ -188,7 +188,7 @@ def for_operator(op: Any, dtype: str) -> tuple[str, ...]:
     if not meaning or dtype not in FLOAT_DTYPES or not op.inputs_vary:
         return ()
     names = tuple(f.name for f in FAMILIES.values() if meaning in f.applies)
-    if getattr(op, "custom", False):
+    if op.custom:
         names = tuple(n for n in names if custom_args(op, n))
     return names
 
@@ -251,7 +251,7 @@ def _custom_values(xp: Any, rng: Any, a: Any, shape: tuple[int, ...], family: st
 def args_for(op: Any, family: str, inputs: dict[str, Any]) -> list[str]:
     """The arguments a family replaces: the operator's `family_args` (what carries the data,
     not weights or biases), else every float input."""
-    chosen = getattr(op, "family_args", None)
+    chosen = op.family_args
     names = [n for n in chosen if n in inputs] if chosen else list(inputs)
     return [n for n in names if inputs[n].dtype.kind == "f" or inputs[n].dtype == np.uint16]
 
@@ -262,7 +262,7 @@ def draw_inputs(xp: Any, op: Any, shape: Sequence[int], dtype: str, rng: Any, fa
     if family not in FAMILIES:
         raise ValueError(f"unknown input family {family!r}")
     inputs = op.make_inputs(xp, list(shape), dtype, rng, "normal")
-    if getattr(op, "custom", False):
+    if op.custom:
         for a in custom_args(op, family):
             s = tuple(inputs[a.name].shape)
             inputs[a.name] = xp.ascontiguousarray(
@@ -293,11 +293,10 @@ def family_shapes(op: Any, goal_shapes: Sequence[Sequence[int]]) -> dict[str, li
     """{"tiny": shape, "prime": shape} for a catalog operator with a meaning (none for your
     own kernel: its goal names the sizes it accepts)."""
     meaning = meaning_of(op)
-    if not goal_shapes or meaning in ("", "custom", "recurrence") or getattr(op, "custom", False):
+    if not goal_shapes or meaning in ("", "custom", "recurrence") or op.custom:
         return {}
     goal = [int(d) for d in goal_shapes[0]]
-    caps = getattr(op, "prime_caps", None) or ([61] * len(goal) if meaning == "matmul"
-                                               else [61] * (len(goal) - 1) + [257])
+    caps = [61] * len(goal) if meaning == "matmul" else [61] * (len(goal) - 1) + [257]
     return {"tiny": [1] * len(goal), "prime": prime_shape(goal, caps)}
 
 

@@ -2,7 +2,8 @@
 plus how operator data is stored and drawn.
 
 The verification (app.gpu.verify), the cascade (app.gpu.cascade) and LLM prompt building
-(app.llm.spec) read operators only through `Operator`. Array code takes an array module `xp`
+(app.llm.spec) read operators only through `Operator` and the optional hooks `OperatorBase`
+declares with neutral defaults. Array code takes an array module `xp`
 (NumPy on the CPU, CuPy on the GPU), so one reference serves both.
 
 Storage: float32/float16 are stored as themselves; bfloat16 has no NumPy/CuPy dtype
@@ -12,7 +13,7 @@ everywhere, so it is stored as uint16 bit patterns (round-to-nearest-even on the
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -85,11 +86,49 @@ class Operator(Protocol):
         """The device source an LLM rewrites (parameters arrive as -D macros)."""
         ...
 
-    # Optional, read with getattr where they exist: `output_dtypes(dtype)` (outputs stored in
-    # their own dtype), `judge_output(xp, name, got, expected, shape, dtype, tol)` (an operator's
-    # own error measure, e.g. per-head norms for a recurrence: a problem string or None), and,
-    # for CUDA operators (app.catalog.cuda.base), `steps` / `workspaces` / `step_args`: several
-    # kernels run in order with named intermediate buffers, timed and verified as one call.
+    # The optional hooks (output_dtypes, judge_output, stored_reference, ...) are declared with
+    # their defaults on OperatorBase below, which every operator inherits.
+
+
+class OperatorBase:
+    """The optional operator hooks, declared once with neutral defaults: every catalog operator
+    (app.catalog.cpu, app.catalog.cuda) and your own kernel (app.catalog.custom) inherits this,
+    overrides what it has, and readers call the hooks directly. CUDA-only hooks (render,
+    launch, steps, workspaces, ...) live on app.catalog.cuda.base.CudaOperator."""
+
+    # what the operator computes (app.catalog.families: which input families apply); "": none
+    meaning: str = ""
+    # the inputs that carry the data, those input families redraw (empty: every float input)
+    family_args: tuple[str, ...] = ()
+    # your own kernel (app.catalog.custom): its families, messages and harness are its own
+    custom: bool = False
+    # your own kernel's declaration (app.catalog.custom.spec.KernelSpec); None for the catalog's
+    spec: Any = None
+    # numpy's baseline runs a threaded BLAS (app.gpu.cpu: settle before threaded candidates)
+    threaded_baseline: bool = False
+    # an operator's own error measure over a whole output, `judge_output(xp, name, got, expected,
+    # shape, dtype, tol)` -> a problem or None (e.g. per-head norms for a recurrence); None:
+    # each element against atol + rtol * scale
+    judge_output: Callable[..., str | None] | None = None
+
+    def output_dtypes(self, dtype: str) -> dict[str, str]:
+        """Outputs stored in their own dtype rather than the goal's (none by default)."""
+        return {}
+
+    def stored_reference(self, xp: Any, inputs: dict[str, Any], shape: Sequence[int]
+                         ) -> tuple[dict[str, Any], dict[str, Any]] | None:
+        """(reference, error scale) known without computing them (stored answers); None:
+        the caller computes them."""
+        return None
+
+    def tolerance_text(self, name: str, expected: Any) -> str | None:
+        """An output's own tolerance for a verification message; None: the checked rtol/atol."""
+        return None
+
+    def c_argtypes(self) -> list[Any] | None:
+        """The ctypes signature of the C entry (your own kernel's declared one); None: the
+        catalog's fixed harness signature (output, inputs, `long` dims)."""
+        return None
 
 
 # ---- dtype storage ------------------------------------------------------------------------

@@ -193,8 +193,7 @@ def score(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, Guar
     with np.errstate(all="ignore"):
         ref = op.reference(xp, x64, list(shape))
         scale = op.error_scale(xp, x64, ref, list(shape))
-    own = getattr(op, "output_dtypes", None)
-    out_dtypes = own(dtype) if own is not None else {}
+    out_dtypes = op.output_dtypes(dtype)
     worst = 0.0
     for name, expected in ref.items():
         got = from_storage(xp, outputs[name].view, out_dtypes.get(name, dtype))

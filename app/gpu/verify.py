@@ -178,8 +178,7 @@ class GuardedOutput:
 
 
 def make_outputs(xp: Any, op: Operator, shape: Sequence[int], dtype: str) -> dict[str, GuardedOutput]:
-    own = getattr(op, "output_dtypes", None)  # a custom kernel's integer outputs
-    dtypes = own(dtype) if own is not None else {}
+    dtypes = op.output_dtypes(dtype)  # e.g. a custom kernel's integer outputs
     return {name: GuardedOutput(xp, s, dtypes.get(name, dtype))
             for name, s in op.output_shapes(list(shape)).items()}
 
@@ -270,8 +269,7 @@ CHUNK = 1 << 20  # elements compared at a time on the host: the temporaries stay
 def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, Any],
             shape: Sequence[int], dtype: str, tol: Tolerance) -> str | None:
     """None when every output (storage arrays by name) matches the float64 reference."""
-    stored = getattr(op, "stored_reference", None)  # answers that do not depend on the check
-    known = stored(xp, inputs, list(shape)) if stored is not None else None
+    known = op.stored_reference(xp, inputs, list(shape))  # answers that do not depend on the check
     if known is not None:
         ref, scale = known
     else:
@@ -279,15 +277,13 @@ def compare(xp: Any, op: Operator, inputs: dict[str, Any], outputs: dict[str, An
         with np.errstate(all="ignore"):
             ref = op.reference(xp, x64, list(shape))
             scale = op.error_scale(xp, x64, ref, list(shape))
-    own_dtypes = getattr(op, "output_dtypes", None)  # outputs stored in their own dtype
-    out_dtypes = own_dtypes(dtype) if own_dtypes is not None else {}
-    judge = getattr(op, "judge_output", None)  # an operator's own (norm-based) error measure
+    out_dtypes = op.output_dtypes(dtype)  # outputs stored in their own dtype
+    judge = op.judge_output  # an operator's own (norm-based) error measure, or None
     exact = known is None and families.is_movement(op, xp, x64, ref)
     for name, expected in ref.items():
         out_dtype = out_dtypes.get(name, dtype)
         if exact and out_dtype in families.FLOAT_DTYPES:
-            problem = _compare_bits(xp, name, outputs[name], expected, out_dtype,
-                                    getattr(op, "custom", False))
+            problem = _compare_bits(xp, name, outputs[name], expected, out_dtype, op.custom)
             if problem:
                 return problem
             continue
@@ -365,9 +361,7 @@ def _inf_problem(name: str, n: int, size: int, first: tuple[int, ...]) -> str:
 def _told(op: Any, name: str, expected: Any, tol: Tolerance) -> str:
     """The tolerance a message names: a custom kernel's own per output (its rtol/atol here are
     normalised to 1 and 0), else the one checked against."""
-    describe = getattr(op, "tolerance_text", None)
-    return describe(name, expected) if describe is not None else \
-        f"rtol {tol.rtol:.2e}, atol {tol.atol:.1e}"
+    return op.tolerance_text(name, expected) or f"rtol {tol.rtol:.2e}, atol {tol.atol:.1e}"
 
 
 def _bad_problem(name: str, n: int, size: int, told: str, first: tuple, worst: tuple) -> str:

@@ -347,14 +347,14 @@ class LLMAgent(Agent):
 
     def _compiler_feedback(self, source: str, config: dict[str, Any]) -> list[str]:
         """What the compiler says about CURRENT as shown (app.llm.feedback; cached)."""
+        op = self.spec.operator
         if self.spec.language == "c":
-            custom = getattr(self.spec.operator, "spec", None)  # a user's kernel: its defines
+            custom = op.spec if op is not None else None  # a user's kernel: its defines
             defines = {}
-            if custom is not None and hasattr(custom, "param_defines") and self.spec.shapes:
+            if custom is not None and self.spec.shapes:
                 defines = custom.param_defines(list(self.spec.shapes[0]))
             return vectorisation_report(source, {**defines, **config})
-        op = self.spec.operator
-        if op is None or not hasattr(op, "render") or not self.spec.shapes:
+        if op is None or not self.spec.shapes:  # a CUDA spec's operator is a CUDA one
             return []
         cc = _compute_capability(self.device)
         if not cc:
@@ -362,8 +362,7 @@ class LLMAgent(Agent):
         try:
             rendered = op.render(dict(config), list(self.spec.shapes[0]), self.spec.dtype,
                                  source=source)
-            kernels = tuple(op.kernels(self.spec.dtype)) if hasattr(op, "kernels") \
-                else (self.spec.entry,)
+            kernels = tuple(op.kernels(self.spec.dtype))
         except (KeyError, TypeError, ValueError):
             return []
         return ptxas_report(rendered, kernels, cc)

@@ -234,27 +234,26 @@ MATH = {
 
 def math_line(op) -> str:
     """The operator's math in one line ('' for a user's kernel: its reference says it)."""
-    return MATH.get(str(getattr(op, "name", "")), "")
+    return MATH.get(op.name, "") if op is not None else ""
 
 
 def argument_lines(op, shape: list[int], dtype: str) -> list[str]:
     """Each argument's shape (for the first goal shape) and how its values are drawn: a
     user's kernel from its [[kernel.args]], a catalog operator from its input/output shapes
     and input distributions."""
-    custom = getattr(op, "spec", None)
-    if custom is not None and hasattr(custom, "args"):
-        return _custom_arguments(custom, shape)
+    if op.spec is not None:
+        return _custom_arguments(op.spec, shape)
     out = []
     try:
         ins = op.input_shapes(list(shape) if not isinstance(shape, tuple) else shape)
-        outs = op.output_shapes(list(shape)) if hasattr(op, "output_shapes") else {}
+        outs = op.output_shapes(list(shape))
     except (AttributeError, KeyError, TypeError, ValueError, IndexError):
         return []
     fmt = lambda s: "x".join(map(str, s))
     if ins:
         out.append("inputs: " + ", ".join(f"{n} [{fmt(s)}]" for n, s in ins.items())
                    + f" {dtype}; drawn from the families "
-                   + ", ".join(getattr(op, "distributions", ()) or ("normal",)))
+                   + ", ".join(op.distributions or ("normal",)))
     if outs:
         out.append("outputs: " + ", ".join(f"{n} [{fmt(s)}]" for n, s in outs.items()))
     return out

@@ -192,9 +192,9 @@ def _goal_section(ctx: PromptContext) -> str:
     g = ctx.goal
     c = g.constraints
     shapes = ", ".join("x".join(map(str, s)) for s in g.shapes)
+    own = ctx.spec.operator.description if ctx.spec.operator is not None else ""
     what = (f"operator {g.operator}" if g.kernel is None else
-            "your own kernel " + str(getattr(ctx.spec.operator, "description", "")
-                                     or ctx.spec.entry).removeprefix("your kernel "))
+            "your own kernel " + (own or ctx.spec.entry).removeprefix("your kernel "))
     lines = [f"GOAL: {g.name}", f"{what}, dtype {g.dtype}, shapes {shapes}",
              f"objective: {g.objective.metric} ({'minimize' if g.objective.minimize else 'maximize'})"
              + (f", in {ctx.spec.unit}" if ctx.spec.unit else "")]

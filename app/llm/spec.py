@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from app.goal import Goal
 
 if TYPE_CHECKING:
+    from app.catalog.cuda.base import CudaOperator
     from app.catalog.protocol import Operator
 
 
@@ -39,9 +40,9 @@ class KernelSpec:
     def prefix(self, config: dict[str, Any]) -> str:
         """CUDA: exactly what the harness puts before the kernel source for `config` and the
         first goal shape (defines, the shared device header). C: nothing (-D flags instead)."""
-        op = self.operator
-        if op is None or self.language != "cuda" or not hasattr(op, "render") or not self.shapes:
+        if self.operator is None or self.language != "cuda" or not self.shapes:
             return ""
+        op: CudaOperator = self.operator  # a CUDA spec's operator is a CUDA one
         try:
             return op.render(dict(config), list(self.shapes[0]), self.dtype, source="")
         except (KeyError, TypeError, ValueError):  # a configuration it cannot render: no prefix
@@ -53,7 +54,7 @@ class KernelSpec:
         op = self.operator
         if op is not None and self.shapes:
             shape = list(self.shapes[0])
-            if self.language == "cuda" and hasattr(op, "launch"):
+            if self.language == "cuda":
                 lines += _cuda_launch_lines(op, dict(config), shape, self.dtype)
             if self.language == "c":
                 lines.append("call: " + _c_call(op, shape))
@@ -82,7 +83,7 @@ def kernel_spec(goal: Goal, params: list[str] | None = None, operator: Any = Non
         from app.catalog.custom import custom_operator
 
         op: Operator = custom_operator(goal, goal.backend)
-    elif getattr(operator, "name", None) == goal.operator and hasattr(operator, "template_source"):
+    elif operator is not None and operator.name == goal.operator:
         op = operator
     else:
         op = get_operator(goal.backend, goal.operator)
@@ -134,26 +135,26 @@ CUDA_TIMING = ("timing: the harness times each call from outside (never the kern
                "element on every call and cache nothing between calls.")
 
 
-def _cuda_launch_lines(op: Any, config: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
+def _cuda_launch_lines(op: CudaOperator, config: dict[str, Any], shape: list[int], dtype: str) -> list[str]:
     """How the harness launches the kernel, or each kernel of a multi-kernel operator in order
     (its own grid and block), and the workspaces it allocates between them."""
     keep = ("(the grid and block follow from the tuning parameters; keep your kernels' indexing "
             "consistent with them)")
     try:
-        steps = op.steps(config, shape, dtype) if hasattr(op, "steps") else []
+        steps = op.steps(config, shape, dtype)
         if len(steps) <= 1:
             launch = op.launch(config, shape, dtype)
             return [(f"launch for shape {_shape(shape)} and this configuration: grid "
                      f"{tuple(launch.grid)}, block {tuple(launch.block)}, dynamic shared memory "
-                     f"{getattr(launch, 'shared_bytes', 0)} bytes {keep}")]
+                     f"{launch.shared_bytes} bytes {keep}")]
         lines = [(f"launches for shape {_shape(shape)} and this configuration, in this order on "
                   f"one stream, timed together as one call {keep}:")]
         for i, step in enumerate(steps, 1):
             launch = step.launch
             lines.append(f"  {i}. {step.kernel}: grid {tuple(launch.grid)}, block "
                          f"{tuple(launch.block)}, dynamic shared memory "
-                         f"{getattr(launch, 'shared_bytes', 0)} bytes")
-        spaces = op.workspaces(config, shape, dtype) if hasattr(op, "workspaces") else {}
+                         f"{launch.shared_bytes} bytes")
+        spaces = op.workspaces(config, shape, dtype)
         if spaces:
             lines.append("workspaces the harness allocates (poisoned with NaN/-1 unless filled "
                          "from the shape; only the final outputs are verified): " + ", ".join(
@@ -207,16 +208,15 @@ def _isa_text() -> str:
 
 
 def _tolerance_text(op: Any, shape: list[int], dtype: str) -> str:
-    custom = getattr(op, "spec", None)
-    if custom is not None and hasattr(custom, "args"):  # your own kernel: per output
-        return _custom_tolerance_text(custom)
+    if op.spec is not None:  # your own kernel: per output
+        return _custom_tolerance_text(op.spec)
     try:
         from app.gpu.verify import tolerance_for
 
         tol = tolerance_for(op, shape, dtype)
     except (AttributeError, KeyError, TypeError, ValueError):
         return ""
-    if hasattr(op, "judge_output"):  # the operator judges its outputs as a whole (e.g. KDA)
+    if op.judge_output is not None:  # the operator judges its outputs as a whole (e.g. KDA)
         why = (op.judge_output.__doc__ or "a norm-based check").strip().splitlines()[0]
         return (f"verification: dtype {dtype}; each output judged as a whole against the float64 "
                 f"reference: {why.rstrip('.')}, tolerance {tol.rtol:.1e}; on the goal shapes and "

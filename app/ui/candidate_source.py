@@ -100,7 +100,7 @@ class RunSource:
         if goal is None or is_recorded(goal):
             return None
         op = self.operator()
-        if self.language == "cuda" and op is not None and hasattr(op, "render") and goal.shapes:
+        if self.language == "cuda" and op is not None and goal.shapes:  # a CudaOperator
             shape = [int(v) for v in goal.shapes[0]]
             try:  # what NVRTC compiled: the parameters and launch sizes as #defines, then the code
                 return (op.render(dict(ev.config), shape, goal.dtype, ev.source or self.kept or None),
@@ -117,7 +117,7 @@ class RunSource:
     @staticmethod
     def _fixed_header(op) -> str:
         """What a custom C kernel's template puts before the user's text (its fixed defines)."""
-        spec = getattr(op, "spec", None)
+        spec = op.spec if op is not None else None
         if spec is None:
             return ""
         template = op.template_source()

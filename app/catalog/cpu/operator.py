@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from app.catalog.protocol import draw, tile_edge_shapes, to_storage
+from app.catalog.protocol import OperatorBase, draw, tile_edge_shapes, to_storage
 from app.core.space import SearchSpace
 
 Shape = tuple[int, ...]
@@ -43,7 +43,7 @@ def thread_counts(cpus: int | None = None) -> list[int]:
 
 
 @dataclass
-class CpuOperator:
+class CpuOperator(OperatorBase):
     name: str
     description: str
     shape_help: str  # how a goal shape reads, e.g. "[M, N, K]"
@@ -68,11 +68,10 @@ class CpuOperator:
     growth: Callable[[Shape], float] = lambda s: 1.0  # accumulation error grows with size
     # parameters whose values depend on the machine (e.g. the instruction sets it reports)
     machine_params: Callable[[], dict[str, list]] = dict
-    # numpy's baseline runs a threaded BLAS, whose workers spin ~0.1 s after each call: timed
-    # back to back they take the cores a candidate's threads need (TimingSettings.settle_s)
+    # OperatorBase's hooks, as fields so each operator (app.catalog.cpu.ops) sets its own.
+    # threaded_baseline: numpy's BLAS workers spin ~0.1 s after each call; timed back to back
+    # they take the cores a candidate's threads need (TimingSettings.settle_s)
     threaded_baseline: bool = False
-    # what the operator means (app.catalog.families: which input families apply) and the
-    # inputs that carry its data (the families redraw those; empty: every input)
     meaning: str = ""
     family_args: tuple[str, ...] = ()
 

@@ -15,7 +15,14 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from app.catalog.protocol import draw, from_storage, nan_bits, storage_dtype, to_storage
+from app.catalog.protocol import (
+    OperatorBase,
+    draw,
+    from_storage,
+    nan_bits,
+    storage_dtype,
+    to_storage,
+)
 from app.core.space import SearchSpace
 
 Config = dict[str, Any]
@@ -90,8 +97,10 @@ def template_text(filename: str) -> str:
 __all__ = ["draw", "from_storage", "nan_bits", "storage_dtype", "to_storage"]
 
 
-class CudaOperator:
-    """Base class; subclasses fill in the operator-specific parts."""
+class CudaOperator(OperatorBase):
+    """Base class; subclasses fill in the operator-specific parts. The CUDA harness
+    (app.gpu.cuda.worker) calls every hook here directly; the defaults are one kernel, one
+    launch, no workspaces."""
 
     name = ""
     language = "cuda"
@@ -105,10 +114,6 @@ class CudaOperator:
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ("y",)
     device_specific = False  # True: for_device picks another template per compute capability
-    # what the operator means (app.catalog.families: which input families apply) and the
-    # inputs that carry its data (the families redraw those; empty: every input)
-    meaning = ""
-    family_args: tuple[str, ...] = ()
 
     # ---- the design space -------------------------------------------------------------
     def space(self, dtype: str) -> SearchSpace:
@@ -184,6 +189,11 @@ class CudaOperator:
                   workspaces: dict[str, Any], shape: list[int]) -> tuple:
         """Arguments of step `index` (default: kernel_args, for the single kernel)."""
         return self.kernel_args(config, inputs, outputs, shape)
+
+    def launch_prelude(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> Callable[[], None] | None:
+        """Run before every launch, inside the timed call (your own kernel: in/out arrays start
+        from their inputs); None: nothing to run."""
+        return None
 
     # ---- data -------------------------------------------------------------------------
     def input_shapes(self, shape: list[int]) -> dict[str, tuple[int, ...]]:

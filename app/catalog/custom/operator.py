@@ -17,10 +17,11 @@ from typing import Any
 
 import numpy as np
 
+from app.catalog.cuda.base import CudaOperator, Launch
 from app.catalog.custom import expr
 from app.catalog.custom.reference import run_reference
 from app.catalog.custom.spec import Arg, KernelSpec, load_spec
-from app.catalog.protocol import RTOL, dtype_limits
+from app.catalog.protocol import RTOL, OperatorBase, dtype_limits
 from app.core.space import SearchSpace
 from app.goal import Goal
 
@@ -57,7 +58,7 @@ def _atol_floor(arg: Arg) -> float:
     return dtype_limits(arg.dtype)[1] if arg.dtype in RTOL else 0.0
 
 
-class CustomOperator:
+class CustomOperator(OperatorBase):
     """A custom C kernel (and the shared part of a custom CUDA kernel)."""
 
     custom = True
@@ -322,8 +323,10 @@ class CustomOperator:
         return call
 
 
-class CustomCudaOperator(CustomOperator):
-    """A custom CUDA kernel: the cuda worker's operator hooks (app.gpu.cuda.worker)."""
+class CustomCudaOperator(CustomOperator, CudaOperator):
+    """A custom CUDA kernel: the cuda worker's operator hooks (app.gpu.cuda.worker). Everything
+    CustomOperator defines wins (it comes first); CudaOperator supplies the CUDA hooks this
+    class does not override with their one-kernel defaults (steps, workspaces, kernels, ...)."""
 
     def recommended(self, dtype: str, shape: list[int]) -> list[dict[str, Any]]:
         return []
@@ -355,9 +358,7 @@ class CustomCudaOperator(CustomOperator):
         env.update(config)
         return env
 
-    def launch(self, config: dict[str, Any], shape: list[int], dtype: str = "float32") -> Any:
-        from app.catalog.cuda.base import Launch
-
+    def launch(self, config: dict[str, Any], shape: list[int], dtype: str = "float32") -> Launch:
         env = self._env(config, shape)
         sizes = [expr.as_int(p, env) for p in self.spec.problem_size] + [1, 1, 1]
         grid = []

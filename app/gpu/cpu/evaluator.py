@@ -226,7 +226,7 @@ class CpuEvaluator(BackendEvaluator):
             threads = int(config.get("THREADS", 1))
         except (TypeError, ValueError):
             threads = 1
-        if getattr(self.op, "threaded_baseline", False) and (os.cpu_count() or 1) > 1 \
+        if self.op.threaded_baseline and (os.cpu_count() or 1) > 1 \
                 and threads > 1 and timing.settle_s == 0:
             return dataclasses.replace(timing, settle_s=BLAS_SETTLE_S)
         return timing

@@ -129,7 +129,7 @@ class CpuKernelBackend:
             return host.call(args, timed=True, flush=self.flusher is not None)
 
         candidate.flushes_itself = isinstance(host, KernelHost)
-        if hasattr(self.op, "prepare_call"):  # your own kernel (app.catalog.custom): no baseline
+        if self.op.custom:  # your own kernel (app.catalog.custom): no baseline
             return {"candidate": candidate}
         out = outputs[self.op.output_name]
         numpy_out = np.empty(out.shape, dtype=np.float32)
@@ -201,8 +201,9 @@ class CpuKernelBackend:
 
 def _load_entry(path: Path, symbol: str, op: CpuOperator) -> Any:
     fn = getattr(ctypes.CDLL(str(path)), symbol)
-    if hasattr(op, "c_argtypes"):  # your own kernel declares its signature
-        fn.argtypes, fn.restype = op.c_argtypes(), None
+    declared = op.c_argtypes()  # your own kernel declares its signature
+    if declared is not None:
+        fn.argtypes, fn.restype = declared, None
         return fn
     n_dims = len(op.call_dims(tuple(range(1, op.ndim + 1))))
     fn.argtypes = [ctypes.c_void_p] * (1 + len(op.input_shapes(tuple([1] * op.ndim)))) + [ctypes.c_long] * n_dims
@@ -226,10 +227,9 @@ def host_args(op: CpuOperator, inputs: dict[str, np.ndarray], outputs: dict[str,
     def guarded(out: GuardedOutput, preset: np.ndarray | None = None) -> ArrayArg:
         return ArrayArg(out.buffer, out.guard * out.buffer.itemsize, copy_back=True, preset=preset)
 
-    spec = getattr(op, "spec", None)
-    if spec is not None and hasattr(op, "prepare_call"):
+    if op.custom:
         args: list[ArrayArg | Scalar] = []
-        for a in spec.args:
+        for a in op.spec.args:
             if a.role == "scalar":
                 args.append(Scalar(_SCALAR_KINDS.get(a.dtype, "l"), op.scalar(a, shape).item()))
             elif a.role == "input":

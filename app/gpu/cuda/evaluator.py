@@ -131,7 +131,7 @@ class CudaEvaluator(BackendEvaluator):
         self._seed = random.Random(goal.swarm.seed).randrange(1 << 30)
         self._evals = 0
         self._retime_seeds = random.Random(self._seed + 1)  # re-timings' input seeds
-        if getattr(op, "device_specific", False):  # gemm: wgmma + TMA on sm_90, mma.sync elsewhere
+        if op.device_specific:  # gemm: wgmma + TMA on sm_90, mma.sync elsewhere
             self._resolve_for_device()
 
     def _resolve_for_device(self) -> None:

@@ -194,13 +194,12 @@ class CudaKernelBackend:
                  shape: tuple[int, ...]) -> Callable[[], None]:
         fns = self._fns[shape_key(shape)]
         views = {k: v.view for k, v in outputs.items()}
-        own = getattr(self.op, "workspaces", None)
-        if len(fns) > 1 or (own is not None and own(self.request.config, list(shape), self.dtype)):
+        if len(fns) > 1 or self.op.workspaces(self.request.config, list(shape), self.dtype):
             return self._pipeline(fns, inputs, views, shape)
         fn, launch = fns[0]
         args = self.op.kernel_args(self.request.config, inputs, views, list(shape))
         # your own kernel (app.catalog.custom): in/out arrays start from their inputs every launch
-        prelude = getattr(self.op, "launch_prelude", lambda i, o: None)(inputs, views)
+        prelude = self.op.launch_prelude(inputs, views)
 
         def launch_once() -> None:
             if prelude is not None:
@@ -292,18 +291,14 @@ def global_memory_problem(gmem_bytes: int, allowed: int = 0) -> str:
             "arguments, shared memory and the template's constants")
 
 
-def pipeline_steps(op: Any, config: dict[str, Any], shape: list[int], dtype: str) -> list[Step]:
+def pipeline_steps(op: CudaOperator, config: dict[str, Any], shape: list[int], dtype: str) -> list[Step]:
     """The kernels an operator's call runs (one, unless the operator has several steps)."""
-    steps = getattr(op, "steps", None)
-    if steps is None:  # an operator outside the CUDA catalog base (your own kernel)
-        return [Step(op.kernel_for(dtype), op.launch(config, shape, dtype))]
-    return list(steps(config, shape, dtype))
+    return list(op.steps(config, shape, dtype))
 
 
-def device_operator(op: Any, info: dict[str, Any]) -> Any:
+def device_operator(op: CudaOperator, info: dict[str, Any]) -> CudaOperator:
     """The operator as it runs on this GPU (Gemm: the wgmma template on compute capability 9.0)."""
-    resolve = getattr(op, "for_device", None)
-    return resolve(info["compute_capability"]) if resolve is not None else op
+    return op.for_device(info["compute_capability"])
 
 
 def _threads(launch: Launch) -> int:
