@@ -123,11 +123,20 @@ class PolicyEvaluator(Evaluator):
     def add_validation_case(self, case: dict[str, Any]) -> None:
         self.inner.add_validation_case(case)
 
+    def limits(self) -> Any:
+        return self.inner.limits()
+
+    def roofs(self) -> Any:
+        return self.inner.roofs()
+
+    def peak(self) -> Any:
+        return self.inner.peak()
+
     @property
     def validation_cases(self) -> list[dict[str, Any]]:
         return self.inner.validation_cases
 
-    def __getattr__(self, name: str) -> Any:  # what else the backend has (roofs, peak, ...)
+    def __getattr__(self, name: str) -> Any:  # what else the backend has (its own helpers)
         if name == "inner":
             raise AttributeError(name)
         return getattr(self.inner, name)

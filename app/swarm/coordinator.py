@@ -112,7 +112,7 @@ class Coordinator:
             self.learned_from = list(transfer.sources)
             self._seeds_left = min(TRANSFER_SEEDS, max(1, plan.max_evals // 4))
         self.allocator = BudgetAllocator(  # LLM agents report tokens: cost per improvement
-            list(self.agents), spend=lambda a: getattr(self.agents.get(a), "tokens_spent", None))
+            list(self.agents), spend=lambda a: self.agents[a].tokens_spent)
         cap = evaluator.max_parallel or 1
         self.slots = max(1, min(int(plan.workers), int(cap)))
         self._credits = {name: {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0}

@@ -23,6 +23,8 @@ class Agent(abc.ABC):
 
     name: str = "agent"
     strategy: str = ""
+    #: tokens paid for so far (an LLM agent's requests); None: proposals cost nothing
+    tokens_spent: int | None = None
 
     def __init__(self, space: SearchSpace, rng: random.Random, minimize: bool = True) -> None:
         self.space = space
