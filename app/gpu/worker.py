@@ -136,11 +136,6 @@ def cell_cache(kind: str) -> Any:
     return baseline_cache_dir() if kind == "baseline" else cache_dir()
 
 
-def _load_factory(spec: str) -> Callable[..., Any]:
-    module, _, attr = spec.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def _line_buffered_output() -> None:
     sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
@@ -174,7 +169,8 @@ def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan:
 
 def _serve(conn: Any, factory_spec: str, args: tuple, plan: Any, applied: dict[str, str]) -> None:
     try:
-        handler = _load_factory(factory_spec)(*args)
+        module, _, factory = factory_spec.partition(":")
+        handler = getattr(importlib.import_module(module), factory)(*args)
         sandbox.seal_cell(plan, applied)
     except Exception as exc:  # noqa: BLE001 - reported to the parent
         conn.send(("failed", f"{type(exc).__name__}: {exc}", traceback.format_exc()))

@@ -271,7 +271,9 @@ class KernelHost:
         self.end()
         self._start_child(library, entry)
         self._cpu_ns = self._window_ns = self.threads_seen = 0
-        self.null_ns = self._null_overheads()
+        # the channel's cost: the zygote's window around empty calls (the same continue,
+        # command, answer and stop as a kernel's call)
+        self.null_ns = [self._exchange("null")[2] for _ in range(NULL_CALLS)]
         self._cut = float(np.percentile(self.null_ns, 90))
 
     def _start_child(self, library: str, entry: str) -> None:
@@ -288,11 +290,6 @@ class KernelHost:
         if len(words) == 2 and words[0] in ("signal", "exit"):
             raise _died(words)  # killed while loading (a constructor, say)
         raise HostError(f"the kernel host answered {line[:60]!r} to load")
-
-    def _null_overheads(self) -> list[int]:
-        """The channel's cost: the zygote's window around empty calls (the same continue,
-        command, answer and stop as a kernel's call)."""
-        return [self._exchange("null")[2] for _ in range(NULL_CALLS)]
 
     def end(self) -> None:
         """End the current child (its state goes with it)."""

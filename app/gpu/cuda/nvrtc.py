@@ -107,14 +107,10 @@ def include_options() -> list[str]:
     return [f"-I{p}" for p in candidates if (p / "cuda_fp16.h").exists()]
 
 
-def needs_arch_specific(source: str) -> bool:
-    return bool(_HOPPER_ONLY.search(source))
-
-
 def target_arch(compute_capability: str | int, source: str = "") -> str:
     """'90' -> 'sm_90', or 'sm_90a' when the source uses Hopper-only instructions."""
     cc = str(compute_capability).replace("sm_", "").rstrip("a")
-    if needs_arch_specific(source):
+    if _HOPPER_ONLY.search(source):
         if cc != "90":
             raise CompileError(f"the source uses Hopper-only instructions (wgmma/TMA/setmaxnreg) "
                                f"which need compute capability 9.0, not {cc}")

@@ -88,10 +88,6 @@ class Limits:
         return out
 
 
-def bandwidth_cache_path() -> Path:
-    return cache_dir() / "roofline.json"
-
-
 def device_key(name: str, driver: str, ident: str = "") -> str:
     return f"{name}|driver {driver}|{ident}"
 
@@ -127,7 +123,7 @@ def cached_copy_bandwidth(key: str, measure: Callable[[], float], path: Path | N
     when a quick `spot_check` measurement disagrees with it by more than 5% (so one bad first
     measurement does not skew every "% of roof" for good). `spot_check` and `clocks` default to
     the `measure` callable's own (CopyRoof has both). Returns (bytes/s, came_from_cache)."""
-    path = path or bandwidth_cache_path()
+    path = path or cache_dir() / "roofline.json"
     spot_check = spot_check or getattr(measure, "spot_check", None)
     clocks = clocks or getattr(measure, "clocks", None)
     data = _load(path)
