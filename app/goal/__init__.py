@@ -158,11 +158,19 @@ class Goal:
 
     @classmethod
     def from_toml(cls, text: str, source_path: str = "") -> Goal:
-        try:
-            data = tomllib.loads(text)
-        except tomllib.TOMLDecodeError as exc:
-            where = f" in {Path(source_path).name!r}" if source_path else ""
-            raise GoalError("toml", f"malformed TOML{where}: {exc}") from None
+        goal = cls.from_dict(_parse(text, source_path), source_path)
+        goal.source_path = source_path
+        return goal
+
+    @classmethod
+    def from_stored_toml(cls, text: str, source_path: str = "") -> Goal:
+        """The goal a run stored. [llm] keys this version refuses in a goal file (a misspelt
+        setting, an API key) are dropped, not refused: earlier versions judged [llm] only when
+        the LLM agent ran, so such a run ran without it and the keys changed nothing it did,
+        and the run must still open. A key found there is never loaded."""
+        data = _parse(text, source_path)
+        if isinstance(data.get("llm"), dict):
+            data["llm"] = {k: v for k, v in data["llm"].items() if k in LLMTable.KEYS}
         goal = cls.from_dict(data, source_path)
         goal.source_path = source_path
         return goal
@@ -184,6 +192,14 @@ class Goal:
         from app.paths import find_space
 
         return find_space(self.space, Path(self.source_path).parent if self.source_path else None)
+
+
+def _parse(text: str, source_path: str) -> dict[str, Any]:
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        where = f" in {Path(source_path).name!r}" if source_path else ""
+        raise GoalError("toml", f"malformed TOML{where}: {exc}") from None
 
 
 def _drop_none(d: Any) -> Any:

@@ -252,7 +252,7 @@ class Store:
     def goal_of_run(self, run_id: int) -> Goal:
         run = self.get_run(run_id)
         try:
-            return Goal.from_toml(run["goal_toml"], source_path=run["goal_path"])
+            return Goal.from_stored_toml(run["goal_toml"], source_path=run["goal_path"])
         except GoalError as exc:
             raise StoreError(f"run {run_id}: its stored goal no longer loads: {exc}") from None
 

@@ -30,7 +30,7 @@ def _keys(toml: str, path: str, cache: dict[tuple[str, str], tuple[str, str] | N
     """(key, family) of a stored goal, or None when it no longer loads."""
     if (toml, path) not in cache:
         try:
-            goal = Goal.from_toml(toml, source_path=path)
+            goal = Goal.from_stored_toml(toml, source_path=path)
             cache[toml, path] = (goal_key(goal, read_files=bool(path)),
                                  goal_family(goal, read_files=bool(path)))
         except (GoalError, TypeError, ValueError, AttributeError, AssertionError):

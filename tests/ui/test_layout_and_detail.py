@@ -228,7 +228,7 @@ def test_a_goals_llm_table_survives_the_form(qtbot, tmp_path):
 
     form = GoalForm()
     qtbot.addWidget(form)
-    llm = {"base_url": "http://127.0.0.1:9/v1", "model": "tiny-coder", "max_requests": 7}
+    llm = {"base_url": "http://127.0.0.1:9/v1", "model": "tiny-coder", "max_retries": 7}
     goal = Goal(name="with llm", space="pnpoly_RTX_3090.json.gz", llm=dict(llm))
     form.set_goal(goal)
     assert form.build_goal().llm == llm
