@@ -8,7 +8,7 @@ import pytest
 
 from app.catalog import known_operators
 from app.catalog.goals import goal_is_memory_bound
-from app.catalog.protocol import Operator
+from app.catalog.protocol import Operator, OperatorBase
 from app.goal import Goal, KernelTable
 from app.gpu.registry import backend_spec
 
@@ -24,6 +24,18 @@ def test_every_operator_declares_its_boundedness(backend):
         assert isinstance(op, Operator), name
         assert isinstance(op.memory_bound, bool), name
         assert op.memory_bound == (name in MEMORY_BOUND[backend]), name
+
+
+@pytest.mark.parametrize("backend", ["cpu", "cuda"])
+def test_every_operator_declares_the_optional_hooks(backend):
+    """The readers (verification, the workers, the prompts) call the optional hooks directly:
+    an operator outside OperatorBase would fail there at run time, not here."""
+    from app.catalog.custom.operator import CustomCudaOperator, CustomOperator
+
+    assert issubclass(CustomOperator, OperatorBase) and issubclass(CustomCudaOperator, OperatorBase)
+    for name, op in known_operators(backend).items():
+        assert isinstance(op, OperatorBase), name
+        assert isinstance(op.output_dtypes("float32"), dict), name
 
 
 @pytest.mark.parametrize("backend", ["cpu", "cuda"])
