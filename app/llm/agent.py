@@ -210,6 +210,11 @@ class LLMAgent(Agent):
         """True while requests are in flight or replies wait to be proposed."""
         return bool(self._futures or self._ready)
 
+    def tune_when_correct(self, key: str, source: str, declared: Declared) -> None:
+        """Search `declared`'s tunables once the evaluation under `key` comes back correct, as
+        for a reply that declared them (a revived warm-start kernel's, app.llm.warm)."""
+        self._declared[key] = (source, declared)
+
     def observe(self, evaluation: Evaluation) -> None:
         self.book.observe(evaluation)
         self.memory.observe(evaluation)
@@ -451,7 +456,7 @@ class LLMAgent(Agent):
             self._extraction_errors.append("kernel kept, but " + "; ".join(tun.problems)[:300])
         if tun.params:
             self.stats["tunables_declared"] += len(tun.params)
-            self._declared[key] = (got.source, tun)
+            self.tune_when_correct(key, got.source, tun)
         self.memory.started(key, job.base_source, job.parent_value, job.from_failure)
         self.book.note_attempt(Attempt(key, self.name, got.idea, job.parent_key, job.parent_value,
                                        job.parent_p10_ms, job.parent_p90_ms, job.parent))

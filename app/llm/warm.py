@@ -14,9 +14,12 @@ space), and each is declared again with values around the tuned one for the swar
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.llm.tunables import MAX_VALUES, Declared, declared_tunables
+
+if TYPE_CHECKING:
+    from app.llm.agent import LLMAgent
 
 GUARDED_DEFAULT = re.compile(r"^[ \t]*#[ \t]*ifndef[ \t]+([A-Z][A-Z0-9_]*)[ \t]*\n[ \t]*#[ \t]*define"
                              r"[ \t]+\1[ \t]+\(?(-?\d+)\)?[ \t]*$", re.MULTILINE)
@@ -79,26 +82,21 @@ def _around(value: int) -> set[int]:
     return {value - 1, value, value + 1} if value < 0 else {1, 2, 4}
 
 
-def retune_warm_start(agent: Any, kernels: list[dict[str, Any]], params: list[str],
+def retune_warm_start(agent: LLMAgent, kernels: list[dict[str, Any]], params: list[str],
                       key_fn: Any) -> int:
     """Let `agent` tune each revived kernel's tunables again once its warm-start evaluation
     comes back correct, as it does for a reply that declared them; returns how many.
 
     The agent queues a warm-start kernel under key_fn(config, normalise(source)) (its config is
-    valid in this space after `revive`); registering the declaration under that key is what a
-    reply's declaration does (LLMAgent._declared). A hook on the agent would be cleaner: this
-    module does not own app/llm/agent.py."""
+    valid in this space after `revive`)."""
     from app.llm.normal import normalise
 
-    declared = getattr(agent, "_declared", None)
-    if not isinstance(declared, dict):
-        return 0
     n = 0
     for kernel in kernels:
         d = declared_of(kernel, params)
         if d is None:
             continue
         source = normalise(kernel["source"])
-        declared[key_fn(dict(kernel["config"]), source)] = (source, d)
+        agent.tune_when_correct(key_fn(dict(kernel["config"]), source), source, d)
         n += 1
     return n
