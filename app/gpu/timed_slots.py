@@ -94,8 +94,7 @@ class TimedSlots:
     # ---- what the timer calls ----------------------------------------------------------
     def calls(self) -> dict[str, Callable[[], None]]:
         """One zero-argument call per name, running on the slot the last `before` picked."""
-        slots = self.slots
-        current = self.current
+        slots, current = self.slots, self.current
 
         def candidate() -> float | None:  # a time taken in another process passes through
             k = current["candidate"]

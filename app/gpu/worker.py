@@ -262,8 +262,7 @@ class Worker:
         self.scratch: str | None = None
         # A frozen bundle cannot start its interpreter with -c: multiprocessing spawns it
         self.via_multiprocessing = bool(getattr(sys, "frozen", False))
-        self.served = 0
-        self.restarts = 0
+        self.served = self.restarts = 0
         self._proc: Any = None
         self._conn: Any = None
         fd, self.log_path = tempfile.mkstemp(prefix=f"kernelswarm-{name}-", suffix=".log")

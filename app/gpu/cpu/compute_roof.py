@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -167,27 +168,16 @@ def decode(data: dict) -> ComputeRoof:
     return ComputeRoof(int(data["threads"]), float(data["one_thread"]), float(data["all_threads"]))
 
 
-class Probe:
-    """The probe inside a worker cell, built once into the cell's own scratch directory (a
-    library in the shared cache could have been replaced by an earlier cell)."""
-
-    def __init__(self, compiler: str) -> None:
-        self.compiler = compiler
-        self._dir: tempfile.TemporaryDirectory | None = None
-        self._probe: ctypes.CDLL | None = None
-
-    def rate(self, threads: int, samples: int = SAMPLES) -> float:
-        if self._probe is None:
-            self._dir = tempfile.TemporaryDirectory(prefix="kernelswarm-flops-")
-            self._probe = build_probe(self.compiler, Path(self._dir.name))
-        return rate(self._probe, threads, samples)
-
-
-_probes: dict[str, Probe] = {}  # per compiler, for the worker process's life
+@functools.cache
+def _built_in_cell(compiler: str) -> tuple[tempfile.TemporaryDirectory, ctypes.CDLL]:
+    """The probe inside a worker cell, built once per compiler for the process's life into the
+    cell's own scratch directory (a library in the shared cache could have been replaced by an
+    earlier cell), with the directory it lives in."""
+    tmp = tempfile.TemporaryDirectory(prefix="kernelswarm-flops-")
+    return tmp, build_probe(compiler, Path(tmp.name))
 
 
 def measure_beside(compiler: str, threads: int) -> dict[str, float]:
     """{LEVEL: GFLOP/s} measured now in this cell with `compiler` at `threads` threads, the
     candidate's process idle meanwhile."""
-    probe = _probes.setdefault(compiler, Probe(compiler))
-    return {LEVEL: probe.rate(max(1, threads))}
+    return {LEVEL: rate(_built_in_cell(compiler)[1], max(1, threads))}

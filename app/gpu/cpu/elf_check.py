@@ -50,7 +50,6 @@ IRELATIVE = {"EM_X86_64": 37, "EM_386": 42, "EM_AARCH64": 1032, "EM_ARM": 160, "
 LOAD_TIME = "runs code when the library is loaded"
 
 
-
 def _elf_facts(library: Path) -> tuple[dict[str, int], list[str], list[str]]:
     """(section sizes, undefined dynamic symbols, problems with segments)."""
     from elftools.elf.dynamic import DynamicSection

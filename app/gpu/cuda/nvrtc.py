@@ -210,8 +210,7 @@ def compile_source(source: str, kernel_name: str, arch: str, options: list[str] 
         directory = Path(cache)
     else:
         directory = Path(tempfile.mkdtemp(prefix="kernelswarm-nvrtc-"))
-    cubin_path = directory / f"{key}.cubin"
-    meta_path = directory / f"{key}.json"
+    cubin_path, meta_path = directory / f"{key}.cubin", directory / f"{key}.json"
     if cubin_path.exists() and meta_path.exists():
         try:
             meta = json.loads(meta_path.read_text())

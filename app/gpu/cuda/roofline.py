@@ -143,8 +143,7 @@ def cached_copy_bandwidth(key: str, measure: Callable[[], float], path: Path | N
     record: dict[str, Any] = {"copy_bw": bw, "measured_at": now(), "why": why}
     if spot is not None:
         record["spot_check"] = spot
-    for name, value in (getattr(measure, "parts", None) or {}).items():
-        record[f"{name}_bw"] = value
+    record.update({f"{name}_bw": v for name, v in (getattr(measure, "parts", None) or {}).items()})
     if clocks is not None:
         try:
             record["clocks"] = dict(clocks())
@@ -207,8 +206,7 @@ class CopyRoof:
         free, _ = cp.cuda.runtime.memGetInfo()
         size = nbytes or int(min(max(16 * l2, 1 << 30), free // 4))
         size -= size % 256
-        src = cp.empty(size, dtype=cp.uint8)
-        dst = cp.empty(size, dtype=cp.uint8)
+        src, dst = cp.empty(size, dtype=cp.uint8), cp.empty(size, dtype=cp.uint8)
         src.fill(1)
         memcpy = 2.0 * size / _median_seconds(
             cp, lambda: dst.data.copy_from_device_async(src.data, size), repeats)

@@ -169,10 +169,8 @@ class TelemetrySampler:
 
     def __init__(self, devices: list[int], bus: Any = None, interval_s: float = 1.0,
                  run_id: int | None = None) -> None:
-        self.devices = list(devices)
-        self.bus = bus
-        self.interval_s = interval_s
-        self.run_id = run_id
+        self.devices, self.bus = list(devices), bus
+        self.interval_s, self.run_id = interval_s, run_id
         self.latest: dict[int, dict[str, float]] = {}
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None

@@ -139,9 +139,7 @@ class StopRule:
     relative spread within target, or max_samples / max_seconds was reached."""
 
     def __init__(self, protocol: Protocol, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.protocol = protocol
-        self.clock = clock
-        self.started = clock()
+        self.protocol, self.clock, self.started = protocol, clock, clock()
 
     def done(self, samples: dict[str, list[float]]) -> tuple[bool, str]:
         p = self.protocol
@@ -298,11 +296,10 @@ class Timer:
         runners, modes, reps_of, streams = self._runners(fns, p, graphable, hook)
         samples: dict[str, list[float]] = {n: [] for n in fns}
         rule = StopRule(p)
-        discarded = 0
-        seen: set[str] = set()
+        discarded = kept_throttled = 0
         retakes = 0  # of the current batch: reset once a batch is kept
+        seen: set[str] = set()
         clocks: list[float] = []
-        kept_throttled = 0
         while True:
             before = self.throttle_snapshot()
             batch = self._batch(runners, streams, p, hook)

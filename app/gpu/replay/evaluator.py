@@ -26,10 +26,8 @@ class ReplayEvaluator(Evaluator):
 
     def __init__(self, recorded: RecordedSpace, restrictions: list[str] | None = None,
                  simulate_time: bool = True, max_parallel: int = 64) -> None:
-        self.recorded = recorded
-        self.space = recorded.space(restrictions)
-        self.simulate_time = simulate_time
-        self.max_parallel = max_parallel
+        self.recorded, self.space = recorded, recorded.space(restrictions)
+        self.simulate_time, self.max_parallel = simulate_time, max_parallel
 
     def evaluate(self, candidate: Candidate) -> Evaluation:
         values = self.space.as_tuple(candidate.config)

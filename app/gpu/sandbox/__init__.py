@@ -365,8 +365,8 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
         return
     if _tools is None and plan.kind == "cpu":  # no compile helper (frozen build): the cell
         # itself must still start the compiler, so it stays unsealed; the status says so
-        applied["processes"] = "off: no compile helper in this build (the compiler runs here)"
-        applied["process-acting calls"] = applied["processes"]
+        applied["processes"] = applied["process-acting calls"] = (
+            "off: no compile helper in this build (the compiler runs here)")
         return
     applied["processes"] = seccomp.seal(kill=plan.kind == "cpu",
                                         allow_unix_sockets=plan.kind == "gpu")
