@@ -58,9 +58,8 @@ class BackendEvaluator(Evaluator):
     def work(self, shape: Sequence[int]) -> float:
         """What a throughput counts per call: bytes moved for a memory-bound operator (GB/s),
         FLOPs for a compute-bound one (GFLOP/s)."""
-        if self.op.memory_bound:
-            return float(self.op.bytes_moved(shape, self.dtype))
-        return float(self.op.flops(shape))
+        return float(self.op.bytes_moved(shape, self.dtype) if self.op.memory_bound
+                     else self.op.flops(shape))
 
     def _objective(self, total_ms: float) -> float:
         """A time summed over the goal's shapes in the objective's unit (ms, GB/s or GFLOP/s)."""

@@ -295,6 +295,4 @@ def check_source(source: str, compiler: str, flags: tuple[str, ...], defines: di
     if directive:
         return [directive]
     pre, problems = preprocess(source, compiler, flags, defines)
-    if pre is None:
-        return problems
-    return code_problems(pre, entry)
+    return problems if pre is None else code_problems(pre, entry)

@@ -108,9 +108,8 @@ def _stale_reason(entry: Any, now: float, max_age_s: float) -> str:
     if not isinstance(entry, dict) or not isinstance(entry.get("copy_bw"), (int, float)) \
             or entry["copy_bw"] <= 0:
         return "none stored"
-    if now - float(entry.get("measured_at", 0.0)) > max_age_s:
-        return f"older than {max_age_s / 86400:.0f} days"
-    return ""
+    stale = now - float(entry.get("measured_at", 0.0)) > max_age_s
+    return f"older than {max_age_s / 86400:.0f} days" if stale else ""
 
 
 def cached_copy_bandwidth(key: str, measure: Callable[[], float], path: Path | None = None,

@@ -64,9 +64,7 @@ def snapshot_reader(probe: Callable[[], Any] | None) -> Callable[[], ThrottleSna
     if probe is None:
         return ThrottleSnapshot
     snap = getattr(probe, "snapshot", None)
-    if callable(snap):
-        return snap
-    return lambda: ThrottleSnapshot(mask=int(probe()))
+    return snap if callable(snap) else lambda: ThrottleSnapshot(mask=int(probe()))
 
 
 @dataclass
@@ -103,9 +101,7 @@ def median_ci_rel(sorted_values: list[float]) -> float:
     half = 0.98 * math.sqrt(n)
     lo = max(0, math.floor(n / 2 - half))
     hi = min(n - 1, math.ceil(n / 2 + half))
-    if med <= 0:
-        return math.inf
-    return (sorted_values[hi] - sorted_values[lo]) / (2.0 * med)
+    return math.inf if med <= 0 else (sorted_values[hi] - sorted_values[lo]) / (2.0 * med)
 
 
 def summarize(samples: list[float]) -> Stats:

@@ -260,9 +260,7 @@ def probe_here() -> dict[str, str]:
 
 
 def _file_view(mount_namespace: str, rules: landlock.FileRules, scratch: str) -> str:
-    if not mount_namespace.startswith("on"):
-        return mount_namespace
-    return mounts.build_view(rules, scratch)
+    return mounts.build_view(rules, scratch) if mount_namespace.startswith("on") else mount_namespace
 
 
 def _tree_line(pid_namespace: str) -> str:
