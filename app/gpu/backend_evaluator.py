@@ -37,8 +37,7 @@ class BackendEvaluator(Evaluator):
     template: str  # the operator's source a candidate without its own runs
 
     def __init__(self, goal: Goal, validation_cases: Sequence[dict[str, Any]] = ()) -> None:
-        self.goal = goal
-        self.dtype = goal.dtype
+        self.goal, self.dtype = goal, goal.dtype
         self.shapes = [list(s) for s in goal.shapes]
         self._validation = ValidationSet(validation_cases)
 

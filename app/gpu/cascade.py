@@ -502,8 +502,7 @@ def _fill_result(ev: Evaluation, timed: list[_Timed], request: CascadeRequest,
     ev.p90_ms = sum(s.p90_ms for s in cand)
     ev.samples_ms = list(cand[0].samples_ms) if len(cand) == 1 else [
         sum(vals) for vals in zip(*(s.samples_ms for s in cand))]
-    baselines = [n for n in timed[0].result.stats if n != "candidate"]
-    for name in baselines:
+    for name in [n for n in timed[0].result.stats if n != "candidate"]:  # the baselines
         base_ms = sum(t.result.stats[name].median_ms for t in timed)
         ev.metrics[f"{name}_ms"] = base_ms
         if ev.time_ms > 0:

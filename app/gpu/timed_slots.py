@@ -68,8 +68,7 @@ class TimedSlots:
             self.slots.append(Slot(inputs, outputs, make_calls(inputs, outputs)))
         self.names = list(self.slots[0].calls)
         self.current = dict.fromkeys(self.names, 0)
-        self._rng = rng
-        self._draws = 0
+        self._rng, self._draws = rng, 0
         # never the slot of the previous call: a cache with one entry then never hits, and one
         # with more hits on every slot's last call, with results of inputs since perturbed
         steps = rng.integers(1, max(2, slots), size=4096)

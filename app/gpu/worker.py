@@ -202,8 +202,7 @@ class _CellProcess:
     multiprocessing.Process methods the Worker uses."""
 
     def __init__(self, popen: subprocess.Popen) -> None:
-        self.popen = popen
-        self.pid = popen.pid
+        self.popen, self.pid = popen, popen.pid
         _LIVE_CELLS.add(self)
 
     def is_alive(self) -> bool:

@@ -176,7 +176,6 @@ class Timer:
         # >= 2x L2 so that a memset evicts everything the previous sample left in the cache.
         self.flush_bytes = max(2 * int(l2_bytes), 64 << 20)
         self.flush_buf = cp.empty(self.flush_bytes, dtype=cp.uint8)
-        self.throttle_mask = throttle_mask or (lambda: 0)
         self.throttle_snapshot = snapshot_reader(throttle_mask)
         self._spin = None
 
