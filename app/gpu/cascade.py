@@ -52,7 +52,7 @@ from app.gpu.verify import (
 )
 
 if TYPE_CHECKING:
-    from app.gpu.worker import WorkerFault, WorkerReply
+    from app.gpu.worker import WorkerReply
 
 NOISY_SPREAD = 0.15  # (p90 - p10) / median above this: the measurement is noisy
 STAGES = ("static_check", "compile", "resources", "verify", "time", "reverify")
@@ -242,18 +242,14 @@ def _failed(ev: Evaluation, exc: StageFailed) -> None:
 
 
 # ---- the engine side: a worker's reply as an Evaluation ----------------------------------
-def evaluation_from_fault(fault: WorkerFault, **base: Any) -> Evaluation:
-    """The worker died or was killed: stages done before, then the one it died in."""
-    stages = [Stage(name, True, secs) for name, secs in fault.completed]
-    stages.append(Stage(fault.stage, False, fault.stage_seconds, fault.detail))
-    return Evaluation(ok=False, reason=fault.reason, detail=fault.detail, log=scrub(fault.log),
-                      stages=stages, **base)
-
-
 def evaluation_from_reply(reply: WorkerReply, **base: Any) -> Evaluation:
-    """A worker's answer to an "evaluate" request (a serialised Evaluation, or a fault)."""
-    if reply.fault is not None:
-        return evaluation_from_fault(reply.fault, **base)
+    """A worker's answer to an "evaluate" request (a serialised Evaluation, or a fault: the
+    worker died or was killed, stages done before, then the one it died in)."""
+    if (fault := reply.fault) is not None:
+        stages = [Stage(name, True, secs) for name, secs in fault.completed]
+        stages.append(Stage(fault.stage, False, fault.stage_seconds, fault.detail))
+        return Evaluation(ok=False, reason=fault.reason, detail=fault.detail,
+                          log=scrub(fault.log), stages=stages, **base)
     ev = Evaluation.from_dict(reply.result["evaluation"])
     if reply.log.strip():
         ev.log = "\n".join(x for x in (ev.log, "--- worker output ---\n" + reply.log) if x)
@@ -390,9 +386,11 @@ def _load() -> float | None:
         return None
 
 
-def _measure(op: Operator, backend: CascadeBackend, runner: Runner, request: CascadeRequest,
-             seed: int) -> list[_Timed]:
-    """Time every goal shape on rotating slots, then check what the timed calls wrote."""
+def _time(op: Operator, backend: CascadeBackend, runner: Runner, request: CascadeRequest,
+          seed: int) -> tuple[list[_Timed], str]:
+    """Time every goal shape on rotating slots, then check what the timed calls wrote; the
+    machine's load before and after goes with the first shape's figures."""
+    load_before = _load()
     rng = np.random.default_rng(seed)
     timed = []
     for shape in request.goal_shapes:
@@ -406,21 +404,14 @@ def _measure(op: Operator, backend: CascadeBackend, runner: Runner, request: Cas
             raise StageFailed(VERIFY_FAILED, f"outputs of a timed call were wrong: {problem} "
                               f"(shape {list(shape_t)})")
         timed.append(_Timed(shape_t, slots, result))
-    return timed
-
-
-def _candidate_ms(timed: list[_Timed]) -> float:
-    return sum(t.result.stats["candidate"].median_ms for t in timed)
-
-
-def _time(op: Operator, backend: CascadeBackend, runner: Runner, request: CascadeRequest,
-          seed: int) -> tuple[list[_Timed], str]:
-    load_before = _load()
-    timed = _measure(op, backend, runner, request, seed)
     load_after = _load()
     if timed and load_before is not None and load_after is not None:
         timed[0].result.metrics.update(load_before=load_before, load_after=load_after)
     return timed, ""
+
+
+def _candidate_ms(timed: list[_Timed]) -> float:
+    return sum(t.result.stats["candidate"].median_ms for t in timed)
 
 
 def _hold_to_roof(op: Operator, backend: CascadeBackend, runner: Runner, request: CascadeRequest,
