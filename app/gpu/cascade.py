@@ -221,7 +221,8 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
             # a loader's or the harness's message: nothing of this machine goes into the log
             known = StageFailed(RUNTIME_FAILED, scrub(f"{type(exc).__name__}: {exc}"),
                                 log=scrub(traceback.format_exc()), restart=True)
-        stages.append(Stage(_next_stage(stages), False, 0.0, known.detail))
+        # the stage after the last one done: the one it failed in
+        stages.append(Stage(STAGES[min(len(stages), len(STAGES) - 1)], False, 0.0, known.detail))
         _failed(ev, known)
         restart = known.restart
     ev.stages = stages
@@ -313,10 +314,6 @@ def _user_names() -> set[str]:
     if home.startswith(("/home/", "/Users/")):
         names.add(os.path.basename(home.rstrip("/")))
     return {n for n in names if n and len(n) > 2}
-
-
-def _next_stage(done: list[Stage]) -> str:
-    return STAGES[min(len(done), len(STAGES) - 1)]
 
 
 def _static(backend: CascadeBackend, source: str, config: dict[str, Any],

@@ -333,19 +333,13 @@ class Worker:
         return self._proc is not None and self._proc.is_alive()
 
     def stop(self) -> None:
-        proc, conn = self._proc, self._conn
-        self._proc = self._conn = None
-        if conn is not None:
+        """Ask the worker to end, give it 2 s, then kill (if need be) and reap it."""
+        if self._conn is not None:
             with contextlib.suppress(OSError):  # BrokenPipeError among them
-                conn.send(None)
-        if proc is not None:
-            proc.join(timeout=2.0)
-            if proc.is_alive():
-                proc.kill()
-                proc.join(timeout=5.0)
-        if conn is not None:
-            conn.close()
-        self._drop_scratch()
+                self._conn.send(None)
+        if self._proc is not None:
+            self._proc.join(timeout=2.0)
+        self._end(kill=True)
 
     def _drop_scratch(self) -> None:
         if self.scratch:

@@ -88,8 +88,7 @@ class _View:
         else:
             self._dir(os.path.dirname(path))
             if not os.path.lexists(target):
-                with open(target, "w"):
-                    pass
+                open(target, "w").close()
         self.libc.mount(path, target, None, MS_BIND | MS_REC | flags)
         self.bound.append(path)
 
