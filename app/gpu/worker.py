@@ -347,11 +347,6 @@ class Worker:
             _LIVE_SCRATCH.discard(self.scratch)
             self.scratch = None
 
-    def restart(self) -> None:
-        self.kill()
-        self.restarts += 1
-        self.start()
-
     def kill(self) -> None:
         self._end(kill=True)
 

@@ -380,9 +380,8 @@ class KernelHost:
         timed, self.timed = self.timed, []
         if not timed or not self.null_ns:
             return True
-        gaps = np.array([w - r for w, r, _ in timed], dtype=np.float64)
-        reports = np.array([r for _, r, _ in timed], dtype=np.float64)
-        cpus = np.array([c for _, _, c in timed], dtype=np.float64)
+        windows, reports, cpus = np.array(timed, dtype=np.float64).T
+        gaps = windows - reports
         null = np.array(self.null_ns, dtype=np.float64)
         allowed = np.percentile(null, 90) + SLACK_NS + SLACK_FRACTION * np.median(reports)
         closest = int(np.argmin(gaps))
