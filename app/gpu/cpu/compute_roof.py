@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import json
 import os
 import platform
@@ -28,13 +29,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.gpu.cpu.memory_roof import (
-    build_c_probe,
-    built_in_cell,
-    cached_figure,
-    calibrated_reps,
-    seconds,
-)
+from app.gpu.cpu.memory_roof import build_c_probe, cached_figure, calibrated_reps, seconds
 from app.gpu.trusted_cache import trusted_dir
 
 PROBE_SOURCE = r"""
@@ -173,8 +168,16 @@ def decode(data: dict) -> ComputeRoof:
     return ComputeRoof(int(data["threads"]), float(data["one_thread"]), float(data["all_threads"]))
 
 
+@functools.cache
+def _built_in_cell(compiler: str) -> tuple[tempfile.TemporaryDirectory, ctypes.CDLL]:
+    """The probe inside a worker cell, built once per compiler for the process's life into the
+    cell's own scratch directory (a library in the shared cache could have been replaced by an
+    earlier cell), with the directory it lives in."""
+    tmp = tempfile.TemporaryDirectory(prefix="kernelswarm-flops-")
+    return tmp, build_probe(compiler, Path(tmp.name))
+
+
 def measure_beside(compiler: str, threads: int) -> dict[str, float]:
     """{LEVEL: GFLOP/s} measured now in this cell with `compiler` at `threads` threads, the
-    candidate's process idle meanwhile (the probe built once: built_in_cell)."""
-    probe = built_in_cell(build_probe, compiler, "kernelswarm-flops-")[1]
-    return {LEVEL: rate(probe, max(1, threads))}
+    candidate's process idle meanwhile."""
+    return {LEVEL: rate(_built_in_cell(compiler)[1], max(1, threads))}

@@ -24,7 +24,6 @@ The probe is harness code, not a candidate: it is built from the fixed source be
 from __future__ import annotations
 
 import ctypes
-import functools
 import json
 import os
 import subprocess
@@ -354,22 +353,15 @@ def cached(compiler: str, identity: str, cache_file: Path | None = None,
                          refresh, lambda: measure(compiler), encode, decode)
 
 
-@functools.cache
-def built_in_cell(build: Callable[[str, Path], ctypes.CDLL], compiler: str,
-                  prefix: str) -> tuple[tempfile.TemporaryDirectory, ctypes.CDLL]:
-    """A harness probe, `build(compiler, directory)`, made once per process into a directory
-    of the cell's own scratch (a library in the shared cache could have been replaced by an
-    earlier cell); with that directory, kept as long as the probe."""
-    tmp = tempfile.TemporaryDirectory(prefix=prefix)
-    return tmp, build(compiler, Path(tmp.name))
-
-
 class Probe:
-    """The bandwidth probe inside a worker cell (built_in_cell), measuring one level again
-    beside a candidate: same cell, same load, the candidate's thread count."""
+    """The probe inside a worker cell, built once into the cell's own scratch directory (a
+    library in the shared cache could have been replaced by an earlier cell), measuring one
+    level again beside a candidate: same cell, same load, the candidate's thread count."""
 
     def __init__(self, compiler: str) -> None:
         self.compiler = compiler
+        self._dir: tempfile.TemporaryDirectory | None = None
+        self._probe: ctypes.CDLL | None = None
 
     def rate(self, level: CacheLevel, levels: list[CacheLevel], threads: int,
              samples: int = 5) -> float:
@@ -383,4 +375,7 @@ class Probe:
         return _copy_rate(self._built(), size, threads, samples)
 
     def _built(self) -> ctypes.CDLL:
-        return built_in_cell(_build_probe, self.compiler, "kernelswarm-roof-")[1]
+        if self._probe is None:
+            self._dir = tempfile.TemporaryDirectory(prefix="kernelswarm-roof-")
+            self._probe = _build_probe(self.compiler, Path(self._dir.name))
+        return self._probe
