@@ -132,8 +132,7 @@ def time_interleaved(fns: dict[str, Callable[[], None]], settings: TimingSetting
                 flusher()
             samples[name].append(time_call(fns[name]))
         rounds += 1
-        elapsed = time.perf_counter() - start
-        if rounds >= hard_min and elapsed > settings.max_seconds:
+        if rounds >= hard_min and time.perf_counter() - start > settings.max_seconds:
             break
         if rounds >= settings.min_samples and all(
                 summarize(s).spread < settings.target_spread for s in samples.values()):

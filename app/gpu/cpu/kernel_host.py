@@ -456,8 +456,7 @@ class InProcessHost:
     def end(self) -> None:
         self.fn = None
 
-    def close(self) -> None:
-        self.fn = None
+    close = end
 
 
 def host_supported() -> bool:

@@ -72,8 +72,7 @@ class CompiledKernel:
     cached: bool = False
 
     def resource(self, name: str | None = None) -> KernelResources:
-        name = name or self.kernel_name
-        return self.resources.get(name) or KernelResources()
+        return self.resources.get(name or self.kernel_name) or KernelResources()
 
 
 def nvrtc_module():

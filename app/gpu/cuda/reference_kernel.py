@@ -97,11 +97,9 @@ def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
     spec = op.spec
     arrays = {a.name: xp.ascontiguousarray(xp.asarray(inputs[a.name]).astype(a.dtype))
               for a in spec.args if a.is_input}
-    outputs = {}
-    for name, sizes in op.output_shapes(shape).items():
-        arg = op._arg[name]
-        outputs[name] = (arrays[name].reshape(sizes).copy() if arg.role == "inout"
-                         else xp.zeros(sizes, dtype=arg.dtype))
+    outputs = {name: (arrays[name].reshape(sizes).copy() if op._arg[name].role == "inout"
+                      else xp.zeros(sizes, dtype=op._arg[name].dtype))
+               for name, sizes in op.output_shapes(shape).items()}
     args = op.kernel_args(reference_config(op), arrays, outputs, list(shape))
     fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
     xp.cuda.Device().synchronize()

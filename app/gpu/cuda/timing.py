@@ -250,10 +250,7 @@ class Timer:
                 stream = streams.get(name)
                 if stream is None:
                     hook(name)
-                if p.cold_l2:
-                    self.flush()
-                else:
-                    self.busy()
+                (self.flush if p.cold_l2 else self.busy)()  # cold: an L2 flush; warm: busy
                 start, end = cp.cuda.Event(), cp.cuda.Event()
                 if stream is not None:  # graph replays run on their own stream
                     start.record(cp.cuda.get_current_stream())

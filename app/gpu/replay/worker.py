@@ -68,8 +68,7 @@ def load_cache_file(path: str | Path) -> RecordedSpace:
         stamp = path.stat().st_mtime
     except FileNotFoundError:
         raise CacheFileError(f"cache file {str(path)!r} does not exist") from None
-    cached = _CACHE.get((str(path), stamp))
-    if cached is not None:
+    if (cached := _CACHE.get((str(path), stamp))) is not None:
         return cached
     try:
         raw = path.read_bytes()
