@@ -149,10 +149,8 @@ class _Arena:
 
     def __init__(self, nbytes: int) -> None:
         self.fd = os.memfd_create("kernelswarm-arena", 0)
-        self.size = 0
         self.map: mmap.mmap | None = None
-        self.view = np.empty(0, np.uint8)
-        self.resize(nbytes)
+        self.resize(nbytes)  # sets the size, the map and the view of it
 
     def resize(self, nbytes: int) -> None:
         nbytes = _padded(nbytes)

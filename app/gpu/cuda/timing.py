@@ -52,11 +52,9 @@ class ThrottleSnapshot:
 
 def throttled_between(before: ThrottleSnapshot, after: ThrottleSnapshot) -> list[str]:
     """Throttling reasons in force at either edge or at any time in between."""
-    reasons = set(throttle_reasons(before.mask | after.mask))
-    for policy, ns in after.violation_ns.items():
-        if ns > before.violation_ns.get(policy, ns):
-            reasons.add(policy)
-    return sorted(reasons)
+    grew = {policy for policy, ns in after.violation_ns.items()
+            if ns > before.violation_ns.get(policy, ns)}
+    return sorted(grew | set(throttle_reasons(before.mask | after.mask)))
 
 
 def snapshot_reader(probe: Callable[[], Any] | None) -> Callable[[], ThrottleSnapshot]:
@@ -144,9 +142,8 @@ class StopRule:
             return True, "max_samples"
         if self.clock() - self.started >= p.max_seconds and min(counts) >= 3:
             return True, "time_cap"
-        if min(counts) < p.min_samples:
-            return False, ""
-        if all(median_ci_rel(sorted(v)) <= p.target_rel_spread for v in samples.values()):
+        if min(counts) >= p.min_samples and all(
+                median_ci_rel(sorted(v)) <= p.target_rel_spread for v in samples.values()):
             return True, "converged"
         return False, ""
 
