@@ -283,8 +283,7 @@ def account_stages(ev: Evaluation, before: Sequence[Stage], reply: WorkerReply,
         pre.append(Stage("wait_worker", True, reply.waited_s, "another request held the worker"))
     if reply.started_s >= 0.001:
         pre.append(Stage("worker_start", True, reply.started_s, "a fresh worker process"))
-    accounted = sum(st.seconds for st in pre) + sum(st.seconds for st in ev.stages)
-    rest = max(0.0, wall_s - accounted)
+    rest = max(0.0, wall_s - sum(st.seconds for st in (*pre, *ev.stages)))
     # before the worker's stages: a failed evaluation still ends with the stage that failed
     pre.append(Stage("exchange", True, rest, "request and result between the engine and the "
                      "worker"))

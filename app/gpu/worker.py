@@ -462,8 +462,7 @@ class Worker:
                 data = f.read(4 * LOG_TAIL_CHARS)
         except OSError:
             return ""
-        text = data.decode("utf-8", errors="replace")
-        return text[-LOG_TAIL_CHARS:]
+        return data.decode("utf-8", errors="replace")[-LOG_TAIL_CHARS:]
 
 
 class WorkerPool:

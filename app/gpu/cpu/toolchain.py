@@ -35,10 +35,8 @@ class Toolchain:
 
 def find_compiler() -> str | None:
     for name in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if name:
-            path = shutil.which(name)
-            if path:
-                return path
+        if name and (path := shutil.which(name)):
+            return path
     return None
 
 

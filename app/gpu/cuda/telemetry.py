@@ -98,10 +98,8 @@ class ThrottleProbe:
         if self.mod is None:
             return 0
         for getter in ("nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"):
-            try:
+            with contextlib.suppress(Exception):  # older NVML or driver: try the older name
                 return int(getattr(self.mod, getter)(self.handle))
-            except Exception:  # noqa: BLE001, S112 - older NVML or driver: try the older name
-                continue
         return 0
 
     def snapshot(self) -> ThrottleSnapshot:
