@@ -23,9 +23,7 @@ _LOADED: dict[str, Any] = {}  # per process: build key -> the loaded function
 
 
 def reference_defines(op: CustomOperator, shape: Sequence[int]) -> dict[str, Any]:
-    defines = dict(op.spec.param_defines(shape))
-    defines.update({k: v[0] for k, v in op.spec.tune_params.items()})
-    return defines
+    return {**op.spec.param_defines(shape), **{k: v[0] for k, v in op.spec.tune_params.items()}}
 
 
 def _function(op: CustomOperator, shape: Sequence[int]) -> Any:
@@ -33,8 +31,7 @@ def _function(op: CustomOperator, shape: Sequence[int]) -> Any:
     defines = reference_defines(op, shape)
     key = hashlib.sha256(repr((spec.reference_source, spec.reference_entry, sorted(defines.items()),
                                tc.identity, tc.flags)).encode()).hexdigest()[:16]
-    fn = _LOADED.get(key)
-    if fn is not None:
+    if (fn := _LOADED.get(key)) is not None:
         return fn
     lib = kernels_dir() / f"reference-source-{key}.so"
     if not lib.exists():

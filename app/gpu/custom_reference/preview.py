@@ -17,8 +17,7 @@ from app.goal import Goal, GoalError
 
 def preview(goal: Goal) -> tuple[bool, str]:
     """(compiled, text): the configuration, then the compiler's output."""
-    backend = goal.backend
-    op = custom_operator(goal, backend)
+    op = custom_operator(goal, goal.backend)
     config = op.space().sample(random.Random(0))
     if config is None:
         return False, "no configuration satisfies the restrictions"
@@ -46,10 +45,9 @@ def preview(goal: Goal) -> tuple[bool, str]:
         return True, text
     from app.gpu.cpu import compile_library, toolchain
 
-    source = op.template()
     tc = toolchain()
     with tempfile.TemporaryDirectory() as tmp:
-        ok, log = compile_library(source, config, Path(tmp) / "kernel.so", tc, 120)
+        ok, log = compile_library(op.template(), config, Path(tmp) / "kernel.so", tc, 120)
         flags = " ".join(tc.flags)
         text = head + (f"compiled with {tc.identity} ({flags})\n" if ok else "compile failed\n") + log
         if ok and op.spec.reference_source:  # the reference kernel must compile too
