@@ -196,20 +196,17 @@ def run_cascade(request: CascadeRequest, op: Operator, backend: CascadeBackend,
             ev.resources["compile_command"] = built.command
         ev.log = built.log
         ev.resources.update(stage("resources", lambda: (backend.check_resources(built, request.config), "")))
-        if request.probe_cases is not None:
+        if request.probe_cases is not None:  # a probe ends after its probe stage: no timing
             ev.resources["probe"] = stage("probe", lambda: _probe(op, backend, built, request))
             restart = any(r.get("corrupted") for r in ev.resources["probe"])
-            ev.ok = True
-            raise _ProbeDone
-        runner = stage("verify", lambda: _verify(op, backend, built, cases, request, crafted))
-        backend.release()
-        timed = stage("time", lambda: _time(op, backend, runner, request, request.seed + 7))
-        timed, roof = _hold_to_roof(op, backend, runner, request, timed, stage)
-        stage("reverify", lambda: _reverify(op, backend, runner, timed, request))
-        _fill_result(ev, timed, request, throughput, roof)
+        else:
+            runner = stage("verify", lambda: _verify(op, backend, built, cases, request, crafted))
+            backend.release()
+            timed = stage("time", lambda: _time(op, backend, runner, request, request.seed + 7))
+            timed, roof = _hold_to_roof(op, backend, runner, request, timed, stage)
+            stage("reverify", lambda: _reverify(op, backend, runner, timed, request))
+            _fill_result(ev, timed, request, throughput, roof)
         ev.ok = True
-    except _ProbeDone:
-        pass
     except StageFailed as exc:
         _failed(ev, exc)
         restart = exc.restart
@@ -327,10 +324,6 @@ def _build(backend: CascadeBackend, source: str, config: dict[str, Any],
            shapes: list[list[int]]) -> tuple[Built, str]:
     built = backend.build(source, config, shapes)
     return built, "cached" if built.cached else ""
-
-
-class _ProbeDone(Exception):
-    """A probe request ends after its probe stage (nothing is timed)."""
 
 
 def _probe(op: Operator, backend: CascadeBackend, built: Built, request: CascadeRequest
