@@ -183,8 +183,7 @@ def _median_seconds(cp: Any, run: Callable[[], None], repeats: int, warmup: int 
         b.synchronize()
         if i >= warmup:
             times.append(cp.cuda.get_elapsed_time(a, b) / 1e3)
-    times.sort()
-    return times[len(times) // 2]
+    return sorted(times)[len(times) // 2]
 
 
 class CopyRoof:

@@ -160,8 +160,7 @@ def _libcuda() -> Any:
 def driver_function(name: str, argtypes: list[Any]) -> Any:
     """A libcuda entry point with its argument types (DriverUnavailable without a driver)."""
     fn = getattr(_libcuda(), name)
-    fn.argtypes = argtypes
-    fn.restype = ctypes.c_int
+    fn.argtypes, fn.restype = argtypes, ctypes.c_int
     return fn
 
 
