@@ -188,18 +188,16 @@ class Timer:
         self._spin((1,), (1,), (self.cp.int64(50_000),))
 
     def one_launch_ms(self, fn: Callable[[], Any]) -> float:
-        cp = self.cp
-        a, b = cp.cuda.Event(), cp.cuda.Event()
+        a, b = self.cp.cuda.Event(), self.cp.cuda.Event()
         self.flush()
         a.record()
         fn()
         b.record()
         b.synchronize()
-        return cp.cuda.get_elapsed_time(a, b)
+        return self.cp.cuda.get_elapsed_time(a, b)
 
     def make_graph(self, fn: Callable[[], Any], reps: int) -> Any:
-        cp = self.cp
-        stream = cp.cuda.Stream(non_blocking=True)
+        stream = self.cp.cuda.Stream(non_blocking=True)
         with stream:
             stream.begin_capture()
             for _ in range(reps):
