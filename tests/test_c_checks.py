@@ -9,7 +9,7 @@ from importlib import resources
 
 import pytest
 
-from app.gpu.cpu import c_checks
+from app.gpu.cpu import c_checks, elf_check
 
 pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler")
 FLAGS = ("-O3", "-march=native", "-std=c11", "-shared", "-fPIC", "-fopenmp")
@@ -26,7 +26,7 @@ def test_catalog_kernels_pass_both_checks(name, tmp_path):
     src, lib = tmp_path / "k.c", tmp_path / "k.so"
     src.write_text(_catalog(name))
     subprocess.run(["cc", *FLAGS, str(src), "-o", str(lib)], check=True, capture_output=True)
-    assert c_checks.library_problems(lib, "cc", FLAGS) == []
+    assert elf_check.library_problems(lib, "cc", FLAGS) == []
 
 
 SOURCE_ATTACKS = {
@@ -108,5 +108,5 @@ def test_library_attacks_are_refused_by_name(name, tmp_path):
     src, lib = tmp_path / "k.c", tmp_path / "k.so"
     src.write_text(source)
     subprocess.run(["cc", *FLAGS, str(src), "-o", str(lib)], check=True, capture_output=True)
-    problems = c_checks.library_problems(lib, "cc", FLAGS)
+    problems = elf_check.library_problems(lib, "cc", FLAGS)
     assert any(expected in p for p in problems), problems

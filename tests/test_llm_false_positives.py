@@ -9,7 +9,7 @@ import subprocess
 import pytest
 from llm_server import ChatServer, Reply, Status
 
-from app.gpu.cpu import c_checks
+from app.gpu.cpu import c_checks, elf_check
 from app.llm.client import LLMClient, model_quirks
 from app.llm.policy import PolicyViolation, check
 from app.llm.settings import LLMSettings
@@ -57,7 +57,7 @@ def test_valid_kernels_pass_the_policy_and_the_compiler_checks(source, tmp_path)
     src.write_text(source)
     subprocess.run(["cc", *FLAGS, "-DTHREADS=2", str(src), "-o", str(lib)], check=True,
                    capture_output=True)
-    assert c_checks.library_problems(lib, "cc", FLAGS) == []
+    assert elf_check.library_problems(lib, "cc", FLAGS) == []
 
 
 @pytest.mark.parametrize("source, rule", [

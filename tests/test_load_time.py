@@ -88,7 +88,7 @@ def test_a_line_directive_cannot_hide_an_ifunc_resolver_that_writes_the_cache():
 
 def test_an_ifunc_is_refused_by_the_library_check_alone(tmp_path):
     """Without the source check (a resolver GCC makes itself, target_clones): still refused."""
-    from app.gpu.cpu import c_checks
+    from app.gpu.cpu import elf_check
 
     tc = toolchain()
     src, lib = tmp_path / "k.c", tmp_path / "k.so"
@@ -98,7 +98,7 @@ def test_an_ifunc_is_refused_by_the_library_check_alone(tmp_path):
                    "void ks_kernel(float *o) { pick(o); }\n")
     subprocess.run([tc.compiler, *tc.flags, str(src), "-o", str(lib)], check=True,
                    capture_output=True)
-    problems = c_checks.library_problems(lib, tc.compiler, tc.flags)
+    problems = elf_check.library_problems(lib, tc.compiler, tc.flags)
     assert any("IFUNC" in p for p in problems) and any("IRELATIVE" in p for p in problems), problems
 
 

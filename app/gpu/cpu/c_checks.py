@@ -33,16 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-# the built library's check lives in app.gpu.cpu.elf_check; its names stay importable from here
-from app.gpu.cpu.elf_check import (
-    ALLOWED_IMPORTS,
-    GUARDED_SECTIONS,
-    empty_kernel_sections,
-    library_problems,
-)
-
-__all__ = ["ALLOWED_IMPORTS", "GUARDED_SECTIONS", "check_source", "empty_kernel_sections",
-           "library_problems", "preprocess"]
+__all__ = ["check_source", "preprocess"]
 
 ALLOWED_HEADERS = frozenset({
     "math.h", "stddef.h", "stdint.h", "stdlib.h", "string.h", "float.h", "omp.h", "stdio.h",

@@ -23,7 +23,7 @@ from app.core.evaluator import BackendUnavailable
 from app.core.types import COMPILE_FAILED, CRASH, RESOURCE_LIMIT, RUNTIME_FAILED, SUSPECT, TIMEOUT
 from app.gpu import sandbox
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
-from app.gpu.cpu import c_checks, compute_roof, memory_roof
+from app.gpu.cpu import compute_roof, elf_check, memory_roof
 from app.gpu.cpu.kernel_host import (
     ArrayArg,
     ForgedTiming,
@@ -108,7 +108,7 @@ class CpuKernelBackend:
         if threads > (os.cpu_count() or 1):
             raise StageFailed(RESOURCE_LIMIT, f"asks for {threads} threads; this machine has "
                               f"{os.cpu_count()} cores")
-        problems = c_checks.library_problems(built.artifact, self.tc.compiler, self.tc.flags)
+        problems = elf_check.library_problems(built.artifact, self.tc.compiler, self.tc.flags)
         if problems:
             raise StageFailed(RESOURCE_LIMIT, "the kernel library " + "; ".join(problems))
         return info
