@@ -12,7 +12,6 @@ import pytest
 from app.gpu.cuda.timing import (
     Protocol,
     StopRule,
-    describe_reasons,
     median_ci_rel,
     quantile,
     summarize,
@@ -72,7 +71,6 @@ def test_throttle_reason_bits():
     assert throttle_reasons(0x4) == []
     assert throttle_reasons(0x20 | 0x40 | 0x8 | 0x80 | 0x4) == ["hw_slowdown", "sw_thermal", "hw_thermal",
                                                           "power_brake"]
-    assert describe_reasons(0x1 | 0x4) == ["gpu_idle", "sw_power_cap"]
 
 
 # ---- the Timer's throttle handling, with fakes of NVML and CuPy ----------------------------

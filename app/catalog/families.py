@@ -172,8 +172,6 @@ FAMILIES: dict[str, Family] = {f.name: f for f in (
     Family("exp_range", frozenset({"softmax", "activation"}), "magnitudes around ln(max), "
            "where exp overflows", _exp_range),
 )}
-SHAPE_FAMILIES = {"tiny": "every dimension 1", "prime": "the largest primes within the goal's "
-                  "dimensions (capped): no tile, vector or thread count divides them"}
 FLOAT_DTYPES = ("float16", "bfloat16", "float32", "float64")
 
 

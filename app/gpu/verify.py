@@ -18,7 +18,7 @@ Backends plug in through a runner: `runner(inputs, outputs, shape)` runs the ker
 `xp` and leaves the results (and whatever it did to the guards) in each output's buffer; a GPU
 runner synchronises before it returns.
 
-Tolerances: ONE table per dtype (RTOL, ATOL below). The rtol used is the table's value times the
+Tolerances: ONE table per dtype (app.catalog.protocol.RTOL). The rtol used is the table's value times the
 operator's `rtol_growth(shape, dtype)` (accumulation error that grows with the reduction length,
 fast intrinsics), and the operator's `atol` (absolute floor for outputs that are near zero by
 construction); the goal may override either.
@@ -47,8 +47,6 @@ from app.catalog.protocol import (
 
 GUARD_ELEMENTS = 256  # canary elements before and after every output
 _CANARY = {2: 0x7FA5, 4: 0x7FA5A5A5, 8: 0x7FA5A5A5A5A5A5A5}  # NaN payloads no kernel computes
-
-ATOL = {"float64": 1e-300, "float32": 1e-30, "float16": 1e-6, "bfloat16": 1e-6}
 
 Runner = Callable[[dict[str, Any], dict[str, "GuardedOutput"], tuple[int, ...]], None]
 

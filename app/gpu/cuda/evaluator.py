@@ -35,14 +35,12 @@ from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
 from app.gpu.cuda.worker import fastest_baseline
-from app.gpu.roof_check import ROOF_MARGIN
 from app.gpu.verify import CheckCase, plan_checks
 from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
 WORKER_FACTORY = "app.gpu.cuda.worker:make_handler"
 BASELINE_FACTORY = "app.gpu.cuda.worker:make_baseline_handler"  # the trusted baseline cell
-IMPOSSIBLE_FRACTION = ROOF_MARGIN  # beyond the roofline by more: re-timed once, then refused
 
 
 def visible_devices(pinned: int | None = None) -> list[int]:

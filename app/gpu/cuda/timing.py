@@ -26,17 +26,11 @@ THROTTLE_BITS = {
     0x40: "hw_thermal",
     0x80: "power_brake",
 }
-ALL_REASON_BITS = {0x1: "gpu_idle", 0x2: "app_clocks", 0x4: "sw_power_cap", 0x10: "sync_boost",
-                   **THROTTLE_BITS}
 
 
 def throttle_reasons(mask: int) -> list[str]:
     """Names of the throttling reasons set in an NVML clock-event mask."""
     return [name for bit, name in sorted(THROTTLE_BITS.items()) if mask & bit]
-
-
-def describe_reasons(mask: int) -> list[str]:
-    return [name for bit, name in sorted(ALL_REASON_BITS.items()) if mask & bit]
 
 
 @dataclass
