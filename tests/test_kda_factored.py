@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from app.catalog.kda import check_close, chunked_kda, make_inputs, recurrent_kda
-from app.catalog.kda.chunked import gate_cumsum, gated_products, safe_sub_chunk
+from app.catalog.kda.chunked import gate_cumsum, gated_products
 
 
 @pytest.mark.parametrize("n,sub_chunk", [(64, 16), (37, 16), (64, 32), (20, 64)])
@@ -40,21 +40,12 @@ def test_bounded_gates_need_small_sub_chunks():
     x = make_inputs(1, 128, 2, 16, 16, seed=32, initial_state=True)
     g = -5.0 / (1.0 + np.exp(-np.random.default_rng(32).standard_normal(x.g.shape)))
     assert np.cumsum(g[0, :64], axis=0).min() < -88.72 < np.cumsum(g[0, :16], axis=0).min()
-    assert safe_sub_chunk(-5.0) == 16
     o_ref, _ = recurrent_kda(x.q, x.k, x.v, g, x.beta, initial_state=x.initial_state)
     with np.errstate(all="ignore"):
         small = chunked_kda(x.q, x.k, x.v, g, x.beta, initial_state=x.initial_state,
-                            chunk_size=64, sub_chunk=safe_sub_chunk(-5.0), dtype=np.float32)[0]
+                            chunk_size=64, sub_chunk=16, dtype=np.float32)[0]
         whole = chunked_kda(x.q, x.k, x.v, g, x.beta, initial_state=x.initial_state,
                             chunk_size=64, sub_chunk=64, dtype=np.float32)[0]
     assert check_close(small, o_ref, "float32").ok, check_close(small, o_ref, "float32")
     assert not check_close(whole, o_ref, "bfloat16").ok
 
-
-def test_safe_sub_chunk_follows_the_operand_range():
-    assert safe_sub_chunk(-5.0, "bfloat16") == 16
-    assert safe_sub_chunk(-5.0, "float16") == 2          # fp16 holds only e^11
-    assert safe_sub_chunk(-1.0, "bfloat16") == 64        # capped at the chunk limit
-    assert safe_sub_chunk(-1.0, "float16") == 8
-    with pytest.raises(ValueError):
-        safe_sub_chunk(0.0)

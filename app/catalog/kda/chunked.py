@@ -93,22 +93,6 @@ def gated_products_factored(a: np.ndarray, b: np.ndarray, G: np.ndarray, *, diag
     return out
 
 
-# The largest exponent each tensor-core operand type holds: log(max finite value).
-LOG_MAX = {"float32": 88.72, "bfloat16": 88.72, "float16": 11.09}
-
-
-def safe_sub_chunk(gate_lower_bound: float, operand_dtype: str = "bfloat16", limit: int = 64) -> int:
-    """The largest power-of-two sub-chunk whose diagonal blocks cannot overflow in the factored
-    form when every log-decay is >= `gate_lower_bound` (< 0): sub_chunk * |bound| < LOG_MAX. A
-    restriction for the CUDA kernel's search space (fp16 operands allow far less than bf16)."""
-    if gate_lower_bound >= 0:
-        raise ValueError(f"gate_lower_bound must be negative, got {gate_lower_bound}")
-    size = 1
-    while size * 2 <= limit and size * 2 * -gate_lower_bound < LOG_MAX[operand_dtype]:
-        size *= 2
-    return size
-
-
 def solve_unit_lower(M: np.ndarray, rhs: np.ndarray) -> np.ndarray:
     """X with M X = rhs for unit-lower-triangular M [H, n, n], by forward substitution row by row
     (what a kernel does in registers/shared memory; no general solver)."""
