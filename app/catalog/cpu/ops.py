@@ -14,6 +14,12 @@ RMS_EPS = 1e-6  # matches EPS in cpu_rmsnorm.c and ref_rmsnorm
 LN_EPS = 1e-5  # matches EPS in cpu_layernorm.c and ref_layernorm (and the CUDA LayerNorm)
 
 
+# What every [rows, cols] operator below shares: two dimensions, passed to the kernel as they
+# are, the input named x; the row-wise ones also read the rows of x into an output of its shape.
+_MATRIX = {"shape_help": "[rows, cols]", "ndim": 2, "call_dims": lambda s: (s[0], s[1]),
+           "shape_of": lambda x: x["x"].shape, "memory_bound": True}
+_ROWS = {**_MATRIX, "family_args": ("x",), "output_shape": lambda s: (s[0], s[1])}
+
 # ---- GEMM: C[M, N] = A[M, K] @ B[K, N] ------------------------------------------------------
 def _gemm_numpy(x, out):
     np.matmul(x["A"], x["B"], out=out)
@@ -84,29 +90,24 @@ def _softmax_numpy(x, out):
 
 
 SOFTMAX = CpuOperator(
-    meaning="softmax", family_args=("x",),
+    meaning="softmax",
     name="softmax",
     description="fp32 softmax over each row of a [rows, cols] matrix",
-    shape_help="[rows, cols]",
-    ndim=2,
     kernel_file="cpu_softmax.c",
     default_shape=[4096, 1024],
     reference_symbol="ref_softmax",
     input_shapes=lambda s: {"x": (s[0], s[1])},
-    output_shape=lambda s: (s[0], s[1]),
-    call_dims=lambda s: (s[0], s[1]),
-    shape_of=lambda x: x["x"].shape,
     reference64=_softmax64,
     scale64=_softmax_scale,
     numpy_baseline=_softmax_numpy,
     flops=lambda s: 5.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1],
-    memory_bound=True,
     base_params={"VEC": [4, 8, 16], "ACC": [1, 2, 4, 8], "ONLINE": [0, 1],
                  "CHUNK": [1, 4, 16, 64], "EXP_IMPL": [0, 1]},
     tile_params=("VEC", "ACC", "CHUNK"),
     near_limit_magnitude=lambda s: F32_MAX / 2,
     growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
+    **_ROWS,
 )
 
 
@@ -124,30 +125,25 @@ def _rmsnorm_numpy(x, out):
 
 
 RMSNORM = CpuOperator(
-    meaning="norm", family_args=("x",),
+    meaning="norm",
     name="rmsnorm",
     description="fp32 RMSNorm of each row of [rows, cols] with a per-column weight",
-    shape_help="[rows, cols]",
-    ndim=2,
     kernel_file="cpu_rmsnorm.c",
     default_shape=[4096, 1024],
     reference_symbol="ref_rmsnorm",
     input_shapes=lambda s: {"x": (s[0], s[1]), "w": (s[1],)},
-    output_shape=lambda s: (s[0], s[1]),
-    call_dims=lambda s: (s[0], s[1]),
-    shape_of=lambda x: x["x"].shape,
     reference64=_rmsnorm64,
     scale64=lambda x, ref: np.abs(ref) + np.abs(x["w"]) * 1e-3,
     numpy_baseline=_rmsnorm_numpy,
     flops=lambda s: 4.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
-    memory_bound=True,
     base_params={"VEC": [4, 8, 16], "ACC": [1, 2, 4, 8, 16], "ACC_DOUBLE": [0, 1],
                  "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "ACC", "CHUNK"),
     # The sum of squares of a row stays below the fp32 limit.
     near_limit_magnitude=lambda s: math.sqrt(F32_MAX / s[1]) / 4,
     growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
+    **_ROWS,
 )
 
 
@@ -170,18 +166,13 @@ def _layernorm_numpy(x, out):
 
 
 LAYERNORM = CpuOperator(
-    meaning="norm", family_args=("x",),
+    meaning="norm",
     name="layernorm",
     description="fp32 LayerNorm of each row of [rows, cols] with per-column weight and bias, eps 1e-5",
-    shape_help="[rows, cols]",
-    ndim=2,
     kernel_file="cpu_layernorm.c",
     default_shape=[4096, 1024],
     reference_symbol="ref_layernorm",
     input_shapes=lambda s: {"x": (s[0], s[1]), "w": (s[1],), "b": (s[1],)},
-    output_shape=lambda s: (s[0], s[1]),
-    call_dims=lambda s: (s[0], s[1]),
-    shape_of=lambda x: x["x"].shape,
     reference64=_layernorm64,
     # (x - mean) * rstd is O(1) per element; its fp32 error scales with |w|, not with |y|
     # (y can be near zero where the bias cancels it).
@@ -189,12 +180,12 @@ LAYERNORM = CpuOperator(
     numpy_baseline=_layernorm_numpy,
     flops=lambda s: 7.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 8.0 * s[1],
-    memory_bound=True,
     base_params={"VEC": [4, 8, 16], "STATS": [0, 1], "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "CHUNK"),
     # The sum of squares of a row stays below the fp32 limit.
     near_limit_magnitude=lambda s: math.sqrt(F32_MAX / s[1]) / 4,
     growth=lambda s: max(1.0, math.sqrt(s[1]) / 16),
+    **_ROWS,
 )
 
 
@@ -226,18 +217,13 @@ def _bias_gelu_numpy(x, out):
 
 
 BIAS_GELU = CpuOperator(
-    meaning="activation", family_args=("x",),
+    meaning="activation",
     name="bias_gelu",
     description="fp32 fused bias add + exact (erf) GELU over [rows, cols], bias per column",
-    shape_help="[rows, cols]",
-    ndim=2,
     kernel_file="cpu_bias_gelu.c",
     default_shape=[4096, 1024],
     reference_symbol="ref_bias_gelu",
     input_shapes=lambda s: {"x": (s[0], s[1]), "b": (s[1],)},
-    output_shape=lambda s: (s[0], s[1]),
-    call_dims=lambda s: (s[0], s[1]),
-    shape_of=lambda x: x["x"].shape,
     reference64=_bias_gelu64,
     # 1 + erf(z) in fp32 carries an absolute error of a few ulp(1) whatever erf's accuracy, so
     # y = 0.5 z (1 + erf) is off by up to about 0.5 |z| * 1e-7 where it is tiny (z << 0).
@@ -245,11 +231,11 @@ BIAS_GELU = CpuOperator(
     numpy_baseline=_bias_gelu_numpy,
     flops=lambda s: 10.0 * s[0] * s[1],
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1] + 4.0 * s[1],
-    memory_bound=True,
     # ERF_IMPL 2: a rational erf without exp, about half the operations of 1 (bench/cpu_profile.md)
     base_params={"VEC": [4, 8, 16], "ERF_IMPL": [0, 1, 2], "CHUNK": [1, 4, 16, 64]},
     tile_params=("VEC", "CHUNK"),
     near_limit_magnitude=lambda s: F32_MAX / 4,
+    **_ROWS,
 )
 
 
@@ -262,24 +248,20 @@ TRANSPOSE = CpuOperator(
     meaning="movement",  # compared bit for bit
     name="transpose",
     description="fp32 out-of-place transpose of a [rows, cols] matrix",
-    shape_help="[rows, cols]",
-    ndim=2,
     kernel_file="cpu_transpose.c",
     default_shape=[2048, 2048],
     reference_symbol="ref_transpose",
     input_shapes=lambda s: {"x": (s[0], s[1])},
     output_shape=lambda s: (s[1], s[0]),
-    call_dims=lambda s: (s[0], s[1]),
-    shape_of=lambda x: x["x"].shape,
     reference64=lambda x: np.ascontiguousarray(x["x"].T),
     scale64=lambda x, ref: np.abs(ref),
     numpy_baseline=_transpose_numpy,
     flops=lambda s: 0.0,
     bytes_per_shape=lambda s: 8.0 * s[0] * s[1],
-    memory_bound=True,
     base_params={"TILE": [4, 8, 16, 32, 64, 128], "WRITE_MAJOR": [0, 1], "VEC": [4, 8, 16]},
     tile_params=("TILE", "VEC"),
     near_limit_magnitude=lambda s: F32_MAX / 2,
+    **_MATRIX,
 )
 
 OPERATORS = {op.name: op for op in (GEMM, SOFTMAX, RMSNORM, LAYERNORM, BIAS_GELU, TRANSPOSE)}
