@@ -24,12 +24,15 @@ from app.catalog.cuda.compiled_baselines import torch_compiled_baseline, triton_
 from app.core.space import SearchSpace
 
 MAX_VALUES_PER_THREAD = 128  # beyond this the cached row spills out of registers
+# the range each per-column parameter is drawn from (x is drawn from the case's distribution)
+COLUMN_PARAMS = {"w": (0.5, 1.5), "b": (-0.5, 0.5)}
 
 
 class RowOperator(CudaOperator):
     family_args = ("x",)
     shape_doc = "[rows, cols]"
     extra_params: ClassVar[dict[str, list[Any]]] = {}
+    eps: float | None = None  # the norms' epsilon, a #define of their kernel
 
     def space(self, dtype: str) -> SearchSpace:
         self.check_dtype(dtype)
@@ -65,7 +68,17 @@ class RowOperator(CudaOperator):
         d = dict(config)
         d["VEC"] = largest_dividing_vec(shape[1], config["VEC"])
         d["COLS"] = shape[1]
+        if self.eps is not None:
+            d["EPS"] = f"{self.eps}f"
         return d
+
+    def make_inputs(self, xp, shape, dtype, rng, distribution):
+        return {"x": to_storage(xp, draw(xp, rng, shape, distribution), dtype),
+                **{n: to_storage(xp, rng.uniform(*COLUMN_PARAMS[n], (shape[1],)), dtype)
+                   for n in self.input_names[1:]}}
+
+    def kernel_args(self, config, inputs, outputs, shape):
+        return (*(inputs[n] for n in self.input_names), outputs["y"], np.int32(shape[0]))
 
     def launch(self, config: Config, shape: list[int], dtype: str) -> Launch:
         rows_per_block = config["THREADS"] // config["TPR"]
@@ -93,12 +106,6 @@ class Softmax(RowOperator):
     input_names = ("x",)
     distributions = ("normal", "uniform", "offset", "wide")
     extra_params: ClassVar[dict[str, list[Any]]] = {"FAST_EXP": [0, 1]}
-
-    def make_inputs(self, xp, shape, dtype, rng, distribution):
-        return {"x": to_storage(xp, draw(xp, rng, shape, distribution), dtype)}
-
-    def kernel_args(self, config, inputs, outputs, shape):
-        return (inputs["x"], outputs["y"], np.int32(shape[0]))
 
     def reference(self, xp, inputs, shape):
         x = inputs["x"]
@@ -141,16 +148,6 @@ class RMSNorm(RowOperator):
     description = "RMSNorm over the last axis with a learned scale w[cols], eps 1e-6"
     input_names = ("x", "w")
     eps = 1e-6
-
-    def defines(self, config, shape, dtype):
-        return {**super().defines(config, shape, dtype), "EPS": f"{self.eps}f"}
-
-    def make_inputs(self, xp, shape, dtype, rng, distribution):
-        return {"x": to_storage(xp, draw(xp, rng, shape, distribution), dtype),
-                "w": to_storage(xp, rng.uniform(0.5, 1.5, (shape[1],)), dtype)}
-
-    def kernel_args(self, config, inputs, outputs, shape):
-        return (inputs["x"], inputs["w"], outputs["y"], np.int32(shape[0]))
 
     def reference(self, xp, inputs, shape):
         x, w = inputs["x"], inputs["w"]
@@ -198,17 +195,6 @@ class LayerNorm(RowOperator):
     input_names = ("x", "w", "b")
     distributions = ("normal", "uniform", "offset")
     eps = 1e-5
-
-    def defines(self, config, shape, dtype):
-        return {**super().defines(config, shape, dtype), "EPS": f"{self.eps}f"}
-
-    def make_inputs(self, xp, shape, dtype, rng, distribution):
-        return {"x": to_storage(xp, draw(xp, rng, shape, distribution), dtype),
-                "w": to_storage(xp, rng.uniform(0.5, 1.5, (shape[1],)), dtype),
-                "b": to_storage(xp, rng.uniform(-0.5, 0.5, (shape[1],)), dtype)}
-
-    def kernel_args(self, config, inputs, outputs, shape):
-        return (inputs["x"], inputs["w"], inputs["b"], outputs["y"], np.int32(shape[0]))
 
     def reference(self, xp, inputs, shape):
         x, w, b = inputs["x"], inputs["w"], inputs["b"]
