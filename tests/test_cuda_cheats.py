@@ -5,18 +5,17 @@ writes part of its output on timed calls, is caught on the outputs of the timed 
 
 from __future__ import annotations
 
+import cuda_worker_fixtures
 import fake_cupy
 import numpy as np
 import pytest
+from cuda_worker_fixtures import softmax_request
 
 from app.catalog.cuda import OPERATORS
 from app.catalog.protocol import from_storage, to_storage
 from app.core.types import RESOURCE_LIMIT, STATIC_CHECK, VERIFY_FAILED, Evaluation
-from app.gpu.cascade import CascadeRequest
-from app.gpu.cuda.timing import Protocol
 from app.gpu.cuda.worker import managed_variables
 
-QUICK = Protocol(min_samples=5, max_samples=12, max_seconds=0.5, warmup=1, batch=3)
 DTYPE, SHAPE = "float32", [64, 256]
 # a second kernel in the module touches the state: ptxas reports gmem per module
 TOUCH = 'extern "C" __global__ void ks_touch(float *y) {{ {use} }}\n'
@@ -33,18 +32,11 @@ STATE = {
 }
 
 
-@pytest.fixture
-def worker(monkeypatch, tmp_path):
-    yield fake_cupy.fake_cuda_worker(monkeypatch)
-    fake_cupy.EMULATIONS.clear()
+worker = cuda_worker_fixtures.worker
 
 
 def request(tmp_path, source=None):
-    op = OPERATORS["softmax"]
-    return CascadeRequest(key="k", config=op.recommended(DTYPE, SHAPE)[0], source=source,
-                          template=op.template_source(DTYPE), goal_shapes=[SHAPE],
-                          params=op.space(DTYPE).params, dtype=DTYPE, seed=5, timing=QUICK,
-                          options={"operator": "softmax", "compile_cache": str(tmp_path)})
+    return softmax_request(tmp_path, DTYPE, SHAPE, source=source)
 
 
 PHASE = {"stage": ""}

@@ -11,31 +11,15 @@ from __future__ import annotations
 
 import re
 
+import cuda_worker_fixtures
 import fake_cupy
 import pytest
+from cuda_worker_fixtures import softmax_request as request_for
 
-from app.catalog.cuda import OPERATORS
 from app.core.types import OUT_OF_MEMORY, RUNTIME_FAILED, VERIFY_FAILED, Evaluation
 from app.gpu.cascade import CascadeRequest
-from app.gpu.cuda.timing import Protocol
 
-QUICK = Protocol(min_samples=5, max_samples=12, max_seconds=0.5, warmup=1, batch=3)
-
-
-@pytest.fixture
-def worker(monkeypatch, tmp_path):
-    yield fake_cupy.fake_cuda_worker(monkeypatch)
-    fake_cupy.EMULATIONS.clear()
-
-
-def request_for(tmp_path, dtype, shape, cases=(), **kw):
-    op = OPERATORS["softmax"]
-    cfg = op.recommended(dtype, shape)[0]
-    return CascadeRequest(key="k", config=cfg, source=kw.pop("source", None),
-                          template=op.template_source(dtype), goal_shapes=[shape],
-                          params=op.space(dtype).params, dtype=dtype, validation_cases=list(cases),
-                          seed=5, timing=QUICK,
-                          options={"operator": "softmax", "compile_cache": str(tmp_path), **kw})
+worker = cuda_worker_fixtures.worker
 
 
 def evaluate(worker, request, stages=None):

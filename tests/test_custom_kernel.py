@@ -292,13 +292,7 @@ def fake_cuda_worker(monkeypatch):
         pytest.skip(str(exc))
     import fake_cupy
 
-    monkeypatch.setitem(sys.modules, "cupy", fake_cupy.make_fake_cupy())
-    from app.gpu.cuda import timing
-    from app.gpu.cuda import worker as worker_mod
-
-    monkeypatch.setattr(timing.Timer, "flush", lambda self: None)
-    monkeypatch.setattr(worker_mod, "cached_copy_bandwidth", lambda key, fn, refresh=False: (4e12, True))
-    yield worker_mod.CudaWorker(0), fake_cupy.EMULATIONS
+    yield fake_cupy.fake_cuda_worker(monkeypatch), fake_cupy.EMULATIONS
     fake_cupy.EMULATIONS.clear()
 
 

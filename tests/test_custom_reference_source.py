@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 from project_paths import ROOT
+from test_custom_kernel import _cli
 
 from app.catalog.custom import custom_operator
-from app.cli import main
 from app.core.types import VERIFY_FAILED, Candidate
 from app.goal import Goal, GoalError
 from app.session import check_goal
@@ -74,12 +74,6 @@ def write_goal(tmp_path: Path, goal: str = GOAL_TOML, reference: str = REFERENCE
     path = tmp_path / "goal.toml"
     path.write_text(goal)
     return path
-
-
-def _cli(capsys, *argv):
-    rc = main([str(a) for a in argv])
-    out, err = capsys.readouterr()
-    return rc, out, err
 
 
 @pytest.mark.slow
