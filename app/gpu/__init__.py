@@ -54,12 +54,17 @@ def _custom_evaluator(goal: Goal, backend: str, live: Callable[[], Evaluator]) -
     return live()
 
 
-def _make_cpu(goal: Goal, cases: Sequence[dict]) -> Evaluator:
-    from app.gpu.cpu.evaluator import CpuEvaluator
+def _make_live(backend: str, goal: Goal, cases: Sequence[dict]) -> Evaluator:
+    """The cpu or cuda evaluator (imported only now: compilers, CuPy); your own kernel's
+    through _custom_evaluator."""
+    if backend == "cpu":
+        from app.gpu.cpu.evaluator import CpuEvaluator as make
+    else:
+        from app.gpu.cuda.evaluator import CudaEvaluator as make
 
-    if goal.kernel is not None:
-        return _custom_evaluator(goal, "cpu", lambda: CpuEvaluator(goal, validation_cases=list(cases)))
-    return CpuEvaluator(goal, validation_cases=list(cases))
+    def live() -> Evaluator:
+        return make(goal, validation_cases=list(cases))
+    return live() if goal.kernel is None else _custom_evaluator(goal, backend, live)
 
 
 def _probe_cpu() -> tuple[bool, str]:
@@ -68,14 +73,6 @@ def _probe_cpu() -> tuple[bool, str]:
     compiler = find_compiler()
     return (True, f"C compiler {compiler}") if compiler else (
         False, "no C compiler found (install gcc or clang)")
-
-
-def _make_cuda(goal: Goal, cases: Sequence[dict]) -> Evaluator:
-    from app.gpu.cuda.evaluator import CudaEvaluator
-
-    if goal.kernel is not None:
-        return _custom_evaluator(goal, "cuda", lambda: CudaEvaluator(goal, validation_cases=list(cases)))
-    return CudaEvaluator(goal, validation_cases=list(cases))
 
 
 def _probe_cuda() -> tuple[bool, str]:
@@ -101,11 +98,11 @@ def _builtin_backends() -> tuple[BackendSpec, ...]:
             probe=probe_recorded_spaces, check_goal=check_replay_goal,
             unit=lambda goal: objective_unit(goal.objective.metric), simulated_clock=True),
         BackendSpec(
-            name="cpu", label="cpu — C kernels, OpenMP", make_evaluator=_make_cpu, probe=_probe_cpu,
+            name="cpu", label="cpu — C kernels, OpenMP", make_evaluator=partial(_make_live, "cpu"), probe=_probe_cpu,
             check_goal=partial(check_operator_goal, "cpu"), unit=partial(_operator_unit, "cpu"),
             language="c", source_suffix=".c", dtypes=DTYPES, compiles=True),
         BackendSpec(
-            name="cuda", label="cuda — NVIDIA GPU", make_evaluator=_make_cuda, probe=_probe_cuda,
+            name="cuda", label="cuda — NVIDIA GPU", make_evaluator=partial(_make_live, "cuda"), probe=_probe_cuda,
             check_goal=partial(check_operator_goal, "cuda"), unit=partial(_operator_unit, "cuda"),
             language="cuda", source_suffix=".cu", dtypes=DTYPES, compiles=True,
             selects_device=True),
