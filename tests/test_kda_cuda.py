@@ -121,17 +121,23 @@ def test_the_xp_reference_is_the_recurrent_reference():
     np.testing.assert_allclose(got["ht"], ht, rtol=1e-12, atol=1e-12)
 
 
+def workspaces(config, shape):
+    """The operator's workspaces as the harness makes them: its own data, or NaN (0xFFFF)."""
+    spaces = {}
+    for name, ws in OP.workspaces(config, shape, "bfloat16").items():
+        if ws.init is not None:
+            spaces[name] = np.array(ws.init, dtype=ws.dtype)
+        else:
+            spaces[name] = np.full(ws.shape, np.nan if np.dtype(ws.dtype).kind == "f" else 0xFFFF, ws.dtype)
+    return spaces
+
+
 def run_emulated_pipeline(config, shape, distribution="normal", seed=0):
     """The stages in launch order on the harness's own inputs, outputs and workspaces."""
     inputs = harness_inputs(np, OP, CheckCase(shape, distribution, seed), "bfloat16")
     outputs = make_outputs(np, OP, shape, "bfloat16")
     table = fake_kda.emulations()
-    spaces = {}
-    for name, ws in OP.workspaces(config, shape, "bfloat16").items():
-        arr = np.asarray(ws.init, dtype=ws.dtype) if ws.init is not None else np.empty(ws.shape, ws.dtype)
-        if ws.init is None:
-            arr.fill(np.nan if arr.dtype.kind == "f" else 0xFFFF)
-        spaces[name] = arr
+    spaces = workspaces(config, shape)
     views = {k: v.view for k, v in outputs.items()}
     for i, step in enumerate(OP.steps(config, shape, "bfloat16")):
         table[step.kernel](*OP.step_args(config, i, inputs, views, spaces, shape))
@@ -332,12 +338,7 @@ def test_the_cuda_source_on_cpu_threads_matches_the_recurrent_reference(config, 
         lib.set_eager(eager)
         inputs = harness_inputs(np, OP, CheckCase(shape, "wide", 3), "bfloat16")
         outputs = make_outputs(np, OP, shape, "bfloat16")
-        spaces = {}
-        for name, ws in OP.workspaces(config, shape, "bfloat16").items():
-            arr = np.array(ws.init, dtype=ws.dtype) if ws.init is not None else np.empty(ws.shape, ws.dtype)
-            if ws.init is None:
-                arr.fill(np.nan if arr.dtype.kind == "f" else 0xFFFF)
-            spaces[name] = arr
+        spaces = workspaces(config, shape)
         views = {k: v.view for k, v in outputs.items()}
         for i, step in enumerate(OP.steps(config, shape, "bfloat16")):
             grid = (ctypes.c_int * 3)(*step.launch.grid)
