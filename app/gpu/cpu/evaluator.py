@@ -123,7 +123,6 @@ class CpuEvaluator(BackendEvaluator):
         # GB/s the worker measured beside a candidate this run, by (level, threads): they only
         # ever raise the cached roofs (a cached roof may have been measured on a loaded machine)
         self._measured_beside: dict[tuple[str, int], float] = {}
-        self.roof_error = ""
         self._rng = random.SystemRandom()
 
     # ---- candidates -----------------------------------------------------------------------
@@ -144,8 +143,8 @@ class CpuEvaluator(BackendEvaluator):
                 try:
                     self._roof, _ = module.cached(self.tc.compiler, self.tc.identity,
                                                   path or module.default_file())
-                except (OSError, RuntimeError, ValueError) as exc:
-                    self._roof, self.roof_error = False, str(exc)[:300]
+                except (OSError, RuntimeError, ValueError):
+                    self._roof = False  # not measurable here: no roof, for the whole run
             return self._roof or None
 
     def roofs(self) -> memory_roof.Roofs | None:

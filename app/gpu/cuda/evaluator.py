@@ -71,13 +71,6 @@ def make_pool(devices: list[int], worker_factory: str = WORKER_FACTORY) -> Worke
     return WorkerPool(worker_factory, [(d,) for d in devices], name="cuda", recycle_after=200)
 
 
-
-def _space(op: CudaOperator, base: SearchSpace, restrictions: list[str], template: str) -> SearchSpace:
-    """The goal's space, keyed by what runs: an edited kernel's configurations are new keys."""
-    extra = {"operator": op.name, "source": hashlib.sha256(template.encode()).hexdigest()}
-    return SearchSpace(base.params, restrictions=base.restrictions + list(restrictions),
-                       key_extra=extra)
-
 class CudaEvaluator(BackendEvaluator):
     def __init__(self, goal: Goal, validation_cases: list[dict] | tuple = (), *, bus: Any = None,
                  run_id: int | None = None, protocol: Protocol | None = None,
@@ -98,10 +91,7 @@ class CudaEvaluator(BackendEvaluator):
             raise ValueError(f"objective.metric: the cuda backend measures time and throughput, "
                              f"not {goal.objective.metric!r}")
         super().__init__(goal, validation_cases)
-        self.op: CudaOperator = op
-        base = op.space(goal.dtype)
-        self.template = op.template_source(goal.dtype)
-        self.space = _space(op, base, goal.constraints.restrictions, self.template)
+        self._use(op)
         self.protocol = protocol or Protocol()
         self.deadlines = deadlines or Deadlines(compile_s=120.0, run_s=90.0)
         # True: the default cache (the worker's sandbox may write only under app.paths.cache_dir)
@@ -141,12 +131,18 @@ class CudaEvaluator(BackendEvaluator):
         except BackendUnavailable:
             return
         op = self.op.for_device(cc)
-        if op is self.op:
-            return
+        if op is not self.op:
+            self._use(op)
+
+    def _use(self, op: CudaOperator) -> None:
+        """The operator, its template and the goal's space, keyed by what runs: an edited
+        kernel's configurations are new keys."""
         base = op.space(self.dtype)
-        self.op = op
+        self.op: CudaOperator = op
         self.template = op.template_source(self.dtype)
-        self.space = _space(op, base, self.goal.constraints.restrictions, self.template)
+        extra = {"operator": op.name, "source": hashlib.sha256(self.template.encode()).hexdigest()}
+        self.space = SearchSpace(base.params, restrictions=base.restrictions + list(
+            self.goal.constraints.restrictions), key_extra=extra)
 
     # ---- device and limits ----------------------------------------------------------------
     def attach_bus(self, bus: Any, run_id: int | None = None) -> None:

@@ -296,8 +296,11 @@ def pipeline_steps(op: CudaOperator, config: dict[str, Any], shape: list[int], d
     return list(op.steps(config, shape, dtype))
 
 
-def device_operator(op: CudaOperator, info: dict[str, Any]) -> CudaOperator:
-    """The operator as it runs on this GPU (Gemm: the wgmma template on compute capability 9.0)."""
+def device_operator(op: CudaOperator | str, info: dict[str, Any]) -> CudaOperator:
+    """The operator (a catalog name or your own kernel's operator) as it runs on this GPU (Gemm:
+    the wgmma template on compute capability 9.0)."""
+    if isinstance(op, str):
+        op = get_operator("cuda", op)
     return op.for_device(info["compute_capability"])
 
 
@@ -359,8 +362,7 @@ class CudaWorker:
                     "detail": f"the baseline cell serves baselines only, not {kind!r}"}
         if kind == "evaluate":
             req: CascadeRequest = request[1]
-            op: CudaOperator = req.options["operator"]  # a catalog name or your own kernel's operator
-            op = device_operator(get_operator("cuda", op) if isinstance(op, str) else op, self.info)
+            op = device_operator(req.options["operator"], self.info)
             evaluation, restart = run_cascade(req, op, CudaKernelBackend(self, op, req), progress)
             return {"evaluation": evaluation.to_dict(), "restart": restart}
         cp = self.cp
@@ -455,12 +457,9 @@ class CudaWorker:
             if runs:
                 m = self.timer.measure(runs, protocol)
                 for name, st in m.stats.items():
-                    r = results[name]
-                    r["ms"].append(st.median)
-                    r["p10"].append(st.p10)
-                    r["p90"].append(st.p90)
-                    r["n"].append(st.n)
-                    r["mode"] = m.mode[name]
+                    for key, value in (("ms", st.median), ("p10", st.p10), ("p90", st.p90), ("n", st.n)):
+                        results[name][key].append(value)
+                    results[name]["mode"] = m.mode[name]
             del inputs
             self.release()
         shapes = len(spec["goal_shapes"])
@@ -480,9 +479,7 @@ class CudaWorker:
         it is launched; it is not verified again here: a wrong one fails the check of its timed
         outputs. {"ok": True, "a": first's, "b": second's figures: median_ms, p10_ms, p90_ms
         summed over the shapes, samples (the fewest of any shape)}, or {"ok": False, ...}."""
-        name = first.options["operator"]  # a catalog name or your own kernel's operator
-        op: CudaOperator = device_operator(get_operator("cuda", name) if isinstance(name, str) else name,
-                                           self.info)
+        op = device_operator(first.options["operator"], self.info)
         backends = {"a": CudaKernelBackend(self, op, first), "b": CudaKernelBackend(self, op, second)}
         for label, backend in backends.items():
             try:
