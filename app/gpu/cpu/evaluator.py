@@ -233,7 +233,7 @@ class CpuEvaluator(BackendEvaluator):
     def _prepare(self, candidate: Candidate) -> tuple[CascadeRequest, list[Stage]]:
         before: list[Stage] = []
         t = time.perf_counter()
-        self._ensure_baselines()  # measured once per run, on the first evaluation
+        self.baselines()  # measured once per run, on the first evaluation
         if time.perf_counter() - t >= 0.001:
             started, self._baseline_start_s = self._baseline_start_s, 0.0
             if started:  # the request that measured them started the worker
@@ -301,7 +301,9 @@ class CpuEvaluator(BackendEvaluator):
                 "speedup_vs_c_reference": t["c_reference"] / t["candidate"]}
 
     # ---- baselines and limits -------------------------------------------------------------
-    def _ensure_baselines(self) -> dict[str, Any] | None:
+    def baselines(self) -> dict[str, Any] | None:
+        """numpy_ms, c_reference_ms (medians summed over the goal's shapes), copy_gbs; measured
+        once per run, by the first call."""
         with self._lock:
             if self._baselines is not None:
                 return self._baselines or None
@@ -313,12 +315,8 @@ class CpuEvaluator(BackendEvaluator):
             self.baseline_log = reply.fault.detail if reply.fault else ""
             return self._baselines or None
 
-    def baselines(self) -> dict[str, Any] | None:
-        """numpy_ms, c_reference_ms (medians summed over the goal's shapes), copy_gbs."""
-        return self._ensure_baselines()
-
     def _baseline(self) -> tuple[str, float] | None:
-        b = self._ensure_baselines()
+        b = self.baselines()
         return ("numpy", b["numpy_ms"]) if b and b.get("numpy_ms") else None
 
     def final_comparison(self, best: Evaluation) -> dict[str, float] | None:
@@ -341,7 +339,7 @@ class CpuEvaluator(BackendEvaluator):
             gflops = max(peak.gflops(cores), self._measured_beside.get(
                 (compute_roof.LEVEL, cores), 0.0)) if peak is not None else 0.0
             return sum(self.work(s) for s in self.shapes) / (gflops * 1e9) * 1e3 if gflops else None
-        b = self._ensure_baselines()
+        b = self.baselines()
         if not b or not b.get("copy_gbs"):
             return None
         roof = self.roof({"THREADS": cores})
