@@ -129,19 +129,6 @@ def test_rejections_before_any_launch(evaluator, tmp_path):
         strict.close()
 
 
-def test_validation_cases_are_checked_first(tmp_path):
-    case = {"shape": [5, SHAPE[1]], "distribution": "wide", "seed": 99, "dtype": "bfloat16"}
-    ev = CudaEvaluator(goal(), [case], devices=[0], worker_factory=FAKE,
-                       protocol=Protocol(max_samples=20))
-    try:
-        cases = ev.plan_cases()
-        assert cases[0].to_dict() == {"shape": [5, SHAPE[1]], "distribution": "wide", "seed": 99,
-                                      "origin": "validation", "family": ""}
-        assert {c.origin for c in cases} == {"validation", "goal", "edge"}
-    finally:
-        ev.close()
-
-
 def test_telemetry_without_nvml_says_so_and_keeps_working():
     module, why = nvml()
     if module is not None:

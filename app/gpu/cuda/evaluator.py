@@ -30,12 +30,10 @@ from app.core.types import Candidate, Evaluation, Stage
 from app.goal import Goal
 from app.gpu.backend_evaluator import BackendEvaluator
 from app.gpu.cascade import CascadeRequest
-from app.gpu.cuda import nvrtc
 from app.gpu.cuda.roofline import Limits, peak_flops
 from app.gpu.cuda.telemetry import TelemetrySampler
 from app.gpu.cuda.timing import Protocol
 from app.gpu.cuda.worker import fastest_baseline
-from app.gpu.verify import CheckCase, plan_checks
 from app.gpu.worker import Deadlines, WorkerPool
 
 log = logging.getLogger(__name__)
@@ -167,9 +165,6 @@ class CudaEvaluator(BackendEvaluator):
         peaks = {d: p for d in ("float32", "float16", "bfloat16") if (p := peak_flops(info["name"], d))}
         return Limits(device=info["name"], copy_bw=info["copy_bw"], peak=peaks)
 
-    def arch(self, source: str = "") -> str:
-        return nvrtc.target_arch(self.info()["compute_capability"], source)
-
     def device(self) -> DeviceInfo:
         try:
             info = self.info()
@@ -256,11 +251,6 @@ class CudaEvaluator(BackendEvaluator):
         return None if any(f is None for f in floors) else sum(floors) * 1e3
 
     # ---- one candidate --------------------------------------------------------------------
-    def plan_cases(self) -> list[CheckCase]:
-        """What the worker will check for the next candidate (app.gpu.verify.plan_checks)."""
-        return plan_checks(self.op, self.shapes, self.space.params, self.dtype,
-                           self.validation_cases, seed=self._seed + 1000 * self._evals)
-
     def _probe_request(self, candidate: Candidate | Evaluation) -> CascadeRequest:
         self.info()
         with self._lock:
