@@ -37,11 +37,13 @@ class Gemm(CudaOperator):
     distributions = ("normal", "uniform")
     device_specific = True
 
+    tc_header = "ampere.cuh"  # the device helpers of the fp16/bf16 template (kernels/*.cuh)
+
     def template_for(self, dtype):
-        return "gemm_f32.cu" if dtype == "float32" else "gemm_tc.cu"
+        return "gemm_f32.cu" if dtype == "float32" else self.template
 
     def headers_for(self, dtype):
-        return () if dtype == "float32" else ("ampere.cuh",)
+        return () if dtype == "float32" else (self.tc_header,)
 
     def for_device(self, compute_capability):
         """sm_90 (H100/H200): the wgmma + TMA template; any other GPU: this (Ampere) one.
@@ -49,7 +51,7 @@ class Gemm(CudaOperator):
         return HOPPER_GEMM if _is_sm90(compute_capability) else self
 
     def kernel_for(self, dtype):
-        return "gemm_f32" if dtype == "float32" else "gemm_tc"
+        return "gemm_f32" if dtype == "float32" else self.kernel_name
 
     @property
     def memory_bound(self):
@@ -179,14 +181,9 @@ class HopperGemm(Gemm):
     """The same operator on Hopper: fp16/bf16 through gemm_wgmma.cu (sm_90a), float32 as before.
     Restrictions mirror the template's static_asserts and the 227 KB shared-memory limit."""
 
-    def template_for(self, dtype):
-        return "gemm_f32.cu" if dtype == "float32" else "gemm_wgmma.cu"
-
-    def kernel_for(self, dtype):
-        return "gemm_f32" if dtype == "float32" else "gemm_wgmma"
-
-    def headers_for(self, dtype):
-        return () if dtype == "float32" else ("hopper.cuh",)
+    kernel_name = "gemm_wgmma"
+    template = "gemm_wgmma.cu"
+    tc_header = "hopper.cuh"
 
     def for_device(self, compute_capability):
         return self if _is_sm90(compute_capability) else GEMM
