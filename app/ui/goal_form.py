@@ -41,6 +41,7 @@ from app.goal import (
     SwarmSettings,
 )
 from app.gpu.registry import backend_names, backend_spec, backends
+from app.session.registries import wire
 from app.ui.form_fields import ShapeEditor, optional_float, optional_int
 from app.ui.goal_examples import (  # noqa: F401 - re-exported: tests and the window import them here
     NEEDS,
@@ -93,6 +94,7 @@ class GoalForm(QWidget):
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
+        wire()  # the form lists the registered backends (idempotent; any entry point may build it)
         self._loading = False
         self._source_path = ""
         self._base = Goal()  # the goal last set: fields the form does not edit come from it
