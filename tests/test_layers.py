@@ -103,6 +103,39 @@ def _imports(path: Path) -> set[str]:
     return {name for _, name in imports_of(root, path, known)}
 
 
+def circles(arrows: dict[str, set[str]]) -> list[list[str]]:
+    """One circle per module that lies on one, as the path back to itself (shortest first)."""
+    found = []
+    for start in sorted(arrows):
+        paths, seen = [[start]], {start}
+        while paths:
+            path = paths.pop(0)
+            for nxt in sorted(arrows[path[-1]]):
+                if nxt == start:
+                    found.append(path + [start])
+                    paths = []
+                    break
+                if nxt not in seen:
+                    seen.add(nxt)
+                    paths.append(path + [nxt])
+    return found
+
+
+def package_graph(root: Path) -> dict[str, set[str]]:
+    """app.X -> the app.Y packages and top-level modules it imports (app.gpu.cuda counts as
+    app.gpu). Within one unit of LAYERS (app.cli and app.cli_run) only this graph sees a cycle."""
+    paths = sorted((root / "app").rglob("*.py"))
+    known = {_module_name(root, p) for p in paths}
+    top = lambda m: ".".join(m.split(".")[:2])
+    arrows: dict[str, set[str]] = {}
+    for path in paths:
+        mine = top(_module_name(root, path))
+        arrows.setdefault(mine, set()).update(
+            top(name) for _, name in imports_of(root, path, known, package_arrows=False)
+            if _within(name, "app") and top(name) not in (mine, "app"))
+    return arrows
+
+
 def violations(root: Path) -> list[str]:
     paths = sorted((root / "app").rglob("*.py"))
     known = {_module_name(root, p) for p in paths}
@@ -140,6 +173,18 @@ def violations(root: Path) -> list[str]:
 
 def test_imports_point_downward():
     assert violations(ROOT) == []
+
+
+def test_no_package_is_in_an_import_cycle():
+    assert circles(package_graph(ROOT)) == []
+
+
+def test_a_package_cycle_is_caught(tmp_path):
+    shutil.copytree(ROOT / "app", tmp_path / "app",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    with (tmp_path / "app" / "cli_common.py").open("a", encoding="utf-8") as f:
+        f.write("\ndef f():\n    from app import cli\n")  # cli imports cli_common
+    assert ["app.cli", "app.cli_common", "app.cli"] in circles(package_graph(tmp_path))
 
 
 def test_the_order_is_whole():

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from project_paths import ROOT
 from test_layers import _module_name as module_name
-from test_layers import _within, imports_of
+from test_layers import _within, circles, imports_of
 
 BACKENDS = ("cpu", "cuda", "replay")
 ABOVE = ("app.gpu", "app.gpu.custom_reference")  # may use every backend: registration, previews
@@ -47,24 +47,6 @@ def _reach(arrows: dict[str, set[str]], start: str) -> set[str]:
     return seen
 
 
-def _circles(arrows: dict[str, set[str]]) -> list[list[str]]:
-    """One circle per module that lies on one, as the path back to itself (shortest first)."""
-    found = []
-    for start in sorted(arrows):
-        paths, seen = [[start]], {start}
-        while paths:
-            path = paths.pop(0)
-            for nxt in sorted(arrows[path[-1]]):
-                if nxt == start:
-                    found.append(path + [start])
-                    paths = []
-                    break
-                if nxt not in seen:
-                    seen.add(nxt)
-                    paths.append(path + [nxt])
-    return found
-
-
 def violations(root: Path) -> list[str]:
     arrows = graph(root)
     found = []
@@ -84,7 +66,7 @@ def violations(root: Path) -> list[str]:
                 found.append(f"{module} reaches {other}: " + (
                     f"the backends {mine} and {theirs} are siblings" if mine
                     else "a shared module reaches into a backend"))
-    found += ["a circle: " + " -> ".join(c) for c in _circles(arrows)]
+    found += ["a circle: " + " -> ".join(c) for c in circles(arrows)]
     return found
 
 
