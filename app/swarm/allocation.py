@@ -21,6 +21,11 @@ proposal would earn against the run's results so far). "decay-cap" keeps an agen
 part while its credit per evaluation over the run's latest evaluations is below the explorer's
 (space-filling draws, the run's own stand-in for random search): it almost never fires, since
 in the swarm the agents that are far below random alone beat the explorer's rate there.
+Two that weigh an agent's marginal value rather than its credit, also measured and not
+adopted: "decay-redundant" (a result one parameter from the incumbent earns an agent other
+than the local walker, who would have measured it anyway, a quarter of its credit) and
+"decay-holdout" (HoldoutAllocator: stretches with and without the model's turns, the model
+dropped when the run does better without it).
 
 Agents that pay for their proposals (LLM agents: tokens) report what they spent through
 `spend(agent)`; their reward is weighed by cost per improvement, relative to the other paying
@@ -43,6 +48,7 @@ SHARE_SAMPLES = 400  # Thompson draws behind a displayed share (shares() only, n
 CAP_WINDOW = 60  # "decay-cap": the run's latest evaluations an agent is compared over
 CAP_EVIDENCE = 8  # evaluations of both the agent and the reference in that window
 CAP_Z = 1.0  # standard errors below the reference's credit per evaluation
+NEIGHBOURHOOD_AGENT = "local"  # "decay-redundant": the agent that walks the incumbent's neighbourhood
 
 
 class _Allocator:
@@ -81,6 +87,10 @@ class _Allocator:
     def shares(self) -> dict[str, float]:
         raise NotImplementedError
 
+    def near_incumbent(self, agent: str, near: bool) -> None:
+        """Told before `update` of the same result whether it lies one parameter from the best
+        it was measured against (only "decay-redundant" uses it)."""
+
     def pick(self, rng: random.Random, exclude: set[str] = frozenset()) -> str | None:
         shares = {a: s for a, s in self.shares().items() if a not in exclude}
         if not shares:
@@ -100,6 +110,7 @@ class DecayAllocator(_Allocator):
     def __init__(self, agents: list[str], decay: float = 0.85, floor: float = 0.5,
                  paid: float = 0.0, near_credit: float = 1.0, reference: str = "",
                  floor_paid: float = 1.0, random_level: float = 0.0, cap_reference: str = "",
+                 redundant_credit: float = 1.0,
                  spend: Callable[[str], float | None] | None = None) -> None:
         super().__init__(agents, spend)
         # "": no cap; else the agent whose recent credit per evaluation the others must match
@@ -115,10 +126,20 @@ class DecayAllocator(_Allocator):
         self.near_credit = near_credit  # weight of a reward short of a new best
         self.reference = reference  # whose new-best rate paid_factors measures against
         self.floor_paid = floor_paid  # < 1: the floor part shrinks too, to this fraction at most
+        # < 1: what a result one parameter from the incumbent earns an agent other than the
+        # neighbourhood walker (the walker would have measured it anyway: see near_incumbent)
+        self.redundant_credit = redundant_credit
+        self._near = False
+
+    def near_incumbent(self, agent: str, near: bool) -> None:
+        self._near = near and agent != NEIGHBOURHOOD_AGENT and NEIGHBOURHOOD_AGENT in self.reward
 
     def update(self, agent: str, reward: float) -> None:
         if agent in self.reward:
             credit = reward if reward >= IMPROVEMENT_REWARD else self.near_credit * reward
+            if self._near:
+                credit *= self.redundant_credit
+            self._near = False
             self.reward[agent] = self.decay * self.reward[agent] + (1.0 - self.decay) * credit
             self.evaluations[agent] += 1
             self._count(agent, reward)
@@ -193,6 +214,76 @@ class DecayAllocator(_Allocator):
         return {a: self.floor * floor[a] / spread
                 + (1.0 - self.floor) * (weight[a] / total if total > 0 else floor[a] / spread)
                 for a in self.agents}
+
+
+class HoldoutAllocator(DecayAllocator):
+    """The decay rule plus an in-run counterfactual for one agent (the subject): from
+    evaluation `start` on, the run alternates stretches of `stretch` evaluations with the
+    subject's turns and without them (its share goes to the others), and compares the whole
+    run's credit per evaluation (every agent's rewards: new bests and top-decile results) in
+    the two kinds. Once the stretches without it have done better, by more than one standard
+    error over at least `pairs` pairs or on the sign after `max_pairs`, the subject keeps no
+    share for the rest of the run; once those with it have, the test ends and the decay rule
+    alone decides. This measures the subject's marginal value (what the run gains from giving
+    it turns rather than giving them to the others), which its own credit does not."""
+
+    def __init__(self, agents: list[str], subject: str = "model", stretch: int = 10,
+                 start: int = 10, pairs: int = 3, max_pairs: int = 6, **kwargs) -> None:
+        super().__init__(agents, **kwargs)
+        self.subject = subject if subject in self.agents and len(self.agents) > 1 else ""
+        self.stretch, self.start, self.pairs, self.max_pairs = stretch, start, pairs, max_pairs
+        self.seen = 0  # results so far (all agents)
+        self.stretches: dict[bool, list[float]] = {True: [], False: []}  # with it: credits
+        self._running = 0.0
+        self.verdict: bool | None = None  # None: testing; True: kept; False: dropped
+
+    def _with_subject(self) -> bool:
+        """Whether the current stretch gives the subject turns."""
+        if self.verdict is not None or not self.subject or self.seen < self.start:
+            return self.verdict is not False
+        return (self.seen - self.start) // self.stretch % 2 == 0
+
+    def update(self, agent: str, reward: float) -> None:
+        testing = self.verdict is None and self.subject and self.seen >= self.start
+        kind = self._with_subject()
+        super().update(agent, reward)
+        self.seen += 1
+        if not testing:
+            return
+        self._running += max(0.0, reward)
+        if (self.seen - self.start) % self.stretch == 0:
+            self.stretches[kind].append(self._running / self.stretch)
+            self._running = 0.0
+            self._decide()
+
+    def _decide(self) -> None:
+        on, off = self.stretches[True], self.stretches[False]
+        n = min(len(on), len(off))
+        if n < self.pairs or len(on) != len(off):
+            return
+
+        def mean_var(xs: list[float]) -> tuple[float, float]:
+            m = sum(xs) / len(xs)
+            return m, sum((x - m) ** 2 for x in xs) / max(1, len(xs) - 1) / len(xs)
+        (m_on, v_on), (m_off, v_off) = mean_var(on), mean_var(off)
+        se = math.sqrt(v_on + v_off)
+        if m_off - m_on > se or (n >= self.max_pairs and m_off > m_on):
+            self.verdict = False
+        elif m_on - m_off > se or n >= self.max_pairs:
+            self.verdict = True
+
+    def shares(self) -> dict[str, float]:
+        out = super().shares()
+        if self._with_subject():
+            return out
+        out[self.subject] = 0.0
+        total = sum(out.values())
+        return {a: s / total for a, s in out.items()}
+
+    def pick(self, rng: random.Random, exclude: set[str] = frozenset()) -> str | None:
+        if not self._with_subject():
+            exclude = {*exclude, self.subject}
+        return super().pick(rng, exclude)
 
 
 class BanditAllocator(_Allocator):
@@ -281,7 +372,9 @@ ALLOCATORS: dict[str, Callable[..., _Allocator]] = {
     "decay-vs-explorer-floor": partial(DecayAllocator, paid=0.25, reference="explorer",
                                        floor_paid=0.5),
     "decay-vs-random": partial(DecayAllocator, random_level=1.0),
-    "decay-cap": partial(DecayAllocator, cap_reference="explorer")}
+    "decay-cap": partial(DecayAllocator, cap_reference="explorer"),
+    "decay-redundant": partial(DecayAllocator, redundant_credit=0.25),
+    "decay-holdout": HoldoutAllocator}
 BudgetAllocator = DecayAllocator  # the policy the coordinator makes
 
 

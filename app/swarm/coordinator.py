@@ -407,6 +407,7 @@ class Coordinator:
         # "llm-memory+local": an LLM structure tuned by a classical agent credits both
         names = [n for n in evaluation.agent.split("+") if n in self.agents] or [evaluation.agent]
         reward = self._reward(evaluation, improved)
+        near = self._near_incumbent(evaluation, previous)
         for name in names:
             with self._lock:
                 c = self._credits.setdefault(name, {"proposed": 0, "evaluated": 0,
@@ -414,6 +415,7 @@ class Coordinator:
                 c["evaluated"] += 1
                 c["failed"] += 0 if evaluation.ok else 1
                 c["improvements"] += 1 if improved else 0
+            self.allocator.near_incumbent(name, near)
             self.allocator.update(name, reward)
         if improved:
             self.bus.publish(AgentCredit(credits=self.credits, run_id=self.run_id))
@@ -488,6 +490,17 @@ class Coordinator:
                 continue
             self._revoke(again, f"revoked: a stored result failed re-verification "
                                 f"({again.detail})")
+
+    def _near_incumbent(self, evaluation: Evaluation, previous: Evaluation | None) -> bool:
+        """Whether the result differs from the best before it in one parameter at most: the
+        local agent walks that neighbourhood, so another agent's find there may be no gain."""
+        if previous is None or not isinstance(evaluation.config, dict):
+            return False
+        try:
+            mine, best = self.space.as_tuple(evaluation.config), self.space.as_tuple(previous.config)
+        except KeyError:
+            return False
+        return sum(a != b for a, b in zip(mine, best)) <= 1
 
     def _reward(self, evaluation: Evaluation, improved: bool) -> float:
         """Credit for one evaluation: 1 for a new best, graded credit for a result near the
