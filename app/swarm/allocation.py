@@ -87,6 +87,9 @@ class _Allocator:
     def shares(self) -> dict[str, float]:
         raise NotImplementedError
 
+    #: whether near_incumbent is worth telling (the coordinator skips the comparison if not)
+    wants_near_incumbent = False
+
     def near_incumbent(self, agent: str, near: bool) -> None:
         """Told before `update` of the same result whether it lies one parameter from the best
         it was measured against (only "decay-redundant" uses it)."""
@@ -129,6 +132,7 @@ class DecayAllocator(_Allocator):
         # < 1: what a result one parameter from the incumbent earns an agent other than the
         # neighbourhood walker (the walker would have measured it anyway: see near_incumbent)
         self.redundant_credit = redundant_credit
+        self.wants_near_incumbent = redundant_credit < 1.0
         self._near = False
 
     def near_incumbent(self, agent: str, near: bool) -> None:

@@ -407,7 +407,8 @@ class Coordinator:
         # "llm-memory+local": an LLM structure tuned by a classical agent credits both
         names = [n for n in evaluation.agent.split("+") if n in self.agents] or [evaluation.agent]
         reward = self._reward(evaluation, improved)
-        near = self._near_incumbent(evaluation, previous)
+        # only an allocator that weighs it pays for the comparison (every evaluation passes here)
+        near = self.allocator.wants_near_incumbent and self._near_incumbent(evaluation, previous)
         for name in names:
             with self._lock:
                 c = self._credits.setdefault(name, {"proposed": 0, "evaluated": 0,
