@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from app.core.noise import ImprovementCount, clear_of_noise, spread_of
 from app.core.types import Evaluation
 
 
@@ -74,6 +75,7 @@ class RunData:
     index: GrowingArray = field(default_factory=lambda: GrowingArray(np.int64))
     elapsed: GrowingArray = field(default_factory=GrowingArray)
     value: GrowingArray = field(default_factory=GrowingArray)
+    spread: GrowingArray = field(default_factory=GrowingArray)  # p10-p90 / median, 0 if none
     best: GrowingArray = field(default_factory=GrowingArray)
     agent_code: GrowingArray = field(default_factory=lambda: GrowingArray(np.int16))
     reason_code: GrowingArray = field(default_factory=lambda: GrowingArray(np.int16))
@@ -81,9 +83,11 @@ class RunData:
     agents: list[str] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
     improvements: list[int] = field(default_factory=list)  # rows where best improved
+    within_noise: list[int] = field(default_factory=list)  # those inside the replaced best's noise
     failed_by_reason: Counter = field(default_factory=Counter)
     evaluated_by_agent: Counter = field(default_factory=Counter)
     improved_by_agent: Counter = field(default_factory=Counter)
+    clear_by_agent: Counter = field(default_factory=Counter)  # improvements clear of the noise
     baseline: float | None = None
     baseline_name: str = ""  # which library or compiler, for the label
     limit: float | None = None
@@ -108,6 +112,25 @@ class RunData:
         b = float(self.best.view()[-1])
         return None if math.isnan(b) else b
 
+    @property
+    def improvement_count(self) -> ImprovementCount:
+        """New bests clear of the noise and inside it (app.core.noise): what `run`, `show`
+        and the report count from the same stored rows."""
+        within = len(self.within_noise)
+        return ImprovementCount(clear=len(self.improvements) - within, within=within)
+
+    def _new_best(self, row: int, agent: str, value: float, spread: float,
+                  best: float | None, best_spread: float) -> None:
+        self.improvements.append(row)
+        self.improved_by_agent[agent] += 1
+        if clear_of_noise(value, spread, best, best_spread, self.minimize):
+            self.clear_by_agent[agent] += 1
+        else:
+            self.within_noise.append(row)
+
+    def _best_spread(self) -> float:
+        return float(self.spread.view()[self.improvements[-1]]) if self.improvements else 0.0
+
     def _code(self, table: list[str], name: str) -> int:
         try:
             return table.index(name)
@@ -119,29 +142,31 @@ class RunData:
         """Append (index, evaluation, elapsed_s) rows, in run order."""
         if not rows:
             return
-        best = self.best_value
-        idx, el, val, bst, ac, rc = [], [], [], [], [], []
+        best, best_spread = self.best_value, self._best_spread()
+        idx, el, val, spr, bst, ac, rc = [], [], [], [], [], [], []
         for i, ev, elapsed in rows:
             ok = ev.ok and ev.value is not None
             v = float(ev.value) if ok else math.nan
+            s = spread_of(ev.metrics)
             agent = ev.agent or "?"
             self.evaluated_by_agent[agent] += 1
             if ok and (best is None or (v < best if self.minimize else v > best)):
-                best = v
-                self.improvements.append(len(self.index) + len(idx))
-                self.improved_by_agent[agent] += 1
+                self._new_best(len(self.index) + len(idx), agent, v, s, best, best_spread)
+                best, best_spread = v, s
             if not ok:
                 self.failed_by_reason[ev.reason or "failed"] += 1
             self.keys.append(ev.key)
             idx.append(i)
             el.append(elapsed)
             val.append(v)
+            spr.append(s)
             bst.append(math.nan if best is None else best)
             ac.append(self._code(self.agents, agent))
             rc.append(-1 if ok else self._code(self.reasons, ev.reason or "failed"))
         self.index.append(idx)
         self.elapsed.append(el)
         self.value.append(val)
+        self.spread.append(spr)
         self.best.append(bst)
         self.agent_code.append(ac)
         self.reason_code.append(rc)
@@ -180,16 +205,17 @@ class RunData:
         return True
 
     def _rebest(self) -> None:
-        values = self.value.view()
+        values, spreads = self.value.view(), self.spread.view()
         best_col, codes = self.best.view(), self.agent_code.view()
         best: float | None = None
-        self.improvements = []
-        self.improved_by_agent = Counter()
+        best_spread = 0.0
+        self.improvements, self.within_noise = [], []
+        self.improved_by_agent, self.clear_by_agent = Counter(), Counter()
         for i, v in enumerate(values):
             if not math.isnan(v) and (best is None or (v < best if self.minimize else v > best)):
-                best = float(v)
-                self.improvements.append(i)
-                self.improved_by_agent[self.agents[codes[i]]] += 1
+                s = float(spreads[i])
+                self._new_best(i, self.agents[codes[i]], float(v), s, best, best_spread)
+                best, best_spread = float(v), s
             best_col[i] = math.nan if best is None else best
         self.version += 1
 

@@ -376,8 +376,8 @@ class AgentChart(pg.PlotWidget):
     """Each agent's share of the evaluations and of the improvements (%), as horizontal bars:
     agent names on the left axis stay legible however narrow the chart gets."""
 
-    TIP = ("Each agent's share of the evaluations (pale) and of the improvements (solid); the "
-           "adversary's bar is its share of the run's time")
+    TIP = ("Each agent's share of the evaluations (pale) and of the improvements clear of the "
+           "timing noise (solid); the adversary's bar is its share of the run's time")
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -400,9 +400,10 @@ class AgentChart(pg.PlotWidget):
     def draw(self, data: RunData, theme: PlotTheme) -> None:
         agents = list(data.agents)
         total_e = max(sum(data.evaluated_by_agent.values()), 1)
-        total_w = max(sum(data.improved_by_agent.values()), 1)
+        # a new best inside the noise of the one it replaced is not an improvement (app.core.noise)
+        total_w = max(sum(data.clear_by_agent.values()), 1)
         e = [100.0 * data.evaluated_by_agent[a] / total_e for a in agents]
-        w = [100.0 * data.improved_by_agent[a] / total_w for a in agents]
+        w = [100.0 * data.clear_by_agent[a] / total_w for a in agents]
         for name, (percent, found) in data.time_shares.items():
             # the adversary's bar is its share of the run's time; it proposes no kernels
             agents.append(f"{name} ({found} case{'s' if found != 1 else ''})")

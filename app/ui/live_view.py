@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
+from app.core.noise import NOISE_TIP
 from app.run_summary import RunSummary
 from app.ui.buffers import RunData
 from app.ui.live_plots import (
@@ -394,7 +395,7 @@ class LiveView(QWidget):
     def _update_counters(self) -> None:
         d = self.data
         self.counters["evaluated"].setText(f"{len(d):,}")
-        self.counters["improved"].setText(f"{len(d.improvements):,}")
+        self._update_improved()
         self.counters["failed"].setText(f"{d.n_failed:,}")
         self.counters["best"].setText(format_value(d.best_value, self.unit))
         best = d.best_value
@@ -423,6 +424,20 @@ class LiveView(QWidget):
             name.setText("Speedup vs first")  # '1.40× vs first' clipped the Best at 1366x768
             speedup.setText(f"{ratio:.2f}×" if ratio else "—")
             speedup.setToolTip("so far, over the first successful evaluation")
+
+    def _update_improved(self) -> None:
+        """Improvements clear of the timing noise, big; new bests inside it, small beside them
+        (the count `run`, `show` and the report give, app.core.noise)."""
+        count = self.data.improvement_count
+        label = self.counters["improved"]
+        if not count.within:
+            label.setText(f"{count.clear:,}")
+            label.setToolTip(NOISE_TIP)
+            return
+        label.setText(f"{count.clear:,}<span style='font-size:8pt; font-weight:normal'>"
+                      f" +{count.within:,} within noise</span>")
+        label.setToolTip(f"{count.clear:,} new bests clear of the timing noise, {count.within:,} "
+                         f"more inside it. {NOISE_TIP}")
 
     def _update_budget(self) -> None:
         d = self.data
