@@ -402,6 +402,7 @@ def _model_line(model: str, session: Any, result: Any) -> str:
 def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit: str) -> Any:
     """The end of `run`: counts, the best, and the run's summary (app.run_summary) from the
     store, as `show` and the report read it. Returns the summary."""
+    from app.core.noise import ImprovementCount, new_bests
     from app.run_summary import RunSummary, summarize_store
 
     history = result.history
@@ -434,8 +435,14 @@ def _print_summary(store: Any, run_id: int | None, goal: Goal, result: Any, unit
     if summary is not None:
         for line in summary_lines(summary, failures_heading=best is not None):
             print(line)
-    if result.credits:
-        print("agents:      evaluated  failed  improvements  budget share")
+    # counted from the stored rows, as `show`, the report and a reopened window count them
+    history = [e for _, e, _ in store.load_evaluations(run_id)] \
+        if store is not None and run_id is not None else history
+    print(ImprovementCount.of(new_bests(history, goal.objective.minimize)).sentence())
+    if result.credits:  # "new bests" is what the allocator rewards; clear ones are improvements
+        print("agents:      evaluated  failed  new bests  clear of noise  budget share")
         for name, c in result.credits.items():
             print(f"  {name:<10} {int(c.get('evaluated', 0)):>9} {int(c.get('failed', 0)):>7} "
-                  f"{int(c.get('improvements', 0)):>13} {c.get('share', 0.0):>13.0%}")
+                  f"{int(c.get('improvements', 0)):>10} "
+                  f"{int(c.get('clear_improvements', c.get('improvements', 0))):>15} "
+                  f"{c.get('share', 0.0):>13.0%}")

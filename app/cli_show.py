@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from app.cli_common import CliError, _fmt, _learned_from, _open_store, _when, summary_lines
+from app.core.noise import ImprovementCount, new_bests
 from app.core.units import run_unit
 
 
@@ -33,6 +34,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = store.evaluation_rows(args.run_id)
         lessons = current_lessons(store.lessons(run_id=args.run_id))
         usage = store.llm_usage(args.run_id)
+        history = [e for _, e, _ in store.load_evaluations(args.run_id)]
     unit = run_unit(run, goal.objective.metric)
     summary = summarize(run, rows, unit=unit)  # the model `run`, the report and the window read
     device = run["device"].get("name", "?") if isinstance(run["device"], dict) else run["device"]
@@ -53,6 +55,8 @@ def cmd_show(args: argparse.Namespace) -> int:
             for s in learned))
     for line in summary_lines(summary):
         print(line)
+    # the count `run` printed and the window shows, from the same stored rows (app.core.noise)
+    print("  " + ImprovementCount.of(new_bests(history, goal.objective.minimize)).sentence())
     ok = [r for r in rows if r["ok"]]
     ok.sort(key=lambda r: r["value"], reverse=not goal.objective.minimize)
     if ok:
@@ -70,8 +74,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     if run["credits"]:
         agents = {a: c for a, c in run["credits"].items() if not c.get("time_budget")}
         print("agents: " + ", ".join(f"{a} {int(c.get('evaluated', 0))} evaluated / "
-                                     f"{int(c.get('improvements', 0))} improvements"
-                                     for a, c in agents.items()))
+                                     f"{_agent_bests(c)}" for a, c in agents.items()))
         adversary = run["credits"].get("adversary")
         if adversary:  # its share is of the run's time, not of the evaluations
             print(f"adversary: {int(adversary.get('proposed', 0))} inputs in "
@@ -89,6 +92,15 @@ def cmd_show(args: argparse.Namespace) -> int:
               f"{usage['completion_tokens']} completion tokens, cost {usage['cost']:.4g}, "
               + ", ".join(f"{k} {v}" for k, v in sorted(usage["by_status"].items())))
     return 0
+
+
+def _agent_bests(credit: dict) -> str:
+    """'3 new bests, 1 clear of noise'; a run stored before the noise count says only the first."""
+    bests = int(credit.get("improvements", 0))
+    text = f"{bests} new best{'s' if bests != 1 else ''}"
+    if "clear_improvements" in credit:
+        text += f", {int(credit['clear_improvements'])} clear of noise"
+    return text
 
 
 def cmd_export(args: argparse.Namespace) -> int:

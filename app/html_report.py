@@ -18,6 +18,7 @@ import zlib
 from typing import Any
 
 from app import __version__
+from app.core.noise import ImprovementCount, new_bests
 from app.core.types import Evaluation
 from app.core.units import format_gain, format_percent, format_value, gain, run_unit
 from app.run_summary import RunSummary, hardware_fraction, summarize
@@ -256,17 +257,19 @@ def convergence_svg(evals: list[Evaluation], minimize: bool, unit: str,
 
 
 def agents_svg(agents: dict[str, list[int]], width: int = 640) -> str:
-    """Per agent: evaluations (light bar) and improvements (dark bar), one row each."""
+    """Per agent: evaluations (light bar) and improvements clear of the timing noise (dark
+    bar), one row each; `agents` maps to [evaluated, failed, clear, within noise]."""
     if not agents:
         return ""
     row, label_w = 34, 110
     height = 28 + row * len(agents)
     most = max(v[0] for v in agents.values()) or 1
-    plot_w = width - label_w - 200  # room for the count text after the longest bar
+    plot_w = width - label_w - 290  # room for the count text after the longest bar
     parts = [(f"<svg xmlns='http://www.w3.org/2000/svg' width='{width}' height='{height}' "
              f"viewBox='0 0 {width} {height}' role='img' aria-label='agents'>"),
-             "<text x='0' y='14'>evaluations (light) and improvements (dark) per agent</text>"]
-    for k, (agent, (evaluated, _failed, improved)) in enumerate(sorted(agents.items())):
+             ("<text x='0' y='14'>evaluations (light) and improvements clear of the timing noise "
+              "(dark) per agent</text>")]
+    for k, (agent, (evaluated, _failed, improved, within)) in enumerate(sorted(agents.items())):
         c = agent_colour(agent)
         y0 = 24 + k * row
         parts.append(f"<text x='0' y='{y0 + 17}'>{_esc(agent or '?')}</text>"
@@ -275,7 +278,8 @@ def agents_svg(agents: dict[str, list[int]], width: int = 640) -> str:
                      f"<rect x='{label_w}' y='{y0 + 18}' width='{improved / most * plot_w:.1f}' "
                      f"height='8' fill='{c}'/>"
                      f"<text x='{label_w + evaluated / most * plot_w + 6:.1f}' y='{y0 + 15}'>"
-                     f"{evaluated} evaluated, {improved} improved</text>")
+                     f"{evaluated} evaluated, {improved} improved"
+                     f"{f' (+{within} within noise)' if within else ''}</text>")
     parts.append("</svg>")
     return "".join(parts)
 
@@ -490,16 +494,16 @@ def render_report(store, run_id: int, top: int = 20) -> str:
     baseline, limit = run.get("baseline_value"), run.get("limit_value")
     reference = summary.row_reference  # rows are never rescaled by a later re-timing
 
+    # per agent: evaluated, failed, improvements clear of the noise, new bests inside it
     agents: dict[str, list[int]] = {}
-    current = None
     for e in evals:
-        stats = agents.setdefault(e.agent, [0, 0, 0])
+        stats = agents.setdefault(e.agent, [0, 0, 0, 0])
         stats[0] += 1
-        if not e.ok:
-            stats[1] += 1
-        elif e.value is not None and (current is None or (e.value < current if minimize else e.value > current)):
-            current = e.value
-            stats[2] += 1
+        stats[1] += 0 if e.ok else 1
+    bests = new_bests(evals, minimize)  # as `run`, `show` and the window count them
+    for b in bests:
+        agents[evals[b.row].agent][2 if b.clear else 3] += 1
+    improvements = ImprovementCount.of(bests).sentence()
 
     device = run.get("device") or {}
     fractions = [_hardware(e, limit, minimize) for e in ok[:top]]
@@ -531,9 +535,10 @@ def render_report(store, run_id: int, top: int = 20) -> str:
 <h2>Failures by kind</h2>{_failures_html(summary)}
 {_dethroned_html(summary)}
 <h2>Convergence</h2>{convergence_svg(evals, minimize, unit, baseline, limit)}
-<h2>Agents</h2>{agents_svg(agents)}
-{_table(["agent", "evaluations", "failed", "improvements"],
-        [[_esc(a), *v] for a, v in sorted(agents.items())], numeric={1, 2, 3})}
+<h2>Agents</h2><p class="note">{_esc(improvements[0].upper() + improvements[1:])}.</p>
+{agents_svg(agents)}
+{_table(["agent", "evaluations", "failed", "improvements", "new bests within noise"],
+        [[_esc(a), *v] for a, v in sorted(agents.items())], numeric={1, 2, 3, 4})}
 <h2>Best candidates</h2>
 {_table(["rank", f"objective ({unit})", "p10–p90", gain_head, hw_head or "of the hardware", "agent",
          "parameters"],

@@ -34,6 +34,7 @@ from app.core.events import (
     RunFinished,
     RunStarted,
 )
+from app.core.noise import clear_of_noise, spread_of
 from app.core.space import SearchSpace
 from app.core.types import CRASH, Candidate, Evaluation
 from app.swarm.adversary_driver import DEFAULT_SHARE, AdversaryDriver
@@ -72,6 +73,18 @@ class RunResult:
 def _derive_seed(seed: int, name: str) -> int:
     digest = hashlib.sha256(f"{seed}:{name}".encode()).digest()
     return int.from_bytes(digest[:8], "little")
+
+
+def _new_credit() -> dict[str, int]:
+    return {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0, "clear_improvements": 0}
+
+
+def _clear(new: Evaluation, previous: Evaluation | None, minimize: bool) -> bool:
+    """A new best clear of the timing noise of the best it replaced (app.core.noise)."""
+    if previous is None or previous.value is None:
+        return True
+    return clear_of_noise(float(new.value), spread_of(new.metrics), float(previous.value),
+                          spread_of(previous.metrics), minimize)
 
 
 class Coordinator:
@@ -115,8 +128,9 @@ class Coordinator:
             list(self.agents), spend=lambda a: self.agents[a].tokens_spent)
         cap = evaluator.max_parallel or 1
         self.slots = max(1, min(int(plan.workers), int(cap)))
-        self._credits = {name: {"proposed": 0, "evaluated": 0, "failed": 0, "improvements": 0}
-                         for name in self.agents}
+        # "improvements": every new best (what the allocator is rewarded for); "clear_improvements":
+        # those clear of the timing noise of the best they replaced (what the run reports)
+        self._credits = {name: _new_credit() for name in self.agents}
         self._prior = list(plan.prior)
         # keys of stored correct rows not yet verified and timed by this process: a history
         # file may be a colleague's, its figures forged (_check_history_best)
@@ -230,6 +244,7 @@ class Coordinator:
             self._failures.add(e)
             if e.ok and e.value is not None:
                 self._unchecked.add(e.key)
+            previous = self.board.best
             improved = self.board.record(e)
             self._since_improvement = 0 if improved else self._since_improvement + 1
             for agent in self.agents.values():
@@ -240,6 +255,7 @@ class Coordinator:
                 c["evaluated"] += 1
                 c["failed"] += 0 if e.ok else 1
                 c["improvements"] += 1 if improved else 0
+                c["clear_improvements"] += 1 if improved and _clear(e, previous, self.minimize) else 0
         self._index = len(self._prior)
 
     def _budget_left(self) -> int:
@@ -407,15 +423,16 @@ class Coordinator:
         # "llm-memory+local": an LLM structure tuned by a classical agent credits both
         names = [n for n in evaluation.agent.split("+") if n in self.agents] or [evaluation.agent]
         reward = self._reward(evaluation, improved)
+        clear = improved and _clear(evaluation, previous, self.minimize)
         # only an allocator that weighs it pays for the comparison (every evaluation passes here)
         near = self.allocator.wants_near_incumbent and self._near_incumbent(evaluation, previous)
         for name in names:
             with self._lock:
-                c = self._credits.setdefault(name, {"proposed": 0, "evaluated": 0,
-                                                    "failed": 0, "improvements": 0})
+                c = self._credits.setdefault(name, _new_credit())
                 c["evaluated"] += 1
                 c["failed"] += 0 if evaluation.ok else 1
                 c["improvements"] += 1 if improved else 0
+                c["clear_improvements"] += 1 if clear else 0
             self.allocator.near_incumbent(name, near)
             self.allocator.update(name, reward)
         if improved:
