@@ -130,7 +130,7 @@ def test_a_kernel_that_skips_work_is_still_refused_beside_a_fresh_roof(add12):
 
 def test_the_roof_counts_the_threads_a_kernel_really_runs(add12):
     cores = os.cpu_count() or 1
-    assert add12.kernel_threads({"VARIANT": 0}) == cores  # OpenMP, no THREADS parameter
-    assert add12.kernel_threads({"VARIANT": 0}, "void add12(float *c) { c[0] = 1; }") == 1
-    assert add12.kernel_threads({"THREADS": 1}, SKIPS_WORK_C) == 1  # no way to start a thread
-    assert add12.kernel_threads({"THREADS": 1}, HONEST_C) == cores  # its own source decides
+    assert add12.guard_threads({"VARIANT": 0}) == cores  # OpenMP, no THREADS parameter
+    assert add12.guard_threads({"VARIANT": 0}, "void add12(float *c) { c[0] = 1; }") == 1
+    assert add12.guard_threads({"THREADS": 1}, SKIPS_WORK_C) == 1  # no way to start a thread
+    assert add12.guard_threads({"THREADS": 1}, HONEST_C) == cores  # its own source decides

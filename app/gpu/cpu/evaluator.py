@@ -27,8 +27,8 @@ from app.gpu.cascade import CascadeRequest
 from app.gpu.cpu import compute_roof, memory_roof
 from app.gpu.cpu.kernel_host import host_supported
 from app.gpu.cpu.toolchain import build_key, key_extra, toolchain
-from app.gpu.cpu.worker import host_program_for
-from app.gpu.roof_check import RoofCheck
+from app.gpu.cpu.worker import declared_threads, host_program_for
+from app.gpu.roof_check import RoofCheck, beyond
 from app.gpu.timing import TimingSettings
 from app.gpu.worker import Deadlines, WorkerPool
 
@@ -111,6 +111,9 @@ class CpuEvaluator(BackendEvaluator):
         self._lock = threading.Lock()
         memory = self.settings.memory_limit_bytes or _half_memory()
         host = host_program_for(self.tc) if host_supported() else ""
+        # the kernel host holds each candidate's process to its declared THREADS (ThreadLimit);
+        # without it (InProcessHost) nothing does
+        self.threads_held = bool(host)
         self.pool = WorkerPool("app.gpu.cpu.worker:CpuWorker",
                                [(self.op if goal.kernel else self.op.name, self.tc.compiler, self.deadlines.compile_s,
                                  self.settings.flush_bytes, host)],
@@ -155,10 +158,12 @@ class CpuEvaluator(BackendEvaluator):
         """The FP32 peak at one and at every thread (compute-bound operators only)."""
         return None if self.op.memory_bound else self._machine_roof()
 
-    def kernel_threads(self, config: dict[str, Any], source: str | None = None) -> int:
-        """The threads the kernel really runs, for its roof. A catalog template runs THREADS;
-        any other code (your own kernel, an LLM's rewrite) may start its own: every core,
-        unless its source has no way to start a thread at all."""
+    def guard_threads(self, config: dict[str, Any], source: str | None = None) -> int:
+        """The threads the guard holds a figure to: the most the kernel may really run, so that
+        no honest kernel is refused as faster than the hardware. A catalog template runs
+        THREADS; any other code (your own kernel, an LLM's rewrite) may start its own: every
+        core, unless its source has no way to start a thread at all. (The kernel host holds a
+        process to THREADS only within a margin: kernel_host.THREAD_MARGIN.)"""
         cores = os.cpu_count() or 1
         own = source is not None and source != self.template
         if "THREADS" in config and not own and not self.goal.kernel:
@@ -169,17 +174,35 @@ class CpuEvaluator(BackendEvaluator):
         text = source if source is not None else self.template
         return cores if _STARTS_THREADS.search(text) else 1
 
+    def shown_threads(self, config: dict[str, Any], source: str | None = None) -> int:
+        """The threads a kept figure is shown against ("% of roof"): the THREADS its
+        configuration declares where the kernel host holds its process to them (ThreadLimit
+        beyond), whatever its source; else the guard's. Never more than the guard's: a source
+        that cannot start a thread runs one. The guard's roof, at every core for a kernel that
+        may start threads, would understate a one-thread kernel."""
+        guard = self.guard_threads(config, source)
+        declared = declared_threads(config) if self.threads_held else None
+        return guard if declared is None else min(declared, guard)
+
     def roof(self, config: dict[str, Any], source: str | None = None) -> RoofCheck | None:
-        """What a candidate is held to: memory-bound, each goal shape's working set at the
-        cached roof of the cache level it fits in; compute-bound, its FLOPs at the FP32 peak;
-        at the kernel's threads (kernel_threads). The worker measures it again beside the
-        candidate before refusing anything."""
+        """What the guard holds a candidate to, at guard_threads: memory-bound, each goal
+        shape's working set at the cached roof of the cache level it fits in; compute-bound,
+        its FLOPs at the FP32 peak. The worker measures it again beside the candidate before
+        refusing anything."""
+        return self._roof_at(self.guard_threads(config, source))
+
+    def shown_roof(self, config: dict[str, Any], source: str | None = None) -> RoofCheck | None:
+        """The roof a kept candidate's figure is shown against, at shown_threads."""
+        return self._roof_at(self.shown_threads(config, source))
+
+    def _roof_at(self, threads: int) -> RoofCheck | None:
+        """The roof at `threads` threads: the cached one, raised by what was measured beside a
+        candidate at that count this run. None: no roof here."""
         if not self.op.memory_bound:
-            return self._compute_roof(config, source)
+            return self._compute_roof(threads)
         roofs = self.roofs()
         if roofs is None:
             return None
-        threads = self.kernel_threads(config, source)
         shapes = []
         for shape in self.shapes:
             nbytes = self.work(shape)
@@ -193,14 +216,12 @@ class CpuEvaluator(BackendEvaluator):
         return RoofCheck(threads, [(lv.name, lv.size_bytes, lv.shared_by) for lv in roofs.levels],
                          shapes)
 
-    def _compute_roof(self, config: dict[str, Any], source: str | None) -> RoofCheck | None:
-        """A compute-bound candidate is held to the FP32 peak at the threads it really runs
-        (kernel_threads), for the FLOPs of every goal shape; measured again beside it before
-        anything is refused."""
+    def _compute_roof(self, threads: int) -> RoofCheck | None:
+        """A compute-bound figure's roof: the FLOPs of every goal shape at the FP32 peak at
+        `threads` threads."""
         peak = self.peak()
         if peak is None:
             return None
-        threads = self.kernel_threads(config, source)
         gflops = max(peak.gflops(threads),
                      self._measured_beside.get((compute_roof.LEVEL, threads), 0.0))
         flops = [self.work(s) for s in self.shapes]
@@ -249,6 +270,9 @@ class CpuEvaluator(BackendEvaluator):
 
     def _finish(self, ev: Evaluation, request: CascadeRequest) -> None:
         self._hardware_fraction(ev, request.roof_check)
+        if request.roof_check is not None:
+            self._show_against(ev, request.roof_check,
+                               self.shown_roof(request.config, request.source))
         if ev.ok:
             self._relative_metrics(ev, self._baselines or {})
 
@@ -277,6 +301,22 @@ class CpuEvaluator(BackendEvaluator):
             with self._roof_lock:
                 self._measured_beside[key] = max(self._measured_beside.get(key, 0.0),
                                                  float(ev.metrics[check.metric]))
+
+    @staticmethod
+    def _show_against(ev: Evaluation, held: RoofCheck, shown: RoofCheck | None) -> None:
+        """A kept figure's fraction of the hardware, shown against the roof of the threads its
+        process is held to (shown_roof) where they are fewer than the guard's. A figure beyond
+        that roof (cached on a loaded machine, say) keeps the roof the guard held it to: the
+        guard measured that one again beside it."""
+        if not ev.ok or shown is None or shown.threads >= held.threads or ev.time_ms <= 0 \
+                or "fraction_of_roof" not in ev.metrics or beyond(ev.time_ms, shown.roof_ms()):
+            return
+        level = shown.shapes[0][1]
+        ev.metrics["fraction_of_roof"] = shown.roof_ms() / ev.time_ms
+        ev.metrics[shown.metric] = shown.rate(level)
+        ev.metrics["roof_threads"] = float(shown.threads)
+        ev.resources["roof"] = shown.label()
+        ev.resources["roof_level"] = level
 
     def _relative_metrics(self, ev: Evaluation, b: dict[str, Any]) -> None:
         unit = "gbs" if self.op.memory_bound else "gflops"
@@ -329,20 +369,28 @@ class CpuEvaluator(BackendEvaluator):
         return {**figures, "baseline_value": self._objective(figures["numpy_ms"]),
                 "best_value": self._objective(figures["candidate_ms"])}
 
+    def run_threads(self) -> int:
+        """The most threads a candidate of this run may run, for the run's roof line: the
+        largest THREADS the space lists where the kernel host holds every candidate to its
+        THREADS (the list bounds what restrictions leave), else every core (a memory-bound
+        goal's own kernel: as for the guard)."""
+        cores = os.cpu_count() or 1
+        values = self.space.params.get("THREADS")
+        if values and self.threads_held:
+            return min(cores, max(declared_threads({"THREADS": v}) or 1 for v in values))
+        return self.guard_threads({"THREADS": cores}) if self.op.memory_bound else cores
+
     def _limit_ms(self) -> float | None:
         """Memory-bound operators: the time at the roof of the cache level the goal's working
-        set fits in, at every thread (at the measured copy bandwidth without roofs).
-        Compute-bound ones: at the FP32 peak at every thread."""
-        cores = os.cpu_count() or 1
+        set fits in, at the run's threads (run_threads; at the measured copy bandwidth without
+        roofs). Compute-bound ones: at the FP32 peak at the run's threads."""
         if not self.op.memory_bound:
-            peak = self.peak()
-            gflops = max(peak.gflops(cores), self._measured_beside.get(
-                (compute_roof.LEVEL, cores), 0.0)) if peak is not None else 0.0
-            return sum(self.work(s) for s in self.shapes) / (gflops * 1e9) * 1e3 if gflops else None
+            peak = self._roof_at(self.run_threads())
+            return peak.roof_ms() if peak is not None else None
         b = self.baselines()
         if not b or not b.get("copy_gbs"):
             return None
-        roof = self.roof({"THREADS": cores})
+        roof = self._roof_at(self.run_threads())
         if roof is not None:
             return roof.roof_ms()
         return sum(self.work(s) for s in self.shapes) / (b["copy_gbs"] * 1e9) * 1e3

@@ -61,6 +61,18 @@ from app.gpu.verify import CheckCase, GuardedOutput, make_inputs, tolerance_for
 RETIME_BLOCKS = 4
 
 
+def declared_threads(config: dict[str, Any]) -> int | None:
+    """The threads a configuration declares (THREADS, at least one; one when it is not a
+    number), as the kernel host holds the candidate's process to them; None: none declared.
+    The engine reads the same figure for the roof it shows (CpuEvaluator.shown_threads)."""
+    if "THREADS" not in config:
+        return None
+    try:
+        return max(1, int(config["THREADS"]))
+    except (TypeError, ValueError):
+        return 1
+
+
 class CpuKernelBackend:
     """The cascade's CPU hooks (app.gpu.cascade.CascadeBackend); lives in the worker process."""
 
@@ -96,10 +108,7 @@ class CpuKernelBackend:
         """The candidate's process is held to the THREADS its configuration declares (the
         goal's restrictions bound it); without THREADS it may use every core."""
         if self.host is not None:
-            try:
-                self.host.thread_limit = max(1, int(config["THREADS"])) if "THREADS" in config else 0
-            except (TypeError, ValueError):
-                self.host.thread_limit = 1
+            self.host.thread_limit = declared_threads(config) or 0
 
     def check_resources(self, built: Built, config: dict[str, Any]) -> dict[str, Any]:
         info: dict[str, Any] = {"library_bytes": built.artifact.stat().st_size}
