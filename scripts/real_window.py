@@ -11,6 +11,7 @@ runs finished with evaluations. Uses a throwaway database and settings file.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import sys
 import tempfile
@@ -40,15 +41,18 @@ def main(argv: list[str] | None = None) -> int:
     if app.platformName() != "xcb":
         print(json.dumps({"error": f"needs the xcb platform, got {app.platformName()}"}))
         return 2
+    from app.ui.app import configure_application
     from app.ui.main_window import MainWindow
 
+    configure_application(app)  # as the application does
     tmp = Path(tempfile.mkdtemp(prefix="kernelswarm-real-window-"))
     settings = QSettings(str(tmp / "settings.ini"), QSettings.IniFormat)
     window = MainWindow(db_path=tmp / "history.sqlite", settings=settings)
     window.interactive = False
     window.resize(width, height)
     window.show()
-    report: dict = {"platform": app.platformName(), "shots": [], "runs": []}
+    report: dict = {"platform": app.platformName(), "shots": [], "runs": [],
+                    "gc_automatic": gc.isenabled()}
 
     def pump(seconds: float) -> None:
         end = time.monotonic() + seconds

@@ -20,6 +20,15 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
+def configure_application(app) -> None:
+    """What the window's process sets once its QApplication exists (the real-window script
+    does the same): its desktop entry, and garbage collected on the GUI thread only."""
+    from app.ui.gui_gc import collect_on_gui_thread
+
+    app.setDesktopFileName("kernelswarm")
+    collect_on_gui_thread()
+
+
 def run_gui(argv: list[str] | None = None) -> int:
     """Open the main window and run the event loop; returns the exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -49,7 +58,7 @@ def run_gui(argv: list[str] | None = None) -> int:
     QCoreApplication.setApplicationName("KernelSwarm")
     QCoreApplication.setApplicationVersion(__version__)
     app = QApplication.instance() or QApplication([sys.argv[0] if sys.argv else "kernelswarm"])
-    app.setDesktopFileName("kernelswarm")
+    configure_application(app)
     handler = ExceptionHandler(app)
     handler.install()
     log.info("KernelSwarm %s starting; log at %s", __version__, log_path)

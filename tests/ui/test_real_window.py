@@ -54,6 +54,7 @@ def test_replay_and_cpu_goals_run_in_the_real_window(x_display, tmp_path):
     assert proc.stdout.strip(), proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert report["platform"] == "xcb"
+    assert report["gc_automatic"] is False  # collected on the GUI thread (app.ui.gui_gc)
     for run in report["runs"]:
         assert run["error"] is None, run
         assert run["evaluations"] > 0, run
