@@ -20,6 +20,10 @@ from project_paths import ROOT, SMALL_SPACE
 
 from app.goal import Goal, GoalError
 
+# Ray's tests run on their own, after the parallel part of the suite (README): beside another
+# worker's tests a run whose head the test kills hung (cause not pinned down)
+pytestmark = pytest.mark.cluster
+
 ray = pytest.importorskip("ray")
 
 RAY = str(Path(sys.executable).parent / "ray")
@@ -345,6 +349,7 @@ def test_the_cluster_going_away_never_blames_a_candidate(tmp_path, fallback):
                          text=True, timeout=180, check=False)
     import json
 
+    assert out.stdout.strip(), out.stderr[-4000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["reason"] == "max_evals", got
     assert len(got["keys"]) == 20 and len(set(got["keys"])) == 20  # nothing lost or twice

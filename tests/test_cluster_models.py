@@ -28,6 +28,10 @@ from project_paths import GOALS, ROOT, SMALL_SPACE
 
 from app.goal import Goal
 
+# Ray's tests run on their own, after the parallel part of the suite (README): beside another
+# worker's tests a run whose head the test kills hung (cause not pinned down)
+pytestmark = pytest.mark.cluster
+
 RAY = str(Path(sys.executable).parent / "ray")
 
 
