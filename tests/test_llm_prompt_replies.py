@@ -85,9 +85,10 @@ def test_a_refusal_by_another_requests_reservation_does_not_stop_the_agent():
         assert first_in.wait(5)
         got = []
         t_end = time.monotonic() + 8
+        # only the waiter asks again: more of the holder's requests would spend the budget
+        # for real (on a busy machine they got in first and the waiter was rightly refused)
         while not got and time.monotonic() < t_end:
             got = waiter.propose(board, 1)
-            holder.propose(board, 1)
             time.sleep(0.02)
         holder.close()
         waiter.close()
