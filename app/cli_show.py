@@ -7,6 +7,7 @@ import sys
 
 from app.cli_common import CliError, _fmt, _learned_from, _open_store, _when, summary_lines
 from app.core.noise import ImprovementCount, new_bests
+from app.core.types import Evaluation
 from app.core.units import run_unit
 
 
@@ -34,7 +35,6 @@ def cmd_show(args: argparse.Namespace) -> int:
         rows = store.evaluation_rows(args.run_id)
         lessons = current_lessons(store.lessons(run_id=args.run_id))
         usage = store.llm_usage(args.run_id)
-        history = [e for _, e, _ in store.load_evaluations(args.run_id)]
     unit = run_unit(run, goal.objective.metric)
     summary = summarize(run, rows, unit=unit)  # the model `run`, the report and the window read
     device = run["device"].get("name", "?") if isinstance(run["device"], dict) else run["device"]
@@ -56,6 +56,7 @@ def cmd_show(args: argparse.Namespace) -> int:
     for line in summary_lines(summary):
         print(line)
     # the count `run` printed and the window shows, from the same stored rows (app.core.noise)
+    history = [Evaluation.from_dict(r) for r in rows]  # the rows read above, not read again
     print("  " + ImprovementCount.of(new_bests(history, goal.objective.minimize)).sentence())
     ok = [r for r in rows if r["ok"]]
     ok.sort(key=lambda r: r["value"], reverse=not goal.objective.minimize)

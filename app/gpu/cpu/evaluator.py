@@ -191,10 +191,6 @@ class CpuEvaluator(BackendEvaluator):
         refusing anything."""
         return self._roof_at(self.guard_threads(config, source))
 
-    def shown_roof(self, config: dict[str, Any], source: str | None = None) -> RoofCheck | None:
-        """The roof a kept candidate's figure is shown against, at shown_threads."""
-        return self._roof_at(self.shown_threads(config, source))
-
     def _roof_at(self, threads: int) -> RoofCheck | None:
         """The roof at `threads` threads: the cached one, raised by what was measured beside a
         candidate at that count this run. None: no roof here."""
@@ -269,10 +265,12 @@ class CpuEvaluator(BackendEvaluator):
         return request, before
 
     def _finish(self, ev: Evaluation, request: CascadeRequest) -> None:
-        self._hardware_fraction(ev, request.roof_check)
-        if request.roof_check is not None:
-            self._show_against(ev, request.roof_check,
-                               self.shown_roof(request.config, request.source))
+        check = request.roof_check
+        self._hardware_fraction(ev, check)
+        if ev.ok and check is not None:  # a second roof only where fewer threads are shown
+            shown = self.shown_threads(request.config, request.source)
+            if shown < check.threads:
+                self._show_against(ev, check, self._roof_at(shown))
         if ev.ok:
             self._relative_metrics(ev, self._baselines or {})
 
@@ -305,7 +303,7 @@ class CpuEvaluator(BackendEvaluator):
     @staticmethod
     def _show_against(ev: Evaluation, held: RoofCheck, shown: RoofCheck | None) -> None:
         """A kept figure's fraction of the hardware, shown against the roof of the threads its
-        process is held to (shown_roof) where they are fewer than the guard's. A figure beyond
+        process is held to (shown_threads) where they are fewer than the guard's. A figure beyond
         that roof (cached on a loaded machine, say) keeps the roof the guard held it to: the
         guard measured that one again beside it."""
         if not ev.ok or shown is None or shown.threads >= held.threads or ev.time_ms <= 0 \
