@@ -83,6 +83,11 @@ def _close(rewrite: Evaluation, parent: Evaluation) -> tuple[Evaluation, Attempt
                           parent.p10_ms, parent.p90_ms, parent)
 
 
+def _apart(e: Evaluation) -> Evaluation:
+    """A quiet first measurement: the spread within 10% of the median."""
+    return replace(e, p10_ms=e.time_ms * 0.95, p90_ms=e.time_ms * 1.05)
+
+
 @needs_cc
 def test_a_close_call_is_retimed_and_the_lesson_follows_the_retiming(kernels):
     evaluator, fast, slow, _ = kernels
@@ -124,7 +129,11 @@ def test_a_close_call_is_retimed_and_the_lesson_follows_the_retiming(kernels):
 @needs_cc
 def test_no_retiming_when_the_spreads_separate_or_the_cap_is_spent(kernels):
     evaluator, fast, slow, config = kernels
-    assert fast.p90_ms < slow.p10_ms  # the first measurement already tells them apart
+    # The first measurement already tells them apart. Real spreads can overlap on a loaded
+    # machine (CI runs tests two at a time: fast's p90 0.93 ms against slow's p10 0.79 ms), so
+    # the spreads are narrowed by hand around the real medians, which the fixture keeps > 3x apart.
+    fast, slow = _apart(fast), _apart(slow)
+    assert fast.p90_ms < slow.p10_ms
     retime = Counting(evaluator.retime_pair)
     book, published = _book(retime, max_retimes=1)
     book.note_attempt(Attempt(fast.key, "llm-memory", "idea", slow.key, slow.value,
