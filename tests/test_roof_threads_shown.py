@@ -149,8 +149,8 @@ COMPUTE_GOAL_TOML = GOAL_TOML.replace("THREADS = [1, 2]", "THREADS = [1]").repla
 
 def test_the_runs_roof_line_is_at_the_most_threads_the_space_allows(tmp_path):
     """Every configuration declares THREADS=1 and is held to it: the run's roof line (limit)
-    is the one-thread peak, not every core's. (A compute-bound goal: your own memory-bound
-    kernel has no run-level roof line, it has no copy baseline.)"""
+    is the one-thread peak, not every core's. (A compute-bound goal; the memory-bound one is
+    the next test.)"""
     (tmp_path / "scale.c").write_text(HONEST_C)
     (tmp_path / "reference.py").write_text(REFERENCE_PY)
     (tmp_path / "goal.toml").write_text(COMPUTE_GOAL_TOML)
@@ -164,6 +164,16 @@ def test_the_runs_roof_line_is_at_the_most_threads_the_space_allows(tmp_path):
         assert ev.limit() == pytest.approx(N / (peak.gflops(1) * 1e9) * 1e3)
     finally:
         ev.close()
+
+
+def test_your_own_memory_bound_kernel_has_a_run_roof_line(high):
+    """No library baseline (so no copy bandwidth) for your own kernel, but the same cached
+    roofs: the run's roof line is the DRAM roof at the most threads the space allows (2)."""
+    assert high.op.memory_bound and high.baselines() is None
+    threads = min(2, os.cpu_count() or 1)
+    assert high.run_threads() == threads
+    want = high.roofs().bandwidth("DRAM", threads)
+    assert high.limit() == pytest.approx(2 * 4 * N / (want * 1e9) * 1e3)
 
 
 @pytest.mark.parametrize("source, reason, says", [

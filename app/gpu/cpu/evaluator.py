@@ -381,16 +381,14 @@ class CpuEvaluator(BackendEvaluator):
     def _limit_ms(self) -> float | None:
         """Memory-bound operators: the time at the roof of the cache level the goal's working
         set fits in, at the run's threads (run_threads; at the measured copy bandwidth without
-        roofs). Compute-bound ones: at the FP32 peak at the run's threads."""
-        if not self.op.memory_bound:
-            peak = self._roof_at(self.run_threads())
-            return peak.roof_ms() if peak is not None else None
+        roofs). Compute-bound ones: at the FP32 peak at the run's threads. The roof comes first:
+        your own kernel has no baselines (so no copy bandwidth) but the same roofs."""
+        roof = self._roof_at(self.run_threads())
+        if roof is not None or not self.op.memory_bound:
+            return roof.roof_ms() if roof is not None else None
         b = self.baselines()
         if not b or not b.get("copy_gbs"):
             return None
-        roof = self._roof_at(self.run_threads())
-        if roof is not None:
-            return roof.roof_ms()
         return sum(self.work(s) for s in self.shapes) / (b["copy_gbs"] * 1e9) * 1e3
 
     def device(self) -> DeviceInfo:
