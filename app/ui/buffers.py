@@ -191,16 +191,17 @@ class RunData:
         self._rebest()
         return True
 
-    def recheck(self, key: str, value: float | None) -> bool:
+    def recheck(self, key: str, evaluation: Evaluation) -> bool:
         """A stored row was verified and timed again (a resumed run): the figure measured now
-        replaces the stored one."""
+        and its spread replace the stored ones, as the reopened run will read them."""
         try:
             row = self.keys.index(key)
         except ValueError:
             return False
-        if value is None or math.isnan(self.value.view()[row]):
+        if evaluation.value is None or math.isnan(self.value.view()[row]):
             return False
-        self.value.view()[row] = float(value)
+        self.value.view()[row] = float(evaluation.value)
+        self.spread.view()[row] = spread_of(evaluation.metrics)
         self._rebest()
         return True
 

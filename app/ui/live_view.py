@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 
 from app.core.events import AgentCredit, Evaluated, RunFinished, RunStarted, Telemetry
 from app.core.noise import NOISE_TIP
+from app.core.types import Evaluation
 from app.run_summary import RunSummary
 from app.ui.buffers import RunData
 from app.ui.live_plots import (
@@ -256,9 +257,9 @@ class LiveView(QWidget):
             self.failures.clear_run()
             self.redraw()
 
-    def on_rechecked(self, key: str, value: float | None) -> None:
+    def on_rechecked(self, key: str, evaluation: Evaluation) -> None:
         """A stored best was verified and timed again: its figure is the one measured now."""
-        if self.data.recheck(key, value):
+        if self.data.recheck(key, evaluation):
             self.convergence.clear_points()
             self.redraw()
 

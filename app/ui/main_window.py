@@ -476,7 +476,7 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
     def _on_rechecked(self, event) -> None:
         """A stored best (a resumed run's history) passed its re-check: the window shows the
         figure measured now, never the stored one."""
-        self.live.on_rechecked(event.key, event.evaluation.value)
+        self.live.on_rechecked(event.key, event.evaluation)
         self.table.flush()
         self.table.model.replace(event.evaluation)
         self.statusBar().showMessage(f"stored best {event.key[:10]} {event.evaluation.detail}",
