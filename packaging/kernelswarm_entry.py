@@ -61,8 +61,14 @@ def _cli_knows(command: str) -> bool:
 
 
 def main() -> int:
-    # Worker processes are spawned from this executable; this makes them workers, not apps.
-    multiprocessing.freeze_support()
+    # Our own child processes (sandbox cells, the compile helper, the sandbox probe, a Kernel
+    # Tuner script's cell, the compile preview) are this executable with ENTRY_FLAG: nothing
+    # else is imported first (a cell must be single-threaded when it enters its sandbox).
+    from app.core.entry_points import ENTRY_FLAG, run  # imports nothing else
+
+    if sys.argv[1:2] == [ENTRY_FLAG]:
+        return run(sys.argv[2] if len(sys.argv) > 2 else "", sys.argv[3:])
+    multiprocessing.freeze_support()  # what a library spawns through multiprocessing
     probe = os.environ.get(PROBE_ENV)
     if probe:
         try:

@@ -77,6 +77,53 @@ if [[ -z "$driver" ]]; then pass "bundle holds no NVIDIA driver library"
 else fail "bundle holds driver libraries: $driver"; fi
 check_app bundle "$BUNDLE/kernelswarm"
 
+# The bundle's own processes (cells, compile helper, probe) start as a source install's do,
+# with the same walls; before, it reported every wall "partial: frozen build".
+home="$(fresh_home walls)"
+walls="$(with_home "$home" timeout 120 "$BUNDLE/kernelswarm" devices 2>&1 | grep '^sandbox ')"
+if source_walls="$(with_home "$home" timeout 120 python -m app devices 2>&1)"; then
+  source_walls="$(grep '^sandbox ' <<<"$source_walls")"
+  if [[ -n "$walls" && "$walls" == "$source_walls" ]]; then
+    pass "bundle sandbox: the same $(wc -l <<<"$walls") walls as the source install"
+  else
+    fail "bundle sandbox differs from the source install's:"
+    diff <(echo "$source_walls") <(echo "$walls") | head -20 | sed 's/^/      /'
+  fi
+elif [[ -n "$walls" ]] && ! grep -q 'frozen' <<<"$walls"; then
+  pass "bundle sandbox: $(wc -l <<<"$walls") walls (no source install here to compare with)"
+else
+  fail "bundle sandbox: $walls"
+fi
+
+# The custom-kernel page's "compile one configuration" (a child process of the window)
+out="$(with_home "$home" timeout 120 "$BUNDLE/kernelswarm" --kernelswarm-entry \
+       app.gpu.custom_reference.preview:main resources/goals/custom/pnpoly_c/goal.toml 2>&1)"
+if [[ "$out" == configuration:* ]]; then pass "bundle compile preview: ${out%%$'\n'*}"
+else fail "bundle compile preview: $(tail -c 600 <<<"$out")"; fi
+
+# A colleague's Kernel Tuner script, imported in its cell by the bundle (the cell is the
+# bundle's executable too; before, it only got the CLI's usage error).
+home="$(fresh_home import-kt)"
+mkdir -p "$home/colleague"
+cat > "$home/colleague/tune.py" <<'PY'
+from collections import OrderedDict
+import numpy as np
+from kernel_tuner import tune_kernel
+kernel = "void vector_add(float *c, const float *a, const float *b, int n) {\n" \
+         "    for (int i = 0; i < n; i++) c[i] = a[i] + b[i];\n}\n"
+a = np.random.randn(1000).astype(np.float32)
+b = np.random.randn(1000).astype(np.float32)
+tune_kernel("vector_add", kernel, 1000, [np.zeros_like(a), a, b, np.int32(1000)],
+            OrderedDict(block=[1, 2]), lang="C", answer=[a + b, None, None, None])
+PY
+out="$(with_home "$home" timeout 300 "$BUNDLE/kernelswarm" import-kt "$home/colleague/tune.py" \
+       -o "$home/goal" 2>&1)"
+if grep -q 'vector_add' "$home/goal/goal.toml" 2>/dev/null; then
+  pass "bundle import-kt: a Kernel Tuner script imported in its sandbox cell"
+else
+  fail "bundle import-kt: $(tail -c 600 <<<"$out")"
+fi
+
 # ---- 2. the .deb in a scratch root -----------------------------------------------------------
 DEB="$(ls "$DIST"/kernelswarm_"$VERSION"_*.deb 2>/dev/null | grep -v nocuda | head -1)"
 [[ -n "$DEB" ]] || DEB="$(ls "$DIST"/kernelswarm_"$VERSION"_*.deb 2>/dev/null | head -1)"

@@ -334,24 +334,6 @@ def test_a_cell_killed_from_outside_leaves_no_scratch_behind():
         pool.close()
 
 
-def test_frozen_builds_start_cells_through_multiprocessing(monkeypatch):
-    """A frozen bundle cannot run `python -c`: its workers are spawned by multiprocessing and
-    scrub their environment in place (reported as partial), with every other wall the same."""
-    monkeypatch.setenv("KS_CANARY_SECRET", "leak")
-    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-frozen-")
-    pool.workers[0].via_multiprocessing = True
-    try:
-        got = ask(pool, "env")
-        assert "KS_CANARY_SECRET" not in got["env"]
-        protections = pool.workers[0].protections
-        assert protections["environment"].startswith("partial")
-        if seccomp.available() == "":
-            assert protections["processes"].startswith("on")
-        assert ask(pool, "threads") == [0, 1, 2, 3]
-    finally:
-        pool.close()
-
-
 def test_python_paths_readable_but_not_a_checkout_or_the_home():
     site = sysconfig.get_paths()["purelib"]
     installed_read, _ = sandbox._python_read_paths(
@@ -364,8 +346,10 @@ def test_python_paths_readable_but_not_a_checkout_or_the_home():
     assert "/home/me/project" in installed_read  # below the home is fine, the home itself is not
 
 
-@pytest.mark.parametrize("entry", ["from app.gpu.worker import _cell_main",
-                                   "from app.gpu.sandbox import probe_here"])
+@pytest.mark.parametrize("entry", ["from app.core.entry_points import run",
+                                   "from app.gpu.worker import cell_main",
+                                   "from app.gpu.sandbox import probe_here",
+                                   "from app.kt_import.cell import cell_main"])
 def test_a_cell_is_single_threaded_until_it_enters_its_sandbox(entry):
     """A user namespace needs a single-threaded process: what a cell imports before
     enter_cell must not load numpy (OpenBLAS starts its threads at import). An eager import

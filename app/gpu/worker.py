@@ -24,8 +24,6 @@ import atexit
 import contextlib
 import importlib
 import io
-import json
-import multiprocessing as mp
 import os
 import pickle
 import queue
@@ -43,6 +41,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
+from app.core import entry_points
 from app.core.types import CRASH, OUT_OF_MEMORY, RUNTIME_FAILED, TIMEOUT
 from app.gpu import sandbox
 from app.paths import baseline_cache_dir, cache_dir
@@ -141,29 +140,14 @@ def _line_buffered_output() -> None:
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
-def _cell_main(fd: int) -> None:
-    """Entry point of a worker process started as a sandbox cell (see Worker.start)."""
+def cell_main(argv: list[str]) -> None:
+    """Entry point of a worker process started as a sandbox cell (see Worker.start); argv: the
+    descriptor of its end of the socket pair."""
     _line_buffered_output()
-    conn = Connection(fd)
+    conn = Connection(int(argv[0]))
     _tag, factory_spec, args, plan = conn.recv()
     # Everything up to the seal runs before any thread exists: namespaces and Landlock need it.
     applied = sandbox.enter_cell(plan)
-    _serve(conn, factory_spec, args, plan, applied)
-
-
-def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan: Any) -> None:
-    """Entry point of a worker started by multiprocessing (frozen builds, where the interpreter
-    cannot be started with -c): the environment is scrubbed in place, the rest is the same."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    _line_buffered_output()
-    clean = sandbox.cell_environment(plan.scratch, sandbox.cache_environment(
-        str(cell_cache(plan.kind)), plan.kind))
-    os.environ.clear()
-    os.environ.update(clean)
-    applied = sandbox.enter_cell(plan)
-    applied["environment"] = "partial: scrubbed in process (frozen build)"
     _serve(conn, factory_spec, args, plan, applied)
 
 
@@ -259,8 +243,6 @@ class Worker:
         self.kind = kind if kind != "auto" else ("gpu" if "cuda" in factory else "cpu")
         self.protections: dict[str, str] = {}
         self.scratch: str | None = None
-        # A frozen bundle cannot start its interpreter with -c: multiprocessing spawns it
-        self.via_multiprocessing = bool(getattr(sys, "frozen", False))
         self.served = self.restarts = 0
         self._proc: Any = None
         self._conn: Any = None
@@ -276,8 +258,7 @@ class Worker:
         plan = sandbox.plan_cell(self.kind, self.scratch,
                                  sandbox.writable_caches(cache, self.kind),
                                  self.memory_limit_bytes, self.programs)
-        self._proc, self._conn = (self._spawn(plan) if self.via_multiprocessing
-                                  else self._start_cell(plan, cache))
+        self._proc, self._conn = self._start_cell(plan, cache)
         self.served = 0
         if not self._conn.poll(_START_TIMEOUT_S):
             self.stop()
@@ -296,15 +277,15 @@ class Worker:
         sandbox.report_off(self.protections)  # the parent's log says it too, once
 
     def _start_cell(self, plan: Any, cache: Any) -> tuple[_CellProcess, Connection]:
-        """A fresh interpreter with an allow-listed environment, talking over a socket pair."""
+        """A fresh interpreter (the bundle's executable, frozen) with an allow-listed
+        environment, talking over a socket pair."""
         ours, theirs = socket.socketpair()
-        boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-                "from app.gpu.worker import _cell_main; _cell_main(int(sys.argv[2]))")
         env = sandbox.cell_environment(self.scratch, sandbox.cache_environment(cache, plan.kind))
         with open(self.log_path, "ab") as log:
             try:
                 popen = subprocess.Popen(
-                    [sys.executable, "-I", "-c", boot, json.dumps(plan.sys_path), str(theirs.fileno())],
+                    entry_points.command("app.gpu.worker:cell_main", str(theirs.fileno()),
+                                         sys_path=plan.sys_path),
                     env=env, cwd=self.scratch, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
                     pass_fds=(theirs.fileno(),), start_new_session=True)
             finally:
@@ -312,18 +293,6 @@ class Worker:
         conn = Connection(ours.detach())
         conn.send(("init", self.factory, self.args, plan))
         return _CellProcess(popen), conn
-
-    def _spawn(self, plan: Any) -> tuple[Any, Any]:
-        ctx = mp.get_context("spawn")  # never fork: the parent has threads (and maybe Qt, CUDA)
-        parent, child = ctx.Pipe()
-        proc = ctx.Process(target=_worker_main,
-                           args=(child, self.factory, self.args, self.log_path, plan),
-                           name=f"kernelswarm-{self.name}", daemon=True)
-        try:
-            proc.start()
-        finally:
-            child.close()
-        return proc, parent
 
     @property
     def pid(self) -> int | None:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import os
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from PySide6.QtWidgets import (
 
 from app.catalog.custom.spec import ARG_DTYPES, FILLS, ROLES, entry_names
 from app.catalog.custom.toml_text import goal_text
+from app.core import entry_points
 from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable, StopRules
 from app.ui.custom_kernel_fields import (
@@ -571,7 +571,9 @@ class CustomKernelPage(QDialog):
         process.setProcessChannelMode(QProcess.MergedChannels)
         process.setWorkingDirectory(str(Path(__file__).resolve().parents[2]))
         process.finished.connect(self._preview_finished)
-        process.start(sys.executable, ["-m", "app.gpu.custom_reference.preview", self._preview_goal])
+        argv = entry_points.command("app.gpu.custom_reference.preview:main", self._preview_goal,
+                                    isolated=False)  # the bundle's executable, frozen
+        process.start(argv[0], argv[1:])
         return True
 
     def cancel_preview(self) -> None:

@@ -40,6 +40,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from app.core import entry_points
 from app.gpu.sandbox import env as _env
 from app.gpu.sandbox import landlock, limits, mounts, namespaces, seccomp, tree
 from app.gpu.sandbox.helper import ToolClient
@@ -204,15 +205,10 @@ def status() -> dict[str, str]:
     """Which protections a cell gets on this machine (probed in a throw-away process)."""
     if not enabled():
         return _switched_off()
-    if getattr(sys, "frozen", False):  # the bundle's binary cannot run `-c`: no probe process
-        return {p: "partial: frozen build (environment scrubbed in process; other walls as "
-                   "the platform allows)" for p in STATUS_NAMES}
-    probe = ("import json, sys; sys.path[:0] = json.loads(sys.argv[1]); "
-             "from app.gpu.sandbox import probe_here; print(json.dumps(probe_here()))")
     try:
         with tempfile.TemporaryDirectory(prefix="kernelswarm-probe-") as scratch:
-            out = subprocess.run([sys.executable, "-I", "-c", probe, json.dumps(sys.path),
-                                  scratch], capture_output=True, text=True, timeout=60,
+            out = subprocess.run(entry_points.command("app.gpu.sandbox:probe_main", scratch),
+                                 capture_output=True, text=True, timeout=60,
                                  check=False, env=_env.cell_environment(scratch), cwd=scratch)
         found = json.loads(out.stdout.strip().splitlines()[-1])
     except (OSError, subprocess.TimeoutExpired, ValueError, IndexError) as exc:
@@ -228,10 +224,14 @@ def sandbox_summary() -> str:
     return ", ".join(on) + " on" + (f"; OFF: {'; '.join(off)}" if off else "")
 
 
-def probe_here() -> dict[str, str]:
+def probe_main(argv: list[str]) -> None:
+    """Entry point of the probe process (status): prints probe_here's lines as JSON."""
+    print(json.dumps(probe_here(argv[0] if argv else "")))
+
+
+def probe_here(scratch: str) -> dict[str, str]:
     """Run in a fresh single-threaded process: which mechanisms this kernel grants."""
     spaces = namespaces.isolate()  # forks: this is the cell inside the namespaces from here on
-    scratch = sys.argv[2] if len(sys.argv) > 2 else ""
     view = (_file_view(spaces["mount namespace"], plan_cell("cpu", scratch).rules, scratch)
             if scratch else "unknown: no scratch directory given to the probe")
     net = spaces["network"]
@@ -321,11 +321,10 @@ def enter_cell(plan: CellPlan) -> dict[str, str]:
     seccomp.available()  # loads libseccomp now: finding it runs ldconfig, refused once walled
     if plan.programs:  # the helper shares the namespaces, gets its own limits and files rules
         try:
-            boot = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-                    "from app.gpu.sandbox.helper import main; main(sys.argv[2])")
-            proc = subprocess.Popen([sys.executable, "-I", "-c", boot, json.dumps(plan.sys_path),
-                                     plan.to_json()], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, text=True, cwd=plan.scratch)
+            proc = subprocess.Popen(entry_points.command("app.gpu.sandbox.helper:main",
+                                                         plan.to_json(), sys_path=plan.sys_path),
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                    cwd=plan.scratch)
             _tools = ToolClient(proc)  # it gets ready while the worker imports its handler
         except OSError as exc:
             applied["compiler"] = f"off: the compile helper did not start ({exc})"
@@ -361,10 +360,10 @@ def seal_cell(plan: CellPlan, applied: dict[str, str]) -> None:
     if plan.kind == "baseline":
         applied["processes"] = applied["process-acting calls"] = BASELINE_LINE
         return
-    if _tools is None and plan.kind == "cpu":  # no compile helper (frozen build): the cell
+    if _tools is None and plan.kind == "cpu":  # the compile helper did not start: the cell
         # itself must still start the compiler, so it stays unsealed; the status says so
         applied["processes"] = applied["process-acting calls"] = (
-            "off: no compile helper in this build (the compiler runs here)")
+            "off: no compile helper (the compiler runs here)")
         return
     applied["processes"] = seccomp.seal(kill=plan.kind == "cpu",
                                         allow_unix_sockets=plan.kind == "gpu")

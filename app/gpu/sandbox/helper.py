@@ -60,13 +60,14 @@ def _run(argv: list[str], timeout: float | None) -> dict[str, Any]:
             "stderr": err.decode("utf-8", "replace")}
 
 
-def main(config_json: str) -> None:
-    """Entry point of the helper process (stdin: requests, stdout: replies, one JSON a line)."""
+def main(argv: list[str]) -> None:
+    """Entry point of the helper process (argv: its JSON configuration; stdin: requests,
+    stdout: replies, one JSON a line)."""
     from app.gpu.sandbox import landlock, limits, seccomp
 
     _die_with_parent()
     seccomp.available()  # loads libseccomp before the walls (finding it runs ldconfig)
-    config = json.loads(config_json)
+    config = json.loads(argv[0])
     protections = {"limits": limits.apply(limits.COMPILER_LIMITS),
                    "files": landlock.restrict(landlock.FileRules(**config["rules"])),
                    "processes": seccomp.seal_compiler()}
