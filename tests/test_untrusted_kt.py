@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import ctypes
 import os
+import shutil
 import socket
+import subprocess
+import sys
+import tempfile
 import threading
 from pathlib import Path
+
+import pytest
+from project_paths import ROOT
 
 from app.cli import main
 
@@ -173,3 +180,51 @@ def test_a_script_reading_outside_its_directory_is_told_why(tmp_path, capsys):
     _, err = capsys.readouterr()
     assert rc == 1 and err.count("\n") == 1, err
     assert "FileNotFoundError" in err and "own directory" in err and "--trust-script" in err
+
+
+HONEST = '''
+from collections import OrderedDict
+import numpy as np
+from kernel_tuner import tune_kernel
+
+kernel = """
+void vector_add(float *c, const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) c[i] = a[i] + b[i];
+}
+"""
+size = 1000
+a = np.random.randn(size).astype(np.float32)
+b = np.random.randn(size).astype(np.float32)
+c = np.zeros_like(b)
+tune_kernel("vector_add", kernel, size, [c, a, b, np.int32(size)], OrderedDict(block=[1, 2]),
+            lang="C", answer=[a + b, None, None, None])
+'''
+
+
+@pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"),
+                    reason="drops from root to nobody; as any other user the tests above are it")
+def test_a_user_who_is_not_root_gets_the_cell_too():
+    """A user namespace (the cell's network wall without root) needs a single-threaded
+    process. The cell's entry once imported numpy first (OpenBLAS threads), so for anyone but
+    root the cell had no network wall and every import was refused. Run as nobody.
+    (The cell's entry alone: test_sandbox's single-threaded test.)"""
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    child = "import subprocess, sys; subprocess.run([sys.executable, '-c', 'import app'], check=True)"
+    here = subprocess.run([*nobody, sys.executable, "-c", child], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60, check=False)
+    if here.returncode != 0:  # e.g. an interpreter under /root
+        pytest.skip(f"nobody cannot start this interpreter: {here.stderr.strip()[-160:]}")
+    work = Path(tempfile.mkdtemp(prefix="kernelswarm-kt-nobody-"))
+    try:
+        work.chmod(0o777)
+        script = work / "tune.py"
+        script.write_text(HONEST)
+        script.chmod(0o644)
+        out = subprocess.run(
+            [*nobody, sys.executable, "-m", "app", "import-kt", str(script), "-o", str(work / "goal")],
+            cwd=ROOT, capture_output=True, text=True, timeout=180, check=False,
+            env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(work)})
+        assert out.returncode == 0, out.stderr
+        assert "vector_add" in (work / "goal" / "goal.toml").read_text()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
