@@ -20,12 +20,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+from app.core import entry_points
 from app.gpu import sandbox
 
 # The walls without which a script could reach the key, the user's files or the network.
 NEEDED = ("environment", "network", "files", "processes")
-BOOT = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-        "from app.kt_import.cell import cell_main; sys.exit(cell_main(sys.argv[2:]))")
 
 
 class CellUnavailable(RuntimeError):
@@ -59,20 +58,16 @@ def run_in_cell(script: Path, work: Path, timeout_s: float) -> subprocess.Comple
         raise CellUnavailable("; ".join(problems))
     plan = plan_for(script, work)
     env = sandbox.cell_environment(str(work))
-    return _run([sys.executable, "-I", "-c", BOOT, _json(plan.sys_path), str(script), str(work)],
+    return _run(entry_points.command("app.kt_import.cell:cell_main", str(script), str(work),
+                                     sys_path=plan.sys_path),
                 env, str(work), pickle.dumps(plan), timeout_s)
 
 
 def run_trusted(script: Path, work: Path, timeout_s: float) -> subprocess.CompletedProcess:
     """The user said to trust the script: it runs with their rights and environment."""
-    return _run([sys.executable, "-m", "app.kt_import.runner", str(script), str(work)], None,
+    return _run(entry_points.command("app.kt_import.runner:main", str(script), str(work),
+                                     isolated=False), None,
                 str(Path(__file__).resolve().parents[2]), b"", timeout_s)
-
-
-def _json(value: object) -> str:
-    import json
-
-    return json.dumps(value)
 
 
 def _run(cmd: list[str], env: dict[str, str] | None, cwd: str, stdin: bytes,
