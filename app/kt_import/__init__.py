@@ -14,5 +14,7 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
+    if name not in ("import_script", "ImportRefused"):  # a submodule: the import system's
+        raise AttributeError(name)
     # import_module, not `from app.kt_import import importer`: that would ask this function
     return getattr(importlib.import_module("app.kt_import.importer"), name)

@@ -13,12 +13,12 @@ import os
 import re
 import runpy
 import sys
-import types
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from app.kt_import import absent
 from app.kt_import.restrictions import NotConvertible, to_expressions
 
 ARG_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "int32", "uint32", "int64", "uint64")
@@ -235,8 +235,7 @@ def install(out_dir: Path) -> None:
     try:
         import kernel_tuner as kt
     except ImportError:
-        kt = types.ModuleType("kernel_tuner")
-        sys.modules["kernel_tuner"] = kt
+        kt = absent.install()
     real_run = getattr(kt, "run_kernel", None)
 
     def tune_kernel(kernel_name, kernel_source, problem_size, arguments, tune_params, **kw):
@@ -285,7 +284,7 @@ def main(argv: list[str]) -> int:
         result = {"error": "the script never called kernel_tuner.tune_kernel"}
     except Captured:
         result = {"ok": True}
-    except Refused as exc:
+    except (Refused, absent.Unavailable) as exc:
         result = {"error": str(exc)}
     except SystemExit as exc:
         result = {"error": f"the script exited (code {exc.code}) before calling tune_kernel"}
