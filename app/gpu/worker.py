@@ -145,9 +145,13 @@ def cell_main(argv: list[str]) -> None:
     descriptor of its end of the socket pair."""
     _line_buffered_output()
     conn = Connection(int(argv[0]))
-    _tag, factory_spec, args, plan = conn.recv()
+    _tag, plan = conn.recv()
     # Everything up to the seal runs before any thread exists: namespaces and Landlock need it.
+    # So the handler's arguments are unpickled only then: a goal's operator imports numpy
+    # (OpenBLAS threads), and a process with threads cannot enter a user namespace (for a user
+    # who is not root, the cell would have no network, PID or mount namespace).
     applied = sandbox.enter_cell(plan)
+    _tag, factory_spec, args = conn.recv()
     _serve(conn, factory_spec, args, plan, applied)
 
 
@@ -291,7 +295,9 @@ class Worker:
             finally:
                 theirs.close()
         conn = Connection(ours.detach())
-        conn.send(("init", self.factory, self.args, plan))
+        conn.send(("plan", plan))
+        with contextlib.suppress(OSError):  # a cell that died entering its walls: start says so
+            conn.send(("handler", self.factory, self.args))
         return _CellProcess(popen), conn
 
     @property

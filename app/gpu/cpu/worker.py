@@ -4,9 +4,11 @@ host's child process (app.gpu.cpu.kernel_host), never in the worker itself."""
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import tempfile
@@ -435,8 +437,10 @@ def _start_host(program: str, flush_bytes: int) -> KernelHost | InProcessHost:
     plan = sandbox.current_plan()
     filters = None
     if plan is None or plan.enabled:
-        filters = tuple(os.path.join(tempfile.gettempdir(), f"candidate-{stage}.bpf")
-                        for stage in ("load", "run"))
+        # the cell's own scratch; outside a cell a private directory, never a fixed name in
+        # /tmp (another user could create it first, keep it writable and swap the filter)
+        where = plan.scratch if plan is not None else _private_dir()
+        filters = tuple(os.path.join(where, f"candidate-{stage}.bpf") for stage in ("load", "run"))
         line = sandbox.seccomp.export_candidate_filters(*filters)
         if line.startswith("on"):
             sandbox.note("candidates", sandbox.CANDIDATE_LINE)
@@ -445,6 +449,13 @@ def _start_host(program: str, flush_bytes: int) -> KernelHost | InProcessHost:
                          f"seccomp filters ({line})")
             filters = None
     return KernelHost(program, filters, flush_bytes)
+
+
+def _private_dir() -> str:
+    """A directory only this user can enter, removed at exit."""
+    path = tempfile.mkdtemp(prefix="kernelswarm-filters-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
 
 
 def host_program_for(tc: Toolchain) -> str:
