@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ KERNELS = Path(__file__).parent / "kernels"
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
 
 # the machine's cache roofs, measured once (~10 s) and shared by every test that needs them
-ROOF_FILE = Path(tempfile.gettempdir()) / "kernelswarm-test-cpu-roofs.json"
+ROOF_FILE = Path(tempfile.gettempdir()) / f"kernelswarm-test-cpu-roofs-{os.getuid()}.json"
 FAST = CpuSettings(
     timing=TimingSettings(warmup=1, min_samples=3, max_samples=5, max_seconds=0.2),
     baseline_timing=TimingSettings(warmup=1, min_samples=3, max_samples=3, max_seconds=0.2),

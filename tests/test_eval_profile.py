@@ -6,6 +6,7 @@ per candidate, named by its roof, or "no roof" where there is none. Real compile
 from __future__ import annotations
 
 import dataclasses
+import os
 import tempfile
 from pathlib import Path
 
@@ -21,7 +22,7 @@ from app.gpu.timing import TimingSettings, time_interleaved
 from app.gpu.verify import CheckCase, Tolerance, compare, make_inputs, make_outputs, plan_checks
 
 pytestmark = pytest.mark.skipif(find_compiler() is None, reason="needs a C compiler")
-ROOF_FILE = Path(tempfile.gettempdir()) / "kernelswarm-test-cpu-roofs.json"  # shared with others
+ROOF_FILE = Path(tempfile.gettempdir()) / f"kernelswarm-test-cpu-roofs-{os.getuid()}.json"  # shared with others
 FAST = CpuSettings(timing=TimingSettings(warmup=1, min_samples=3, max_samples=5, max_seconds=0.2),
                    baseline_timing=TimingSettings(warmup=1, min_samples=3, max_samples=3,
                                                   max_seconds=0.2),

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import logging
 import os
 import subprocess
 import tempfile
@@ -38,6 +39,8 @@ import numpy as np
 
 from app.gpu.trusted_cache import MAC_SUFFIX, load_trusted, store_trusted, trusted_dir
 from app.paths import baseline_cache_dir, cache_dir
+
+log = logging.getLogger("kernelswarm.roofs")
 
 PROBE_SOURCE = r"""
 #include <stddef.h>
@@ -341,7 +344,12 @@ def cached_figure(cache_file: Path, key: str, identity: str, max_age_s: float, r
     if figure is not None:
         return figure, True
     figure = measure_now()
-    store_trusted(cache_file, encode_figure(figure, identity))
+    try:
+        store_trusted(cache_file, encode_figure(figure, identity))
+    except OSError as exc:  # not kept (another user's file, a read-only home): still this
+        # run's roof; without it the guard against figures beyond the hardware would be off
+        log.warning("the measured figure could not be kept in %s (%s): it is measured again "
+                    "next time", cache_file, exc)
     return figure, False
 
 
