@@ -3,7 +3,9 @@
 #   1. the bundle in dist/kernelswarm: `kernelswarm --version` (matches pyproject.toml), no NVIDIA
 #      driver library inside, `kernelswarm selftest` (storage, replay run, CPU compile-and-run,
 #      NVRTC), the GUI started offscreen until its main window is up, with its output and log
-#      checked for import errors and missing Qt plugins;
+#      checked for import errors and missing Qt plugins; its sandbox lines equal the source
+#      install's, the compile preview and import-kt run from it, and (as root, with setpriv)
+#      your own kernel runs as nobody in a cell with every wall the probe promised;
 #   2. the .deb installed into a scratch root (dpkg --instdir, no container) and run the same
 #      way through /usr/bin/kernelswarm, then removed: nothing may be left behind;
 #   3. the .tar.gz unpacked and its `kernelswarm --version` run.
@@ -124,6 +126,30 @@ if grep -q 'vector_add' "$home/goal/goal.toml" 2>/dev/null; then
   pass "bundle import-kt: a Kernel Tuner script imported in its sandbox cell"
 else
   fail "bundle import-kt: $(tail -c 600 <<<"$out")"
+fi
+
+# A user who is not root (where this runs as root and nobody can reach the bundle): your own
+# kernel's CPU cell gets the walls the probe promises. A cell with threads cannot enter a user
+# namespace: it once unpickled its goal (numpy) first, and had no network, PID or mount one.
+NOBODY=(setpriv --reuid=65534 --regid=65534 --clear-groups)
+if [[ $(id -u) -eq 0 ]] && command -v setpriv >/dev/null \
+    && "${NOBODY[@]}" "$BUNDLE/kernelswarm" --version >/dev/null 2>&1; then
+  shared="$(mktemp -d "${TMPDIR:-/tmp}/kernelswarm-nobody.XXXXXX")"
+  cp -r resources/goals/custom/pnpoly_c "$shared/" && chmod -R a+rwX "$shared"
+  as_nobody() { "${NOBODY[@]}" env -i PATH=/usr/bin:/bin HOME="$shared" timeout 300 "$@" 2>&1; }
+  promised="$(as_nobody "$BUNDLE/kernelswarm" devices | grep -c '^sandbox network *on')"
+  out="$(as_nobody "$BUNDLE/kernelswarm" run "$shared/pnpoly_c/goal.toml" --max-evals 2 \
+         --db "$shared/h.sqlite" --quiet)"
+  if [[ "$promised" -eq 1 ]] && grep -q 'unshare refused' <<<"$out"; then
+    fail "bundle as nobody: the cell lacks walls the probe promised: $(grep 'unshare' <<<"$out" | head -3)"
+  elif grep -q '^best time' <<<"$out"; then
+    pass "bundle as nobody: your own kernel ran in a cell with the probe's walls"
+  else
+    fail "bundle as nobody: $(tail -c 600 <<<"$out")"
+  fi
+  rm -rf "$shared"
+else
+  echo "skip  bundle as nobody (not root, no setpriv, or nobody cannot reach the bundle)"
 fi
 
 # ---- 2. the .deb in a scratch root -----------------------------------------------------------
