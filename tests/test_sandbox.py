@@ -334,6 +334,25 @@ def test_a_cell_killed_from_outside_leaves_no_scratch_behind():
         pool.close()
 
 
+def test_the_windows_start_through_multiprocessing_keeps_the_other_walls(monkeypatch):
+    """Windows hands no socket to a child process: its workers are spawned by multiprocessing
+    and scrub their environment in place (reported as partial); forced here on Linux, every
+    other wall is the same."""
+    monkeypatch.setenv("KS_CANARY_SECRET", "leak")
+    pool = WorkerPool("test_sandbox:CellProbe", [()], name="probe-spawned-")
+    pool.workers[0].via_multiprocessing = True
+    try:
+        got = ask(pool, "env")
+        assert "KS_CANARY_SECRET" not in got["env"]
+        protections = pool.workers[0].protections
+        assert protections["environment"] == "partial: scrubbed in process (Windows)"
+        if seccomp.available() == "":
+            assert protections["processes"].startswith("on")
+        assert ask(pool, "threads") == [0, 1, 2, 3]
+    finally:
+        pool.close()
+
+
 def test_python_paths_readable_but_not_a_checkout_or_the_home():
     site = sysconfig.get_paths()["purelib"]
     installed_read, _ = sandbox._python_read_paths(

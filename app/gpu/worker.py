@@ -24,6 +24,7 @@ import atexit
 import contextlib
 import importlib
 import io
+import multiprocessing as mp
 import os
 import pickle
 import queue
@@ -155,6 +156,22 @@ def cell_main(argv: list[str]) -> None:
     _serve(conn, factory_spec, args, plan, applied)
 
 
+def _worker_main(conn: Any, factory_spec: str, args: tuple, log_path: str, plan: Any) -> None:
+    """Entry point of a worker started by multiprocessing (Windows, where no socket can be
+    handed to a child process): the environment is scrubbed in place, the rest is the same."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    _line_buffered_output()
+    clean = sandbox.cell_environment(plan.scratch, sandbox.cache_environment(
+        str(cell_cache(plan.kind)), plan.kind))
+    os.environ.clear()
+    os.environ.update(clean)
+    applied = sandbox.enter_cell(plan)
+    applied["environment"] = "partial: scrubbed in process (Windows)"
+    _serve(conn, factory_spec, args, plan, applied)
+
+
 def _serve(conn: Any, factory_spec: str, args: tuple, plan: Any, applied: dict[str, str]) -> None:
     try:
         module, _, factory = factory_spec.partition(":")
@@ -247,6 +264,8 @@ class Worker:
         self.kind = kind if kind != "auto" else ("gpu" if "cuda" in factory else "cpu")
         self.protections: dict[str, str] = {}
         self.scratch: str | None = None
+        # Windows hands no socket to a child process (pass_fds): multiprocessing spawns it
+        self.via_multiprocessing = sys.platform == "win32"
         self.served = self.restarts = 0
         self._proc: Any = None
         self._conn: Any = None
@@ -262,7 +281,8 @@ class Worker:
         plan = sandbox.plan_cell(self.kind, self.scratch,
                                  sandbox.writable_caches(cache, self.kind),
                                  self.memory_limit_bytes, self.programs)
-        self._proc, self._conn = self._start_cell(plan, cache)
+        self._proc, self._conn = (self._spawn(plan) if self.via_multiprocessing
+                                  else self._start_cell(plan, cache))
         self.served = 0
         if not self._conn.poll(_START_TIMEOUT_S):
             self.stop()
@@ -299,6 +319,18 @@ class Worker:
         with contextlib.suppress(OSError):  # a cell that died entering its walls: start says so
             conn.send(("handler", self.factory, self.args))
         return _CellProcess(popen), conn
+
+    def _spawn(self, plan: Any) -> tuple[Any, Any]:
+        ctx = mp.get_context("spawn")  # never fork: the parent has threads (and maybe Qt, CUDA)
+        parent, child = ctx.Pipe()
+        proc = ctx.Process(target=_worker_main,
+                           args=(child, self.factory, self.args, self.log_path, plan),
+                           name=f"kernelswarm-{self.name}", daemon=True)
+        try:
+            proc.start()
+        finally:
+            child.close()
+        return proc, parent
 
     @property
     def pid(self) -> int | None:
