@@ -68,7 +68,7 @@ def main() -> int:
 
     if sys.argv[1:2] == [ENTRY_FLAG]:
         return run(sys.argv[2] if len(sys.argv) > 2 else "", sys.argv[3:])
-    multiprocessing.freeze_support()  # what a library spawns through multiprocessing
+    multiprocessing.freeze_support()  # workers spawned by multiprocessing (Windows, libraries)
     probe = os.environ.get(PROBE_ENV)
     if probe:
         try:
