@@ -65,6 +65,9 @@ class Evaluator(abc.ABC):
     op: Any = None
     #: retime_pair works here (cpu, cuda); replay's figures are recorded means
     can_retime: bool = False
+    #: answers at once from recorded figures (a local replay): the coordinator then takes
+    #: results strictly oldest first, so a goal and seed give one run with any workers
+    answers_at_once: bool = False
 
     def baseline_name(self) -> str | None:
         """The name of the library baseline `baseline()` measured (e.g. "numpy")."""

@@ -96,6 +96,10 @@ class PolicyEvaluator(Evaluator):
     def can_retime(self) -> bool:  # type: ignore[override]
         return self.inner.can_retime
 
+    @property
+    def answers_at_once(self) -> bool:  # type: ignore[override]
+        return self.inner.answers_at_once
+
     def baseline_name(self) -> str | None:
         return self.inner.baseline_name()
 

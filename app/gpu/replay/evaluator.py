@@ -24,6 +24,8 @@ from app.gpu.replay.worker import FAILURE_MARKERS, RecordedSpace, is_number, loa
 class ReplayEvaluator(Evaluator):
     """Evaluates configurations by looking up their recorded measurements."""
 
+    answers_at_once = True
+
     def __init__(self, recorded: RecordedSpace, restrictions: list[str] | None = None,
                  simulate_time: bool = True, max_parallel: int = 64) -> None:
         self.recorded, self.space = recorded, recorded.space(restrictions)
