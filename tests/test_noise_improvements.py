@@ -70,8 +70,8 @@ def test_new_bests_flags_each_against_the_best_it_replaced():
         (0, "a", True), (2, "a", False), (4, "b", False), (5, "a", False)]
     count = ImprovementCount.of(bests)
     assert (count.clear, count.within) == (1, 3)
-    assert count.short() == "1 (+3 within noise)"
-    assert ImprovementCount(4, 0).short() == "4"
+    assert count.sentence().startswith("improvements: 1 clear of the timing noise, 3 more")
+    assert ImprovementCount(4, 0).sentence() == "improvements: 4 clear of the timing noise"
 
 
 def test_new_bests_without_spreads_is_todays_count():

@@ -81,10 +81,6 @@ class ImprovementCount:
         flags = [b.clear for b in bests]
         return cls(clear=sum(flags), within=len(flags) - sum(flags))
 
-    def short(self) -> str:
-        """'3', or '3 (+2 within noise)' when some new bests were inside the noise."""
-        return f"{self.clear:,}" + (f" (+{self.within:,} within noise)" if self.within else "")
-
     def sentence(self) -> str:
         """The line `run`, `show` and the report print."""
         text = f"improvements: {self.clear} clear of the timing noise"
