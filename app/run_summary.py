@@ -283,6 +283,11 @@ def summarize(run: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
                                              value=best.get("value"),
                                              limit=run.get("limit_value"), minimize=minimize)
         summary.profile = stage_profile(best)
+        if device.get("kernel_source") and _far_below_a_memory_roof(summary.hardware):
+            summary.notes.append(
+                "your kernel declares no flops, so it is held to a memory roof; if its time goes "
+                "to arithmetic, add flops = \"...\" (an expression of its dims) to [kernel] and "
+                "it is held to the FP32 peak instead")
     final = device.get("final_comparison")
     whom = name or "the baseline"
     if best is not None and isinstance(final, Mapping) and final.get("key") == best.get("key") \
@@ -323,6 +328,11 @@ def summarize(run: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
         summary.notes.append("the end-of-run re-timing was of another candidate (the run went on "
                              "after it), so it is not used")
     return summary
+
+
+def _far_below_a_memory_roof(hardware: tuple[float, str] | None) -> bool:
+    """Under 1 % of a copy roof (GB/s): a compute-bound kernel measured as memory-bound."""
+    return hardware is not None and hardware[0] < 0.01 and "GB/s" in hardware[1]
 
 
 def summarize_store(store: Any, run_id: int) -> RunSummary:
