@@ -83,6 +83,13 @@ def _close(rewrite: Evaluation, parent: Evaluation) -> tuple[Evaluation, Attempt
                           parent.p10_ms, parent.p90_ms, parent)
 
 
+def _quiet(figures: dict | None) -> dict | None:
+    """A re-timing's figures with each spread within 10% of its median."""
+    assert figures is not None, "the re-timing failed"
+    return {k: {**f, "p10_ms": f["median_ms"] * 0.95, "p90_ms": f["median_ms"] * 1.05}
+            for k, f in figures.items()}
+
+
 def _apart(e: Evaluation) -> Evaluation:
     """A quiet first measurement: the spread within 10% of the median."""
     return replace(e, p10_ms=e.time_ms * 0.95, p90_ms=e.time_ms * 1.05)
@@ -91,7 +98,10 @@ def _apart(e: Evaluation) -> Evaluation:
 @needs_cc
 def test_a_close_call_is_retimed_and_the_lesson_follows_the_retiming(kernels):
     evaluator, fast, slow, _ = kernels
-    retime = Counting(evaluator.retime_pair)
+    # The real re-timing (its medians, samples and checks); its p10..p90 narrowed around the
+    # medians, as a quiet machine measures them: under CI's load a 0.1 ms call's p90 once
+    # reached the 6x slower twin's p10, and the book then rightly said "within the spread".
+    retime = Counting(lambda a, b: _quiet(evaluator.retime_pair(a, b)))
     book, published = _book(retime)
     for rewrite, parent in ((fast, slow), (slow, fast)):
         noisy, attempt = _close(rewrite, parent)
