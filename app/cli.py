@@ -123,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def cmd_import_kt(args: argparse.Namespace) -> int:
-    from app.kt_import import ImportRefused, import_script
+    from app.kt_import.importer import ImportRefused, import_script
 
     if args.trust_script:
         print(f"warning: import-kt runs {args.script} with your rights: it can read your files "

@@ -175,7 +175,7 @@ def test_an_unreadable_reference_still_separates_kernels(tmp_path, scale, saxpy)
 
 
 def test_an_imported_vector_add_is_not_listed_under_another_kernel(tmp_db, tmp_path, saxpy):
-    from app.kt_import import import_script
+    from app.kt_import.importer import import_script
 
     script = tmp_path / "vector_add.py"
     script.write_text(textwrap.dedent('''

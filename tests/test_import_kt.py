@@ -16,7 +16,7 @@ import pytest
 from app.catalog.custom import custom_operator
 from app.cli import main
 from app.goal import Goal
-from app.kt_import import ImportRefused, import_script
+from app.kt_import.importer import ImportRefused, import_script
 from app.kt_import.restrictions import NotConvertible, to_expressions
 from app.session import check_goal
 

@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from app.kt_import import import_script
+from app.kt_import.importer import import_script
 
 SCRIPT = '''
 import numpy as np

@@ -6,15 +6,3 @@ must still be single-threaded when it enters its walls (numpy starts OpenBLAS's 
 import, and a process with threads cannot enter a user namespace, so a user who is not root
 would get no network namespace and the import would be refused).
 """
-
-from __future__ import annotations
-
-import importlib
-from typing import Any
-
-
-def __getattr__(name: str) -> Any:
-    if name not in ("import_script", "ImportRefused"):  # a submodule: the import system's
-        raise AttributeError(name)
-    # import_module, not `from app.kt_import import importer`: that would ask this function
-    return getattr(importlib.import_module("app.kt_import.importer"), name)

@@ -270,7 +270,7 @@ class CpuEvaluator(BackendEvaluator):
         if ev.ok and check is not None:  # a second roof only where fewer threads are shown
             shown = self.shown_threads(request.config, request.source)
             if shown < check.threads:
-                self._show_against(ev, check, self._roof_at(shown))
+                self._show_against(ev, self._roof_at(shown))
         if ev.ok:
             self._relative_metrics(ev, self._baselines or {})
 
@@ -301,13 +301,13 @@ class CpuEvaluator(BackendEvaluator):
                                                  float(ev.metrics[check.metric]))
 
     @staticmethod
-    def _show_against(ev: Evaluation, held: RoofCheck, shown: RoofCheck | None) -> None:
+    def _show_against(ev: Evaluation, shown: RoofCheck | None) -> None:
         """A kept figure's fraction of the hardware, shown against the roof of the threads its
-        process is held to (shown_threads) where they are fewer than the guard's. A figure beyond
-        that roof (cached on a loaded machine, say) keeps the roof the guard held it to: the
-        guard measured that one again beside it."""
-        if not ev.ok or shown is None or shown.threads >= held.threads or ev.time_ms <= 0 \
-                or "fraction_of_roof" not in ev.metrics or beyond(ev.time_ms, shown.roof_ms()):
+        process is held to (shown_threads), called for a kept figure where they are fewer than
+        the guard's. A figure beyond that roof (cached on a loaded machine, say) keeps the roof
+        the guard held it to: the guard measured that one again beside it."""
+        if shown is None or ev.time_ms <= 0 or "fraction_of_roof" not in ev.metrics \
+                or beyond(ev.time_ms, shown.roof_ms()):
             return
         level = shown.shapes[0][1]
         ev.metrics["fraction_of_roof"] = shown.roof_ms() / ev.time_ms
