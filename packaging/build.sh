@@ -106,6 +106,7 @@ else
     2> >(grep -v -E "WARNING: (Library not found|Library .* required via ctypes not found|Hidden import .* not found)" >&2)
   BUNDLE="$DIST/kernelswarm"
   [[ -d "$BUNDLE" ]] || die "PyInstaller made no $BUNDLE"
+  rm -rf "build/pyinstaller$FLAVOUR"  # its work folder: disk the archives need more
 fi
 
 # The NVIDIA driver must come from the workstation, never from the bundle.
@@ -120,6 +121,18 @@ CUDA_MB=0
 step "bundle: $SIZE_MB MB ($CUDA_MB MB of it CUDA libraries from the nvidia wheels)"
 
 artifacts=()
+left_out=()
+# Each archive needs about its own size free (twice for the .deb: dpkg-deb writes its data
+# member to a temporary file first). A build machine short of disk leaves the archive out with
+# one line saying so, and BUILD_INFO records it, instead of dying half-written.
+free_mb() { df -Pm "$1" | awk 'NR == 2 { print $4 }'; }
+room_for() {  # room_for WHAT NEEDED_MB: true when there is room, else records WHAT as left out
+  local free; free=$(free_mb "$DIST")
+  if (( free >= $2 )); then return 0; fi
+  step "left out: $1 (disk: $free MB free where $DIST is, about $2 MB needed)"
+  left_out+=("$1 disk $free MB free, $2 MB needed")
+  return 1
+}
 # Staging copies as hard links where the file system allows (the bundle is gigabytes).
 copy_tree() { mkdir -p "$2"; cp -al "$1"/. "$2"/ 2>/dev/null || cp -a "$1"/. "$2"/; }
 # ---- Linux: .tar.gz, .deb, AppImage ------------------------------------------------------------
@@ -132,8 +145,12 @@ build_linux() {
   cp "$ICONS/kernelswarm-256.png" "$stage/share/icons/kernelswarm.png"
   tarball="$TARBALL"
   step "tar.gz"
-  tar -C build/stage -cf - "$name" | gzip -6 > "$tarball"
-  artifacts+=("$tarball")
+  rm -f "$tarball" "$DEB"  # a previous build's archives are not free space
+  # compressed, the bundle is a little over half its size; a margin on top
+  if room_for tar.gz $(( SIZE_MB * 6 / 10 + 200 )); then
+    tar -C build/stage -cf - "$name" | gzip -6 > "$tarball" || { rm -f "$tarball"; die "tar.gz failed"; }
+    artifacts+=("$tarball")
+  fi
 
   step ".deb"
   deb_arch="$DEB_ARCH"
@@ -177,8 +194,11 @@ Description: desktop swarm of search agents that optimises GPU kernels
 EOF
   deb="$DEB"
   # gzip: xz takes minutes on the CUDA libraries for a few percent
-  dpkg-deb --root-owner-group -Zgzip -z6 --build "$root" "$deb" >/dev/null
-  artifacts+=("$deb")
+  if room_for deb $(( SIZE_MB * 12 / 10 + 300 )); then
+    dpkg-deb --root-owner-group -Zgzip -z6 --build "$root" "$deb" >/dev/null \
+      || { rm -f "$deb"; die "dpkg-deb failed"; }
+    artifacts+=("$deb")
+  fi
 
   step "AppImage"
   if packaging/linux/appimage.sh "$BUNDLE" "$ICONS/kernelswarm-256.png" "$VERSION" "$APPIMAGE"; then
@@ -217,6 +237,7 @@ ELAPSED=$(( $(date +%s) - START ))
   echo "bundle_cuda_libs_mb $CUDA_MB"
   echo "bundle_without_cuda_libs_mb $(( SIZE_MB - CUDA_MB ))"
   for a in "${artifacts[@]}"; do echo "artifact $(basename "$a") $(( $(wc -c < "$a") / 1048576 )) MB"; done
+  for l in "${left_out[@]}"; do echo "left_out $l"; done
 } > "$DIST/BUILD_INFO"
 step "done"
 cat "$DIST/BUILD_INFO"

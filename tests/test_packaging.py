@@ -319,3 +319,33 @@ def test_freeze_and_smoke():
                            text=True, timeout=900, check=False)
     assert smoke.returncode == 0, smoke.stdout[-4000:] + smoke.stderr[-4000:]
     assert "smoke: all checks passed" in smoke.stdout
+
+
+def _can_mount_in_user_namespace() -> bool:
+    probe = subprocess.run(["unshare", "-Urm", "mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
+                            "/mnt"], capture_output=True, check=False)
+    return probe.returncode == 0
+
+
+@needs_dpkg
+def test_build_sh_leaves_an_archive_out_with_one_line_when_the_disk_is_short(tmp_path):
+    """CI's disk once ran out half way through the .deb. On a 250 MB file system the tarball
+    (which needs 200 MB free for a tiny bundle) is made, the .deb (300 MB) is left out with a
+    line naming the free space, BUILD_INFO records it, and nothing half-written is left."""
+    if shutil.which("unshare") is None or not _can_mount_in_user_namespace():
+        pytest.skip("no user namespace with a mount of its own here")
+    root = _checkout_copy(tmp_path, "9.8.7", "9.8.7")
+    bundle = _fake_bundle(tmp_path, "9.8.7")
+    dist = tmp_path / "dist"
+    dist.mkdir()
+    build = (f"mount -t tmpfs -o size=250m tmpfs {dist} && "
+             f"DIST={dist} PYTHON={sys.executable} bash packaging/build.sh linux --bundle {bundle}"
+             f" && ls {dist} && cat {dist}/BUILD_INFO")
+    proc = subprocess.run(["unshare", "-Urm", "bash", "-c", build], cwd=root,
+                          capture_output=True, text=True, timeout=120, check=False,
+                          env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "kernelswarm-9.8.7-linux-x86_64.tar.gz" in proc.stdout
+    assert "kernelswarm_9.8.7_amd64.deb" not in proc.stdout
+    assert "left out: deb (disk:" in proc.stdout and "MB needed" in proc.stdout
+    assert "left_out deb disk" in proc.stdout and "artifact kernelswarm-9.8.7" in proc.stdout
