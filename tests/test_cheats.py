@@ -136,24 +136,20 @@ def timed_transpose():
 
 
 def test_early_return_on_valid_output_never_fires_on_timed_calls(timed_transpose):
-    """(a) Outputs are poisoned before every timed call: the shortcut never fires, so the
-    kernel is timed doing its work, like its honest twin. The twin is timed before and after
-    the cheat and its faster figure counts: these calls take microseconds, and a busy machine
-    only ever makes one look slower, so a single slow twin would blame the cheat for nothing."""
-    twin_source = (KERNELS / "early_return_valid_transpose.c").read_text().replace(
-        "if (valid) return;", "(void)valid;")
-
-    def twin(key):
-        return timed_transpose.evaluate(Candidate(config=HONEST["transpose"], key=key,
-                                                  agent="llm", source=twin_source))
-
-    before = twin("twin-before")
-    cheat = planted(timed_transpose, "early_return_valid_transpose.c")
-    after = twin("twin-after")
-    assert cheat.ok and before.ok and after.ok, (cheat.detail, before.detail, after.detail)
-    honest_ms = min(before.time_ms, after.time_ms)
-    # a shortcut taken on timed calls measured 12x faster; with poisoned outputs it cannot be
-    assert cheat.time_ms > 0.4 * honest_ms, (cheat.time_ms, before.time_ms, after.time_ms)
+    """(a) Outputs are poisoned before every timed call, so the shortcut never fires. Here the
+    shortcut is made to cost a busy loop of a fifth of a second instead of saving the work:
+    one timed call that took it would stand out among samples of microseconds. (Comparing the
+    cheat's median with an honest twin's was too noisy under CI's load: a twin once measured
+    33x slower than a cheat whose shortcut, as this test shows, never fires.)"""
+    source = (KERNELS / "early_return_valid_transpose.c").read_text()
+    costly = source.replace("if (valid) return;", "if (valid) { volatile long spin = 0; "
+                            "for (long i = 0; i < 200000000; ++i) spin += i; return; }")
+    assert costly != source
+    ev = timed_transpose.evaluate(Candidate(config=HONEST["transpose"], key="costly-shortcut",
+                                            agent="llm", source=costly))
+    assert ev.ok, (ev.reason, ev.detail)
+    assert len(ev.samples_ms) >= 15
+    assert max(ev.samples_ms) < 20.0, sorted(ev.samples_ms)[-3:]  # the loop alone: >= 50 ms
 
 
 def test_early_return_on_written_output_is_not_deterministic(timed_transpose):
