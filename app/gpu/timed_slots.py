@@ -19,10 +19,13 @@ at least as much as one that does its work.)
 Baselines are timed on the same terms: a random slot's inputs and poisoned outputs (their
 inputs are not perturbed: the candidate's slot would no longer match its last call).
 
-An operator whose inputs do not depend on the draw (`inputs_vary` False: stored or fixed inputs,
-never perturbed) gets one set of inputs shared by every slot: K copies of the same values would
-cost K copies of a possibly huge array and check nothing more. A slot whose outputs are then bit
-for bit those of a slot already checked on those very inputs has the same verdict.
+An operator whose inputs do not depend on the draw (`inputs_vary` False: inputs read from
+files or fixed) gets one set of inputs shared by every slot when none of them is perturbed (all
+fixed): K copies of the same values would cost K copies of a possibly huge array and check
+nothing more. A slot whose outputs are then bit for bit those of a slot already checked on those
+very inputs has the same verdict. When some are perturbed, each slot perturbs its own copy: one
+shared set, perturbed for the next call on another slot, no longer holds the inputs a slot's
+last call saw (an honest kernel fed from files was refused as "outputs of a timed call wrong").
 """
 
 from __future__ import annotations
@@ -61,9 +64,14 @@ class TimedSlots:
         self.slots: list[Slot] = []
         shared = None if op.inputs_vary else make_inputs(
             xp, op, CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing"), dtype)
+        copied = shared is not None and any(  # perturbed: each slot its own (module's note)
+            name not in op.fixed_inputs and int(arr.size) >= 2 for name, arr in shared.items())
         for _ in range(slots):
             case = CheckCase(list(shape), "normal", int(rng.integers(2**31)), "timing")
-            inputs = shared if shared is not None else make_inputs(xp, op, case, dtype)
+            if shared is None:
+                inputs = make_inputs(xp, op, case, dtype)
+            else:
+                inputs = {k: v.copy() for k, v in shared.items()} if copied else shared
             outputs = make_outputs(xp, op, shape, dtype)
             self.slots.append(Slot(inputs, outputs, make_calls(inputs, outputs)))
         self.names = list(self.slots[0].calls)
