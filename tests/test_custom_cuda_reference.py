@@ -176,10 +176,21 @@ def test_the_reference_kernel_refuses_to_run_off_the_gpu(tmp_path):
         op.reference(np, {k: v.astype(np.float64) for k, v in inputs.items()}, [3000])
 
 
-def test_a_first_configuration_over_the_thread_limit_is_named(tmp_path):
-    from app.gpu.cuda.reference_kernel import ReferenceKernelError, compile_reference
+def test_the_reference_runs_at_the_first_configuration_that_fits(tmp_path):
+    """A first value over the thread limit is skipped (the reference runs at the first
+    configuration that fits); a space where none fits names the limit."""
+    from app.gpu.cuda.reference_kernel import (
+        ReferenceKernelError,
+        compile_reference,
+        render_reference,
+    )
 
     goal = Goal.load(write_goal(tmp_path, GOAL_TOML.replace("[64, 128, 256]", "[2048, 128]")))
+    op = custom_operator(goal, "cuda")
+    assert op.reference_config() == {"block_size_x": 128, "TILE": 1}
+    assert "#define block_size_x 128" in render_reference(op, [3000])
+    (tmp_path / "none").mkdir()
+    goal = Goal.load(write_goal(tmp_path / "none", GOAL_TOML.replace("[64, 128, 256]", "[2048, 4096]")))
     op = custom_operator(goal, "cuda")
     with pytest.raises(ReferenceKernelError, match="block_size_x=2048, TILE=1.*at most 1024"):
         compile_reference(op, [3000], cache=False)

@@ -263,3 +263,77 @@ kernel_tuner.tune_kernel("positive", kernel, 777, [flags, x, np.int32(777)], {"L
     with CpuEvaluator(goal) as ev:
         result = ev.evaluate(Candidate(config={"LIMIT": 0}, key="k", agent="t"))
     assert result.ok, (result.reason, result.detail)
+
+
+NO_ANSWER_SCRIPT = '''
+import numpy as np
+from kernel_tuner import tune_kernel
+
+kernel = """
+void vector_add(float *c, const float *a, const float *b, int n) {
+    /* whole blocks only: the tail is lost when block does not divide n */
+    for (int i = 0; i + block <= n; i += block) for (int j = i; j < i + block; j++) c[j] = a[j] + b[j];
+}
+"""
+size = 5000
+a = np.random.randn(size).astype(np.float32)
+b = np.random.randn(size).astype(np.float32)
+c = np.zeros_like(b)
+tune_params = {"block": [1, 2, 3, 8], "unroll": [16, 1]}
+tune_kernel("vector_add", kernel, size, [c, a, b, np.int32(size)], tune_params, lang="C",
+            restrictions=["block * unroll <= 8"])
+'''
+
+
+@needs_cc
+def test_a_script_without_answer_is_checked_against_its_own_first_valid_configuration(tmp_path):
+    """Kernel Tuner's vector_add, matmul, stencil ... examples give no answer=. Imported with
+    their outputs unchecked, a configuration that drops the tail (block=3 of n=5000) passed
+    and could win; now the kernel itself, at the first configuration the restrictions allow
+    (block=1, unroll=1: the first values break the restriction), is the reference."""
+    from app.core.types import VERIFY_FAILED, Candidate
+    from app.gpu.cpu import CpuEvaluator
+
+    imported = import_script(_script(tmp_path, NO_ANSWER_SCRIPT), tmp_path / "goal")
+    assert any("c checked against this same kernel at block=1, unroll=1" in n for n in imported.notes)
+    goal = Goal.load(imported.goal_path)
+    assert goal.kernel.reference_source == "vector_add.c"
+    assert all(a.get("check", True) for a in goal.kernel.args)
+    assert custom_operator(goal, "cpu").reference_config() == {"block": 1, "unroll": 1}
+    check_goal(goal)
+    with CpuEvaluator(goal) as ev:
+        wrong = ev.evaluate(Candidate(config={"block": 3, "unroll": 1}, key="tail", agent="t"))
+        right = ev.evaluate(Candidate(config={"block": 8, "unroll": 1}, key="whole", agent="t"))
+    assert not wrong.ok and wrong.reason == VERIFY_FAILED and "'c'" in wrong.detail, wrong.detail
+    assert right.ok, right.detail
+
+
+def test_without_answer_or_zero_array_the_signature_names_the_outputs(tmp_path):
+    """Kernel Tuner's stencil example: x_new starts as a copy of x_old, so no array is all
+    zero; the pointer not declared const is the one the kernel writes."""
+    script = _script(tmp_path, '''
+        import numpy as np
+        from kernel_tuner import tune_kernel
+        kernel = """
+        __global__ void stencil(float *x_new, const float *__restrict__ x_old, int n) {
+            int i = blockIdx.x * block_size_x + threadIdx.x;
+            if (i > 0 && i < n - 1) x_new[i] = 0.5f * (x_old[i - 1] + x_old[i + 1]);
+        }
+        """
+        x_old = np.random.randn(4096).astype(np.float32)
+        x_new, n = np.copy(x_old), np.int32(4096)
+        tune_kernel("stencil", kernel, 4096, [x_new, x_old, n],
+                    {"block_size_x": [32, 64, 128]})
+        ''')
+    goal = Goal.load(import_script(script, tmp_path / "goal").goal_path)
+    roles = {a["name"]: a["role"] for a in goal.kernel.args}
+    assert roles == {"x_new": "inout", "x_old": "input", "n": "scalar"}
+    assert goal.kernel.reference_source == "stencil.cu"
+    refused = _script(tmp_path, '''
+        import numpy as np
+        from kernel_tuner import tune_kernel
+        x = np.ones(64, np.float32)
+        tune_kernel("k", "__global__ void k(const float *x) { }", 64, [x], {"block_size_x": [32]})
+        ''', name="const.py")
+    with pytest.raises(ImportRefused, match="no pointer the kernel may write"):
+        import_script(refused, tmp_path / "const")

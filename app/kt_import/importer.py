@@ -78,6 +78,32 @@ def _c_source(text: str) -> str:
     return re.sub(r'extern\s+"C"\s*', "", text)
 
 
+def _unanswered_outputs(cap: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
+    """Without answer=: the all-zero arrays (Kernel Tuner's outputs by convention), else the
+    arrays the kernel's signature lets it write (pointers not declared const)."""
+    arrays_args = [a for a in cap["args"] if a["kind"] == "array"]
+    zero = [a for a in arrays_args if not arrays[f"in_{a['name']}"].any()]
+    if zero:
+        return zero
+    writable = _writable_params(cap["source"], cap["kernel_name"])
+    if writable is not None and len(writable) == len(cap["args"]):
+        written = [a for a, w in zip(cap["args"], writable) if w and a["kind"] == "array"]
+        if written:
+            return written
+    raise ImportRefused("no answer=, no all-zero array and no pointer the kernel may write (not "
+                        "const) in its signature: give answer=[...] so the outputs are known")
+
+
+def _writable_params(source: str, name: str) -> list[bool] | None:
+    """Per parameter of `name`'s definition: a pointer to data not declared const. None when
+    the definition is not found."""
+    found = re.search(rf"\b{re.escape(name)}\s*\(([^()]*)\)\s*\{{", source)
+    if found is None:
+        return None
+    params = [p.strip() for p in found.group(1).split(",") if p.strip() and p.strip() != "void"]
+    return ["*" in p and not re.search(r"\bconst\b", p.split("*", 1)[0]) for p in params]
+
+
 def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path, out: Path) -> Imported:
     out.mkdir(parents=True, exist_ok=True)
     notes = list(cap["notes"])
@@ -89,12 +115,9 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     sizes = cap["problem_size"]
     dims = DIMS[len(sizes)]
     outputs = [a for a in cap["args"] if a["kind"] == "array" and a.get("answer")]
-    if not cap["has_answer"]:
-        outputs = [a for a in cap["args"] if a["kind"] == "array" and not arrays[f"in_{a['name']}"].any()]
-        notes.append("no answer= in the script: outputs (the all-zero arrays) are not checked")
-        if not outputs:
-            raise ImportRefused("no answer= and no all-zero array: give answer=[...] so the "
-                                "outputs are known")
+    self_reference = not cap["has_answer"]
+    if self_reference:
+        outputs = _unanswered_outputs(cap, arrays)
     dtypes = {a["dtype"] for a in outputs} - set(INT_OUTPUTS)
     if len(dtypes) > 1 or not dtypes <= {"float32", "float64"}:
         raise ImportRefused(f"outputs of dtype {', '.join(sorted(dtypes))}: KernelSwarm verifies "
@@ -115,8 +138,6 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
                 expected[name] = arrays[f"out_{name}"].astype(np.float64)
                 entry["atol"] = cap["atol"]
                 entry["rtol"] = 1e-5  # Kernel Tuner compares like numpy.allclose
-            else:
-                entry["check"] = False
         else:
             entry["role"] = "input"
         if entry["role"] != "output":
@@ -137,7 +158,8 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     table = KernelTable(source=source_name, entry=cap["kernel_name"], language=language,
                         compiler_options=options, tune_params=cap["tune_params"],
                         restrictions=cap["restrictions"], defines=defines, dims=dims, args=args,
-                        expected="expected.npz" if expected else "")
+                        expected="expected.npz" if expected else "",
+                        reference_source=source_name if self_reference else "")
     if language == "cuda":
         table.problem_size = list(dims)
         table.block_size_names = cap["block_size_names"]
@@ -149,10 +171,24 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
                 backend="cuda" if language == "cuda" else "cpu", dtype=dtype, shapes=[sizes],
                 kernel=table)  # [stop] and the rest: the goal's defaults (app.goal.ranges)
     goal_path = out / "goal.toml"
+    goal_path.write_text(goal_text(goal, ""), encoding="utf-8")
+    if self_reference:
+        notes.append(_self_reference_note(goal_path, goal.backend, outputs))
     header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
               + "".join(f"# note: {n}\n" for n in notes))
     goal_path.write_text(goal_text(goal, header), encoding="utf-8")
     return Imported(goal_path, notes)
+
+
+def _self_reference_note(goal_path: Path, backend: str, outputs: list[dict[str, Any]]) -> str:
+    from app.catalog.custom.operator import custom_operator
+
+    config = custom_operator(Goal.load(goal_path), backend).reference_config()
+    where = ", ".join(f"{k}={v}" for k, v in config.items()) or "its only configuration"
+    return (f"no answer= in the script: {', '.join(a['name'] for a in outputs)} checked against "
+            f"this same kernel at {where} (the first configuration that meets the restrictions): "
+            "a configuration or rewrite that changes the results is caught, a bug the kernel has "
+            "everywhere is not; give answer=[...] for that")
 
 
 def import_script(script: str | Path, out: str | Path | None = None, trust: bool = False

@@ -12,7 +12,7 @@ REFERENCE_KINDS = (("Python reference (module.py:function)", "python"),
                    ("Stored expected outputs (.npz)", "expected"),
                    ("No check", "none"))
 REFERENCE_HINTS = {"python": "reference.py (numpy in, arrays out)",
-                   "source": "reference.c or reference.cu, built with each tunable at its first value",
+                   "source": "reference.c or reference.cu, built at the first configuration that meets the restrictions",
                    "expected": "expected.npz (one array per checked output)",
                    "none": "outputs are not checked"}
 REFERENCE_FILTERS = {"python": "Python (*.py)", "source": "Kernels (*.c *.cu *.cuh);;All (*)",

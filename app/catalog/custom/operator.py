@@ -11,6 +11,7 @@ check = false get a NaN reference, which the verification does not compare.
 from __future__ import annotations
 
 import ctypes
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -31,6 +32,7 @@ TABLE_RTOL = {d: RTOL[d] for d in ("float32", "float64")}  # the verifier's tabl
 # Reference kernel sources are built and run by the backends: app.gpu.cpu.reference_kernel and
 # app.gpu.cuda.reference_kernel register their runners here; each backend's worker imports its own.
 REFERENCE_KERNEL_RUNNERS: dict[str, Callable[..., Any]] = {}
+REFERENCE_SCAN = 100_000  # configurations tried, in order, for the reference kernel's own
 
 
 def _reference_runner(language: str) -> Callable[..., Any]:
@@ -97,6 +99,21 @@ class CustomOperator(OperatorBase):
 
     def space(self, dtype: str = "float32") -> SearchSpace:
         return SearchSpace(self.params(), restrictions=self.restrictions)
+
+    def reference_config(self) -> dict[str, Any]:
+        """Where a reference kernel source runs: the first configuration, in the order the
+        tunables and their values are listed (Kernel Tuner's), that meets the restrictions and
+        fits the hardware's limits. The first value of each tunable when none of the first
+        REFERENCE_SCAN does (building it then names what is wrong)."""
+        params, space = self.params(), self.space()
+        for values in itertools.islice(itertools.product(*params.values()), REFERENCE_SCAN):
+            config = dict(zip(params, values))
+            if space.is_valid(config) and self._fits(config):
+                return config
+        return {k: v[0] for k, v in params.items()}
+
+    def _fits(self, config: dict[str, Any]) -> bool:
+        return True
 
     def check_shape(self, shape: Sequence[int], dtype: str = "float32") -> str | None:
         if len(shape) != len(self.spec.dims):
@@ -368,6 +385,9 @@ class CustomCudaOperator(CustomOperator, CudaOperator):
                 div *= float(expr.evaluate(d, env))
             grid.append(max(1, math.ceil(sizes[axis] / div)))
         return Launch(grid=(grid[0], grid[1], grid[2]), block=self.block(config))
+
+    def _fits(self, config: dict[str, Any]) -> bool:
+        return math.prod(self.block(config)) <= MAX_THREADS_PER_BLOCK
 
     def static_check(self, config: dict[str, Any], shape: list[int], dtype: str) -> str | None:
         threads = math.prod(self.block(config))

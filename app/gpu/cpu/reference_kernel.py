@@ -1,7 +1,7 @@
 """A custom goal's reference kernel source (C): the user's trusted version of the kernel, with
 the kernel's signature. It runs only in a worker (inside the sandbox): built once per content
 through compile_library (which a sealed worker routes to its compile helper), with the goal's
-defines and each tunable at its FIRST value, then called on copies of the inputs. Importing
+defines and the space's first valid configuration (CustomOperator.reference_config), then called on copies of the inputs. Importing
 this module registers the runner with the custom operator (the catalog never imports backends)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ _LOADED: dict[str, Any] = {}  # per process: build key -> the loaded function
 
 
 def reference_defines(op: CustomOperator, shape: Sequence[int]) -> dict[str, Any]:
-    return {**op.spec.param_defines(shape), **{k: v[0] for k, v in op.spec.tune_params.items()}}
+    return {**op.spec.param_defines(shape), **op.reference_config()}
 
 
 def _function(op: CustomOperator, shape: Sequence[int]) -> Any:

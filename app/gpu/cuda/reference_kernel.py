@@ -1,6 +1,6 @@
 """A reference kernel source (CUDA): the user's trusted kernel, with the kernel's signature.
-Rendered like a candidate (Kernel Tuner's #define preamble, extern "C") with each tunable at its
-FIRST value, compiled with NVRTC (app.gpu.cuda.nvrtc, as candidates are) and launched with the
+Rendered like a candidate (Kernel Tuner's #define preamble, extern "C") at the space's first
+valid configuration (CustomOperator.reference_config), compiled with NVRTC (app.gpu.cuda.nvrtc, as candidates are) and launched with the
 goal's geometry for that configuration. It runs only in the GPU worker, where the verification's
 xp is CuPy; without a GPU it is compile-checked (probe_reference, the preview, the tests).
 Importing this module registers the runner with the custom operator (the catalog never imports
@@ -28,7 +28,7 @@ class ReferenceKernelError(RuntimeError):
 
 
 def reference_config(op: CustomCudaOperator) -> dict[str, Any]:
-    return {k: v[0] for k, v in op.spec.tune_params.items()}
+    return op.reference_config()
 
 
 def render_reference(op: CustomCudaOperator, shape: Sequence[int]) -> str:
@@ -49,8 +49,8 @@ def compile_reference(op: CustomCudaOperator, shape: Sequence[int], arch: str = 
     config = reference_config(op)
     problem = op.static_check(config, list(shape), spec.dtype)
     if problem:
-        raise ReferenceKernelError(f"{spec.reference_source_name} at the first value of each "
-                                   f"tunable ({_config_text(config)}): {problem}")
+        raise ReferenceKernelError(f"{spec.reference_source_name} at its reference "
+                                   f"configuration ({_config_text(config)}): {problem}")
     try:
         return nvrtc.compile_source(render_reference(op, shape), spec.reference_entry, arch,
                                     cache=cache, filename=spec.reference_source_name)
