@@ -337,3 +337,29 @@ def test_without_answer_or_zero_array_the_signature_names_the_outputs(tmp_path):
         ''', name="const.py")
     with pytest.raises(ImportRefused, match="no pointer the kernel may write"):
         import_script(refused, tmp_path / "const")
+
+
+def test_per_block_partial_results_are_left_unchecked_with_a_note(tmp_path):
+    """Kernel Tuner's expdist: one partial sum per thread block, in an array sized for the
+    smallest blocks. Its values differ between block sizes by design, so the kernel at another
+    configuration is no reference for it; the element-wise output beside it still is."""
+    script = _script(tmp_path, '''
+        import numpy as np
+        from kernel_tuner import tune_kernel
+        kernel = """
+        __global__ void partial(float *y, float *sums, const float *x, int n) {
+            int i = blockIdx.x * block_size_x + threadIdx.x;
+            if (i < n) { y[i] = 2.0f * x[i]; atomicAdd(&sums[blockIdx.x], x[i]); }
+        }
+        """
+        n = 4096
+        x = np.random.randn(n).astype(np.float32)
+        y, sums = np.zeros(n, np.float32), np.zeros(n // 32, np.float32)
+        tune_kernel("partial", kernel, n, [y, sums, x, np.int32(n)], {"block_size_x": [32, 64, 128]})
+        ''')
+    imported = import_script(script, tmp_path / "goal")
+    goal = Goal.load(imported.goal_path)
+    checks = {a["name"]: a.get("check", True) for a in goal.kernel.args if a["role"] == "output"}
+    assert checks == {"y": True, "sums": False}
+    assert any(n.startswith("sums: one value per thread block") for n in imported.notes)
+    assert any("y checked against this same kernel at block_size_x=32" in n for n in imported.notes)

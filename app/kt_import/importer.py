@@ -78,32 +78,6 @@ def _c_source(text: str) -> str:
     return re.sub(r'extern\s+"C"\s*', "", text)
 
 
-def _unanswered_outputs(cap: dict[str, Any], arrays: dict[str, np.ndarray]) -> list[dict[str, Any]]:
-    """Without answer=: the all-zero arrays (Kernel Tuner's outputs by convention), else the
-    arrays the kernel's signature lets it write (pointers not declared const)."""
-    arrays_args = [a for a in cap["args"] if a["kind"] == "array"]
-    zero = [a for a in arrays_args if not arrays[f"in_{a['name']}"].any()]
-    if zero:
-        return zero
-    writable = _writable_params(cap["source"], cap["kernel_name"])
-    if writable is not None and len(writable) == len(cap["args"]):
-        written = [a for a, w in zip(cap["args"], writable) if w and a["kind"] == "array"]
-        if written:
-            return written
-    raise ImportRefused("no answer=, no all-zero array and no pointer the kernel may write (not "
-                        "const) in its signature: give answer=[...] so the outputs are known")
-
-
-def _writable_params(source: str, name: str) -> list[bool] | None:
-    """Per parameter of `name`'s definition: a pointer to data not declared const. None when
-    the definition is not found."""
-    found = re.search(rf"\b{re.escape(name)}\s*\(([^()]*)\)\s*\{{", source)
-    if found is None:
-        return None
-    params = [p.strip() for p in found.group(1).split(",") if p.strip() and p.strip() != "void"]
-    return ["*" in p and not re.search(r"\bconst\b", p.split("*", 1)[0]) for p in params]
-
-
 def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path, out: Path) -> Imported:
     out.mkdir(parents=True, exist_ok=True)
     notes = list(cap["notes"])
@@ -116,8 +90,10 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     dims = DIMS[len(sizes)]
     outputs = [a for a in cap["args"] if a["kind"] == "array" and a.get("answer")]
     self_reference = not cap["has_answer"]
+    from app.kt_import import self_reference as self_ref  # it names ImportRefused from here
+
     if self_reference:
-        outputs = _unanswered_outputs(cap, arrays)
+        outputs = self_ref.unanswered_outputs(cap, arrays)
     dtypes = {a["dtype"] for a in outputs} - set(INT_OUTPUTS)
     if len(dtypes) > 1 or not dtypes <= {"float32", "float64"}:
         raise ImportRefused(f"outputs of dtype {', '.join(sorted(dtypes))}: KernelSwarm verifies "
@@ -173,22 +149,11 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     goal_path = out / "goal.toml"
     goal_path.write_text(goal_text(goal, ""), encoding="utf-8")
     if self_reference:
-        notes.append(_self_reference_note(goal_path, goal.backend, outputs))
+        notes += self_ref.settle(goal, goal_path, outputs)
     header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
               + "".join(f"# note: {n}\n" for n in notes))
     goal_path.write_text(goal_text(goal, header), encoding="utf-8")
     return Imported(goal_path, notes)
-
-
-def _self_reference_note(goal_path: Path, backend: str, outputs: list[dict[str, Any]]) -> str:
-    from app.catalog.custom.operator import custom_operator
-
-    config = custom_operator(Goal.load(goal_path), backend).reference_config()
-    where = ", ".join(f"{k}={v}" for k, v in config.items()) or "its only configuration"
-    return (f"no answer= in the script: {', '.join(a['name'] for a in outputs)} checked against "
-            f"this same kernel at {where} (the first configuration that meets the restrictions): "
-            "a configuration or rewrite that changes the results is caught, a bug the kernel has "
-            "everywhere is not; give answer=[...] for that")
 
 
 def import_script(script: str | Path, out: str | Path | None = None, trust: bool = False
