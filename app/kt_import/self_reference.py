@@ -8,7 +8,6 @@ by design: they are left unchecked, with a note."""
 
 from __future__ import annotations
 
-import itertools
 import math
 import re
 from pathlib import Path
@@ -77,12 +76,7 @@ def settle(goal: Goal, goal_path: Path, outputs: list[dict[str, Any]]) -> list[s
 def _per_block(op: Any, shape: list[int], outputs: list[dict[str, Any]]) -> list[str]:
     """Outputs with as many elements as some configuration's grid has blocks (and not as
     many as the problem has elements)."""
-    params, space = op.params(), op.space()
-    blocks = set()
-    for values in itertools.islice(itertools.product(*params.values()), GRID_SCAN):
-        config = dict(zip(params, values))
-        if space.is_valid(config) and op._fits(config):
-            blocks.add(math.prod(op.launch(config, list(shape)).grid))
+    blocks = {math.prod(op.launch(config, list(shape)).grid) for config in op.valid_configs(GRID_SCAN)}
     elements = math.prod(int(d) for d in shape)
     return [a["name"] for a in outputs
             if math.prod(a["shape"]) in blocks and math.prod(a["shape"]) != elements]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -105,12 +105,17 @@ class CustomOperator(OperatorBase):
         tunables and their values are listed (Kernel Tuner's), that meets the restrictions and
         fits the hardware's limits. The first value of each tunable when none of the first
         REFERENCE_SCAN does (building it then names what is wrong)."""
+        first = next(self.valid_configs(REFERENCE_SCAN), None)
+        return first if first is not None else {k: v[0] for k, v in self.params().items()}
+
+    def valid_configs(self, scan: int) -> Iterator[dict[str, Any]]:
+        """The configurations among the first `scan` in listed order that meet the
+        restrictions and fit the hardware's limits."""
         params, space = self.params(), self.space()
-        for values in itertools.islice(itertools.product(*params.values()), REFERENCE_SCAN):
+        for values in itertools.islice(itertools.product(*params.values()), scan):
             config = dict(zip(params, values))
             if space.is_valid(config) and self._fits(config):
-                return config
-        return {k: v[0] for k, v in params.items()}
+                yield config
 
     def _fits(self, config: dict[str, Any]) -> bool:
         return True
