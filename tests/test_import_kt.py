@@ -171,10 +171,12 @@ class ndarray:
     ("x = np.zeros(10, np.float32)\nrun_kernel('k', '__global__ void k(float *x) {}', 10, [x], {'a': 1})",
      "needs a GPU"),
     ("print('no tuning here')", "never called kernel_tuner.tune_kernel"),
+    (("tune_kernel('k<float>', 'template <typename T> void k(T *x) {}', 10, [np.zeros(10, np.float32)], "
+      "{'a': [1]}, lang='C')"), "builds C kernels as C11"),
     ("tune_kernel('k<float>', '__global__ void k(float *x) {}', 10, [np.zeros(10, np.float32)], {'a': [1]})",
-     "template arguments"),
+     "no templated __global__ definition of k"),
 ], ids=["cupy-alloc", "pycuda-raw", "jinja", "callable-source", "closure-lambda", "opencl", "cmem",
-        "run_kernel-cuda", "no-tune", "cpp-template"])
+        "run_kernel-cuda", "no-tune", "c-template", "cpp-template-missing"])
 def test_unsupported_scripts_are_refused_in_one_line(capsys, tmp_path, body, words):
     script = _script(tmp_path, "import numpy as np\nfrom kernel_tuner import tune_kernel, run_kernel\n" + body)
     rc = main(["import-kt", str(script), "-o", str(tmp_path / "goal")])
@@ -363,3 +365,48 @@ def test_per_block_partial_results_are_left_unchecked_with_a_note(tmp_path):
     assert checks == {"y": True, "sums": False}
     assert any(n.startswith("sums: one value per thread block") for n in imported.notes)
     assert any("y checked against this same kernel at block_size_x=32" in n for n in imported.notes)
+
+
+TEMPLATED_SCRIPT = '''
+import numpy
+from kernel_tuner import tune_kernel
+
+kernel_string = """
+template<typename T, int blockSize>
+__global__ void __launch_bounds__(1024) vector_add(T *c, const T *__restrict__ a, T *b, int n) {
+    auto i = blockIdx.x * blockSize + threadIdx.x;
+    if (i < n) c[i] = a[i] + b[i];
+}
+"""
+size = 100000
+a = numpy.random.randn(size).astype(numpy.float32)
+b = numpy.random.randn(size).astype(numpy.float32)
+c = numpy.zeros_like(b)
+tune_kernel("vector_add<float, block_size_x>", kernel_string, size, [c, a, b, numpy.int32(size)],
+            {"block_size_x": [128 + 64 * i for i in range(15)]})
+'''
+
+
+def test_a_templated_cuda_kernel_imports_behind_a_plain_entry(tmp_path):
+    """Kernel Tuner's examples/cuda-c++ (a tunable as a template argument, __launch_bounds__,
+    const and __restrict__): imported as the extern "C" wrapper Kernel Tuner itself builds for
+    PyCUDA; every configuration compiles with NVRTC and names its instantiation."""
+    nvrtc = pytest.importorskip("app.gpu.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_module()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
+    done = import_script(_script(tmp_path, TEMPLATED_SCRIPT), tmp_path / "goal")
+    assert any("vector_add<float, block_size_x> is imported as the extern" in n for n in done.notes)
+    goal = Goal.load(done.goal_path)
+    check_goal(goal)
+    assert goal.kernel.entry == "vector_add_wrapper"
+    source = (tmp_path / "goal" / goal.kernel.source).read_text()
+    assert "template __device__ void vector_add<float, block_size_x>(float *, const float *__restrict__, float *, int);" in source
+    op = custom_operator(goal, "cuda")
+    assert {a["name"]: a["role"] for a in goal.kernel.args}["c"] == "output"
+    assert op.reference_config() == {"block_size_x": 128}  # no answer=: checked against itself
+    for block in goal.kernel.tune_params["block_size_x"]:
+        built = nvrtc.compile_source(op.render({"block_size_x": block}, [100000]), "vector_add_wrapper",
+                                     "sm_80", cache=False)
+        assert built.resource().registers > 0

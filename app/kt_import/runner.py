@@ -79,10 +79,22 @@ def _read_sources(kernel_source: Any, kernel_name: str) -> tuple[str, str, list[
             main = re.sub(pattern, lambda m, t=text: t, main, flags=re.MULTILINE)
         else:
             notes.append(f"supporting file {name} is not #included by the kernel; left out")
-    if "<" in kernel_name:
-        raise Refused(f"kernel_name {kernel_name!r} has template arguments; C++ templated kernels "
-                      "are not supported (make the entry extern \"C\" with #define parameters)")
     return main_name, main, notes
+
+
+def _instantiated(source: str, kernel_name: str, language: str) -> tuple[str, str, str]:
+    """A templated CUDA kernel behind a plain extern "C" entry (app.kt_import.templated)."""
+    from app.kt_import.templated import NotWrappable, wrap
+
+    if language != "cuda":
+        raise Refused(f"kernel_name {kernel_name!r} has template arguments; KernelSwarm builds C "
+                      "kernels as C11 (no templates)")
+    try:
+        wrapped, entry = wrap(source, kernel_name)
+    except NotWrappable as exc:
+        raise Refused(str(exc)) from None
+    return wrapped, entry, (f"the templated kernel {kernel_name} is imported as the extern \"C\" "
+                            f"entry {entry}, which instantiates it (as Kernel Tuner does)")
 
 
 def _as_array(value: Any, i: int) -> Any:
@@ -140,6 +152,9 @@ def capture(out_dir: Path, frame: Any, kernel_name: str, kernel_source: Any, pro
     main_name, source, more = _read_sources(kernel_source, kernel_name)
     notes += more
     language = _language(kw.get("lang"), source)
+    if "<" in kernel_name:
+        source, kernel_name, note = _instantiated(source, kernel_name, language)
+        notes.append(note)
     sizes = list(problem_size) if isinstance(problem_size, (list, tuple)) else [problem_size]
     if not all(isinstance(_plain(s), int) and not isinstance(s, bool) for s in sizes) or not 1 <= len(sizes) <= 3:
         raise Refused(f"problem_size {problem_size!r}: only 1 to 3 integers are supported "
