@@ -1,10 +1,12 @@
-"""A compact per-device table beside the candidates: done, failed and best on each device."""
+"""A compact per-device table beside the candidates (done, failed and best on each device), and
+the status bar's line about the device of the current run."""
 
 from __future__ import annotations
 
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QAbstractItemView, QHeaderView, QTableWidget, QTableWidgetItem
 
+from app.core.evaluator import DeviceInfo
 from app.core.units import format_value
 from app.ui.device_progress import DeviceTally
 
@@ -53,3 +55,26 @@ class DeviceSummary(QTableWidget):
     def rows_text(self) -> list[tuple[str, ...]]:
         """What the table shows, row by row (for tests and screenshots)."""
         return list(self._shown)
+
+
+def device_text(device: DeviceInfo | None) -> str:
+    """What the status bar says about the device of the current run."""
+    if device is None:
+        return "No device in use"
+    d = device.details or {}
+    if device.kind == "cuda":
+        parts = [device.name]
+        cc = d.get("compute_capability") or d.get("cc")
+        if cc:
+            parts.append(f"CC {cc}")
+        mem = d.get("memory_gb") or d.get("memory")
+        if mem:
+            parts.append(f"{mem} GB" if isinstance(mem, (int, float)) else str(mem))
+        if d.get("driver"):
+            parts.append(f"driver {d['driver']}")
+        return "GPU: " + " · ".join(str(p) for p in parts)
+    if device.kind == "cpu":
+        return f"CPU: {device.summary()}"
+    if device.kind == "replay":
+        return f"Replay — {device.summary().removeprefix('replay: ')}"
+    return device.summary()

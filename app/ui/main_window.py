@@ -31,12 +31,14 @@ from app.store import StoreError
 from app.ui.about import AboutDialog
 from app.ui.bridge import EventBridge
 from app.ui.candidates import CandidateDetail, CandidateTable, parameter_order, source_language
+from app.ui.device_summary import device_text
 from app.ui.goal_examples import example_goals, example_name
 from app.ui.goal_files import GoalFilesMixin
 from app.ui.goal_form import GoalForm
 from app.ui.history import ComparePlot, HistoryPanel
 from app.ui.history_actions import HistoryActionsMixin
 from app.ui.history_file import HistoryFileMixin, initial_history_path
+from app.ui.kt_import_dialog import KtImportMixin
 from app.ui.live_plots import ElidedLabel
 from app.ui.live_view import LiveView
 from app.ui.model_searches import ModelSearches
@@ -50,35 +52,12 @@ from app.ui.window_state import WindowStateMixin
 log = logging.getLogger(__name__)
 
 
-def device_text(device: DeviceInfo | None) -> str:
-    """What the status bar says about the device of the current run."""
-    if device is None:
-        return "No device in use"
-    d = device.details or {}
-    if device.kind == "cuda":
-        parts = [device.name]
-        cc = d.get("compute_capability") or d.get("cc")
-        if cc:
-            parts.append(f"CC {cc}")
-        mem = d.get("memory_gb") or d.get("memory")
-        if mem:
-            parts.append(f"{mem} GB" if isinstance(mem, (int, float)) else str(mem))
-        if d.get("driver"):
-            parts.append(f"driver {d['driver']}")
-        return "GPU: " + " · ".join(str(p) for p in parts)
-    if device.kind == "cpu":
-        return f"CPU: {device.summary()}"
-    if device.kind == "replay":
-        return f"Replay — {device.summary().removeprefix('replay: ')}"
-    return device.summary()
-
-
 def app_icon() -> QIcon:
     return QIcon(str(resources_dir() / "icons" / "kernelswarm.svg"))
 
 
-class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsMixin, WindowStateMixin,
-                 PlaybackMixin, QMainWindow):
+class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, KtImportMixin, ExportsMixin,
+                 WindowStateMixin, PlaybackMixin, QMainWindow):
     def __init__(self, db_path: str | Path | None = None, settings: QSettings | None = None,
                  theme: ThemeManager | None = None) -> None:
         super().__init__()
@@ -199,7 +178,9 @@ class MainWindow(HistoryFileMixin, HistoryActionsMixin, GoalFilesMixin, ExportsM
         file = bar.addMenu("&File")
         for a in (self.act_new, self.act_open, self.act_save, self.act_save_as):
             file.addAction(a)
-        file.addAction(self._action("Your &kernel…", self.show_custom_kernel_page))
+        for text, slot in (("Your &kernel…", self.show_custom_kernel_page),
+                           ("&Import Kernel Tuner script…", self.import_kt_dialog)):
+            file.addAction(self._action(text, slot))
         self.examples_menu = file.addMenu("Exa&mples")  # shipped goals and your-own-kernel ones
         for path in example_goals():
             a = self.examples_menu.addAction(example_name(path))
