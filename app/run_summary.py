@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+import tomllib
+
 from app.core.types import (
     COMPILE_FAILED,
     CRASH,
@@ -327,7 +329,29 @@ def summarize(run: Mapping[str, Any], rows: Sequence[Mapping[str, Any]],
     if isinstance(final, Mapping) and final and summary.basis_kind != "final" and best is not None:
         summary.notes.append("the end-of-run re-timing was of another candidate (the run went on "
                              "after it), so it is not used")
+    unchecked, outputs = unchecked_outputs(run.get("goal_toml"))
+    if unchecked and len(unchecked) == len(outputs):
+        summary.notes.insert(0, "no output is checked (check = false on every output): any result "
+                             "passes, so a kernel that computes nothing is kept; these times say "
+                             "nothing about correctness")
+    elif unchecked:
+        summary.notes.insert(0, f"not checked (check = false): {', '.join(unchecked)}; their "
+                             "values may be anything")
     return summary
+
+
+def unchecked_outputs(goal_toml: Any) -> tuple[list[str], list[str]]:
+    """(unchecked outputs, all outputs) of the [kernel] table in a run's stored goal."""
+    if not isinstance(goal_toml, str) or "[kernel]" not in goal_toml:
+        return [], []
+    try:
+        kernel = tomllib.loads(goal_toml).get("kernel") or {}
+    except tomllib.TOMLDecodeError:
+        return [], []
+    args = [a for a in kernel.get("args") or [] if isinstance(a, Mapping)
+            and a.get("role") in ("output", "inout")]
+    return ([str(a.get("name")) for a in args if a.get("check", True) is False],
+            [str(a.get("name")) for a in args])
 
 
 def _far_below_a_memory_roof(hardware: tuple[float, str] | None) -> bool:
