@@ -167,7 +167,7 @@ class ndarray:
     (("tune_kernel('k', '__kernel void k(float *x) {}', 10, [np.zeros(10, np.float32)], {'a': [1]}, "
      "lang='OpenCL')"), "CUDA and C kernels only"),
     (("tune_kernel('k', '__global__ void k(float *x) {}', 10, [np.zeros(10, np.float32)], {'a': [1]}, "
-     "cmem_args={'f': np.ones(3)})"), "cmem_args"),
+     "smem_args={'size': 64})"), "smem_args"),
     ("x = np.zeros(10, np.float32)\nrun_kernel('k', '__global__ void k(float *x) {}', 10, [x], {'a': 1})",
      "needs a GPU"),
     ("print('no tuning here')", "never called kernel_tuner.tune_kernel"),
@@ -175,7 +175,7 @@ class ndarray:
       "{'a': [1]}, lang='C')"), "builds C kernels as C11"),
     ("tune_kernel('k<float>', '__global__ void k(float *x) {}', 10, [np.zeros(10, np.float32)], {'a': [1]})",
      "no templated __global__ definition of k"),
-], ids=["cupy-alloc", "pycuda-raw", "jinja", "callable-source", "closure-lambda", "opencl", "cmem",
+], ids=["cupy-alloc", "pycuda-raw", "jinja", "callable-source", "closure-lambda", "opencl", "smem",
         "run_kernel-cuda", "no-tune", "c-template", "cpp-template-missing"])
 def test_unsupported_scripts_are_refused_in_one_line(capsys, tmp_path, body, words):
     script = _script(tmp_path, "import numpy as np\nfrom kernel_tuner import tune_kernel, run_kernel\n" + body)
@@ -349,22 +349,24 @@ def test_per_block_partial_results_are_left_unchecked_with_a_note(tmp_path):
         import numpy as np
         from kernel_tuner import tune_kernel
         kernel = """
-        __global__ void partial(float *y, float *sums, const float *x, int n) {
+        __global__ void partial(float *y, float *d_sums, const float *x, int n, float *bucket) {
             int i = blockIdx.x * block_size_x + threadIdx.x;
-            if (i < n) { y[i] = 2.0f * x[i]; atomicAdd(&sums[blockIdx.x], x[i]); }
+            if (i < n) { y[i] = 2.0f * x[i]; atomicAdd(&d_sums[blockIdx.x], x[i]); }
+            if (i < 64) bucket[i] = 3.0f * x[i];  /* 64 values: also one grid's block count */
         }
         """
         n = 4096
         x = np.random.randn(n).astype(np.float32)
-        y, sums = np.zeros(n, np.float32), np.zeros(n // 32, np.float32)
-        tune_kernel("partial", kernel, n, [y, sums, x, np.int32(n)], {"block_size_x": [32, 64, 128]})
+        y, sums, bucket = np.zeros(n, np.float32), np.zeros(n // 32, np.float32), np.zeros(64, np.float32)
+        tune_kernel("partial", kernel, n, [y, sums, x, np.int32(n), bucket],
+                    {"block_size_x": [32, 64, 128]})
         ''')
     imported = import_script(script, tmp_path / "goal")
     goal = Goal.load(imported.goal_path)
     checks = {a["name"]: a.get("check", True) for a in goal.kernel.args if a["role"] == "output"}
-    assert checks == {"y": True, "sums": False}
+    assert checks == {"y": True, "sums": False, "bucket": True}  # bucket is not indexed by block
     assert any(n.startswith("sums: one value per thread block") for n in imported.notes)
-    assert any("y checked against this same kernel at block_size_x=32" in n for n in imported.notes)
+    assert any("y, bucket checked against this same kernel at block_size_x=32" in n for n in imported.notes)
 
 
 TEMPLATED_SCRIPT = '''
@@ -410,3 +412,34 @@ def test_a_templated_cuda_kernel_imports_behind_a_plain_entry(tmp_path):
         built = nvrtc.compile_source(op.render({"block_size_x": block}, [100000]), "vector_add_wrapper",
                                      "sm_80", cache=False)
         assert built.resource().registers > 0
+
+
+def test_writable_parameters_read_through_comments_arrays_and_const_pointers():
+    from app.kt_import.self_reference import writable_params
+
+    source = ("void k(float x[], const float y[], float *const z, // not const\n"
+              " const float *const w, /* const */ float *v) { }")
+    assert writable_params(source, "k") == [True, False, True, False, True]
+
+
+def test_templated_signatures_with_comments_defaults_and_bounds_compile():
+    """What Kernel Tuner's own wrapper gets wrong or refuses: a // comment in the parameter
+    list, a defaulted template parameter left out, __launch_bounds__ of a template parameter."""
+    from app.kt_import.templated import wrap
+
+    nvrtc = pytest.importorskip("app.gpu.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_module()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
+    source = ("template<typename T, int bs = 128>\n"
+              "__global__ void __launch_bounds__(bs) scale(T *out,   // output, n values\n"
+              "    const T *__restrict__ in,  /* input, n values */\n    int n) {\n"
+              "  int i = blockIdx.x * bs + threadIdx.x;\n  if (i < n) out[i] = 2 * in[i];\n}\n")
+    for name in ("scale<float>", "scale<double, 256>"):
+        wrapped, entry = wrap(source, name)
+        assert entry == "scale_wrapper"
+        built = nvrtc.compile_source(wrapped, entry, "sm_80", cache=False)
+        assert built.resource().registers > 0
+    with pytest.raises(ValueError, match="gives 3 template arguments; scale takes 2"):
+        wrap(source, "scale<float, 1, 2>")

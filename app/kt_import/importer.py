@@ -108,7 +108,9 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
             continue
         initial = arrays[f"in_{name}"]
         entry: dict[str, Any] = {"name": name, "dtype": a["dtype"], "shape": a["shape"]}
-        if name in out_names:
+        if a.get("constant"):  # cmem_args: the kernel reads its __constant__ array
+            entry["role"] = "constant"
+        elif name in out_names:
             entry["role"] = "inout" if initial.any() else "output"
             if cap["has_answer"]:
                 expected[name] = arrays[f"out_{name}"].astype(np.float64)
@@ -149,7 +151,7 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     goal_path = out / "goal.toml"
     goal_path.write_text(goal_text(goal, ""), encoding="utf-8")
     if self_reference:
-        notes += self_ref.settle(goal, goal_path, outputs)
+        notes += self_ref.settle(goal, goal_path, outputs, self_ref.param_names(cap))
     header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
               + "".join(f"# note: {n}\n" for n in notes))
     goal_path.write_text(goal_text(goal, header), encoding="utf-8")

@@ -30,7 +30,6 @@ IGNORED = {"verbose": "", "quiet": "", "log": "", "iterations": "", "device": ""
            "objective_higher_is_better": "", "objectives": "", "simulation_mode": "",
            "parallel": "", "seed": "", "compiler": "the backend's compiler is used"}
 REFUSED = {"smem_args": "dynamic shared memory arguments (smem_args)",
-           "cmem_args": "constant memory arguments (cmem_args); pass the array as a normal argument",
            "texmem_args": "texture memory arguments (texmem_args)",
            "verify": "a custom verify function; KernelSwarm compares outputs with atol/rtol"}
 
@@ -196,6 +195,13 @@ def capture(out_dir: Path, frame: Any, kernel_name: str, kernel_source: Any, pro
             arrays[f"out_{name}"] = np.ascontiguousarray(expected).reshape(value.shape)
             entry["answer"] = True
         args.append(entry)
+    for name, value in dict(kw.get("cmem_args") or {}).items():  # __constant__ arrays by name
+        value = _as_array(value, len(args))
+        if str(value.dtype) not in ARG_DTYPES or value.ndim == 0 or not str(name).isidentifier():
+            raise Refused(f"cmem_args[{name!r}] must be a numpy array of {', '.join(ARG_DTYPES)}")
+        arrays[f"in_{name}"] = np.ascontiguousarray(value)
+        args.append({"name": str(name), "kind": "array", "dtype": str(value.dtype),
+                     "shape": [int(value.size)], "constant": True})
     defines = {}
     for k, v in dict(kw.get("defines") or {}).items():
         if callable(v):

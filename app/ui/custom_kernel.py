@@ -283,8 +283,8 @@ class CustomKernelPage(QDialog):
         self.args.setItem(r, 3, QTableWidgetItem(shape_or_value))
         role_box, fill_box = self.args.cellWidget(r, 1), self.args.cellWidget(r, 4)
         # a scalar has a value and an output is overwritten (NaN-filled): neither has a fill
-        role_box.currentTextChanged.connect(lambda text: fill_box.setEnabled(text in ("input", "inout")))
-        fill_box.setEnabled(role in ("input", "inout"))
+        role_box.currentTextChanged.connect(lambda text: fill_box.setEnabled(text in ("input", "inout", "constant")))
+        fill_box.setEnabled(role in ("input", "inout", "constant"))
 
     def _entry_changed(self) -> None:
         if not self.args.rowCount():  # offered, never over rows the user typed

@@ -103,10 +103,17 @@ class CustomOperator(OperatorBase):
     def reference_config(self) -> dict[str, Any]:
         """Where a reference kernel source runs: the first configuration, in the order the
         tunables and their values are listed (Kernel Tuner's), that meets the restrictions and
-        fits the hardware's limits. The first value of each tunable when none of the first
-        REFERENCE_SCAN does (building it then names what is wrong)."""
-        first = next(self.valid_configs(REFERENCE_SCAN), None)
-        return first if first is not None else {k: v[0] for k, v in self.params().items()}
+        fits the hardware's limits; ValueError when none of the first REFERENCE_SCAN does.
+        Found once per operator (the scan can take a second on a large space)."""
+        found = self.__dict__.get("_reference_config")
+        if found is None:
+            found = next(self.valid_configs(REFERENCE_SCAN), None)
+            if found is None:
+                raise ValueError(f"none of the first {REFERENCE_SCAN:,} configurations (in the "
+                                 "order the tunables and values are listed) meets the restrictions "
+                                 "and fits a block, so the reference kernel has none to run at")
+            self.__dict__["_reference_config"] = found
+        return dict(found)
 
     def valid_configs(self, scan: int) -> Iterator[dict[str, Any]]:
         """The configurations among the first `scan` in listed order that meet the
@@ -426,6 +433,8 @@ class CustomCudaOperator(CustomOperator, CudaOperator):
                     shape: list[int]) -> tuple:
         args: list[Any] = []
         for a in self.spec.args:
+            if not a.is_param:
+                continue  # a __constant__ array (constant_copy)
             if a.role == "scalar":
                 args.append(self.scalar(a, shape))
             elif a.role == "input":
@@ -433,6 +442,30 @@ class CustomCudaOperator(CustomOperator, CudaOperator):
             else:
                 args.append(outputs[a.name])
         return tuple(args)
+
+    def constant_copy(self, xp: Any, module: Any, inputs: dict[str, Any]) -> Callable[[], None] | None:
+        """Run before every launch, beside launch_prelude: each constant array copied to the
+        module's __constant__ symbol of its name (Kernel Tuner's cmem_args), so what the timer
+        perturbs reaches the kernel. ValueError names a symbol smaller than its array."""
+        pairs = []
+        for a in self.spec.args:
+            if a.role != "constant":
+                continue
+            src = inputs[a.name]
+            ptr = module.get_global_var(a.name)
+            size = getattr(getattr(ptr, "mem", None), "size", None)
+            if size is not None and 0 < size < src.nbytes:
+                raise ValueError(f"the __constant__ array {a.name} holds {size} bytes; the argument "
+                                 f"has {src.nbytes}")
+            pairs.append((xp.ndarray(src.shape, src.dtype, ptr), src))
+        if not pairs:
+            return None
+
+        def copy() -> None:
+            for dst, src in pairs:
+                dst[...] = src
+
+        return copy
 
     def launch_prelude(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> Callable[[], None] | None:
         """Run before every launch (app.gpu.cuda.worker): in/out arrays start from their inputs

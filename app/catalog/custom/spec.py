@@ -21,7 +21,7 @@ from app.catalog.protocol import INT_OUTPUTS
 from app.core.restrictions import RestrictionError, compile_restriction
 from app.goal import Goal, GoalError, KernelTable
 
-ROLES = ("input", "output", "inout", "scalar")
+ROLES = ("input", "output", "inout", "scalar", "constant")  # constant: a CUDA __constant__ array
 FILLS = ("normal", "uniform", "zeros", "ones", "arange", "randint", "file")
 ARG_DTYPES = ("float32", "float64", "int8", "uint8", "int16", "int32", "uint32", "int64", "uint64")
 OUTPUT_DTYPES = ("float32", "float64")  # outputs are verified in the goal's dtype
@@ -54,7 +54,12 @@ class Arg:
 
     @property
     def is_input(self) -> bool:
-        return self.role in ("input", "inout")
+        return self.role in ("input", "inout", "constant")
+
+    @property
+    def is_param(self) -> bool:
+        """Passed to the kernel (a constant array is copied to its __constant__ symbol)."""
+        return self.role != "constant"
 
     @property
     def is_output(self) -> bool:
@@ -284,12 +289,27 @@ def load_spec(goal: Goal, backend: str) -> KernelSpec:
             except expr.ExprError as exc:
                 raise _err(k, str(exc)) from None
             setattr(spec, k, text)
+    _check_constants(spec)
     if language == "cuda":
         _cuda_geometry(spec, table, dims)
     elif table.problem_size or table.grid_div_x or table.block_size_names:
         raise _err("problem_size", "launch geometry is for CUDA kernels; a C kernel is called once")
     _check_sizes(spec, goal)
     return spec
+
+
+def _check_constants(spec: KernelSpec) -> None:
+    """A constant array is a CUDA __constant__ array of the same name, declared in the source
+    (Kernel Tuner's cmem_args); the kernel reads it there, not from a parameter."""
+    for i, a in enumerate(spec.args):
+        if a.role != "constant":
+            continue
+        if spec.language != "cuda":
+            raise _err(f"args[{i}].role", "constant memory is CUDA's; pass the array to a C kernel "
+                       "as an input")
+        if not re.search(rf"__constant__[^;=]*\b{re.escape(a.name)}\s*\[", spec.source):
+            raise _err(f"args[{i}].name", f"the kernel source declares no __constant__ array "
+                       f"{a.name!r} (for example: __constant__ float {a.name}[1024];)")
 
 
 def _language(goal: Goal, table: KernelTable, backend: str) -> str:

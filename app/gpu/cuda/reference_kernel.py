@@ -46,7 +46,10 @@ def compile_reference(op: CustomCudaOperator, shape: Sequence[int], arch: str = 
         cache = private_dir("cuda-references")
 
     spec = op.spec
-    config = reference_config(op)
+    try:
+        config = reference_config(op)
+    except ValueError as exc:
+        raise ReferenceKernelError(f"{spec.reference_source_name}: {exc}") from None
     problem = op.static_check(config, list(shape), spec.dtype)
     if problem:
         raise ReferenceKernelError(f"{spec.reference_source_name} at its reference "
@@ -69,7 +72,7 @@ def device_arch(cp: Any) -> str:
     return f"sm_{cc}"
 
 
-def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[Any, Any]:
+def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[Any, Any, Any]:
     try:
         arch = nvrtc.target_arch(device_arch(cp), op.spec.reference_source)
     except nvrtc.CompileError as exc:  # Hopper-only instructions on another device
@@ -83,7 +86,7 @@ def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[An
             module.load(fh.read())
         launch = op.launch(reference_config(op), list(shape), op.spec.dtype)
         found = _LOADED[key] = (module.get_function(op.spec.reference_entry), launch, module)
-    return found[0], found[1]
+    return found[0], found[1], found[2]
 
 
 def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
@@ -93,7 +96,7 @@ def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
     if not hasattr(xp, "cuda"):
         raise ReferenceKernelError(f"the reference kernel {op.spec.reference_source_name} runs on "
                                    "the GPU only (the verification here is not on a device)")
-    fn, launch = _function(op, xp, shape)
+    fn, launch, module = _function(op, xp, shape)
     spec = op.spec
     arrays = {a.name: xp.ascontiguousarray(xp.asarray(inputs[a.name]).astype(a.dtype))
               for a in spec.args if a.is_input}
@@ -101,6 +104,9 @@ def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
                       else xp.zeros(sizes, dtype=op._arg[name].dtype))
                for name, sizes in op.output_shapes(shape).items()}
     args = op.kernel_args(reference_config(op), arrays, outputs, list(shape))
+    constants = op.constant_copy(xp, module, arrays)  # its own __constant__ arrays, if any
+    if constants is not None:
+        constants()
     fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
     xp.cuda.Device().synchronize()
     return outputs

@@ -182,6 +182,8 @@ class CudaKernelBackend:
                      for st in b["steps"]]
                for key, b in built.artifact.items()}
         self._fns = fns
+        self._modules = {key: self.worker.modules.get(b["built"].cubin_path)
+                         for key, b in built.artifact.items()}
         cp = self.xp
 
         def run(inputs: dict[str, Any], outputs: dict[str, GuardedOutput], shape: tuple[int, ...]) -> None:
@@ -198,12 +200,18 @@ class CudaKernelBackend:
             return self._pipeline(fns, inputs, views, shape)
         fn, launch = fns[0]
         args = self.op.kernel_args(self.request.config, inputs, views, list(shape))
-        # your own kernel (app.catalog.custom): in/out arrays start from their inputs every launch
+        # your own kernel (app.catalog.custom): in/out arrays start from their inputs, and
+        # __constant__ arrays are copied to their symbols, every launch
         prelude = self.op.launch_prelude(inputs, views)
+        copy_constants = getattr(self.op, "constant_copy", None)
+        constants = copy_constants(self.xp, self._modules.get(shape_key(shape)), inputs) \
+            if copy_constants is not None else None
 
         def launch_once() -> None:
             if prelude is not None:
                 prelude()
+            if constants is not None:
+                constants()
             fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)
 
         return launch_once
