@@ -127,9 +127,10 @@ left_out=()
 # one line saying so, and BUILD_INFO records it, instead of dying half-written.
 free_mb() { df -Pm "$1" | awk 'NR == 2 { print $4 }'; }
 room_for() {  # room_for WHAT NEEDED_MB: true when there is room, else records WHAT as left out
-  local free; free=$(free_mb "$DIST")
+  local free tmp; free=$(free_mb "$DIST"); tmp=$(free_mb "${TMPDIR:-/tmp}")
+  (( tmp < free )) && free=$tmp  # dpkg-deb's temporary file goes to TMPDIR
   if (( free >= $2 )); then return 0; fi
-  step "left out: $1 (disk: $free MB free where $DIST is, about $2 MB needed)"
+  step "left out: $1 (disk: $free MB free where $DIST or TMPDIR is, about $2 MB needed)"
   left_out+=("$1 disk $free MB free, $2 MB needed")
   return 1
 }

@@ -28,35 +28,58 @@ def wrap(source: str, kernel_name: str) -> tuple[str, str]:
     if definition is None:
         raise NotWrappable(f"no templated __global__ definition of {name} (template <...> "
                            f"__global__ void {name}(...) {{) in the kernel source")
-    parameters = _split(definition.group(1))
-    if len(parameters) != len(arguments):
-        raise NotWrappable(f"{kernel_name} gives {len(arguments)} template arguments; "
-                           f"{name} takes {len(parameters)}")
-    typenames = {}
-    for param, arg in zip(parameters, arguments):
-        kind = re.match(r"(typename|class)\s+(\w+)$", param)
-        if kind:
-            typenames[kind.group(2)] = arg
+    values = _template_values(name, kernel_name, _split(_uncommented(definition.group(1))), arguments)
     types, names = [], []
-    for param in _split(definition.group(3)):
+    for param in _split(_uncommented(definition.group(3))):
         found = re.match(r"(.*?[\s*&]+)(\w+)$", param, re.DOTALL)
         if found is None:
             raise NotWrappable(f"cannot read the parameter {param!r} of {name}")
-        kind = re.sub(r"\s+", " ", found.group(1)).strip()
-        for typename, actual in typenames.items():  # the instantiated type, token by token
-            kind = re.sub(rf"\b{re.escape(typename)}\b", actual, kind)
-        types.append(kind)
+        types.append(_instantiate(re.sub(r"\s+", " ", found.group(1)).strip(), values))
         names.append(found.group(2))
-    bounds = definition.group(2) or ""
+    bounds = _instantiate(definition.group(2) or "", values)
     plain = definition.group(0).replace("__global__", "__device__", 1)
-    if bounds:
-        plain = plain.replace(bounds, " ", 1)
+    if definition.group(2):
+        plain = plain.replace(definition.group(2), " ", 1)
     entry = name + WRAPPER_SUFFIX
     params = ", ".join(f"{t} {n}" for t, n in zip(types, names))
     appended = (f"\ntemplate __device__ void {kernel_name}({', '.join(types)});\n"
                 f'extern "C" __global__ void {bounds}{entry}({params}) {{\n'
                 f"    {kernel_name}({', '.join(names)});\n}}\n")
     return source.replace(definition.group(0), plain, 1) + appended, entry
+
+
+def _template_values(name: str, kernel_name: str, parameters: list[str], arguments: list[str]
+                     ) -> dict[str, str]:
+    """Each template parameter's name -> the argument given, or its default."""
+    if len(arguments) > len(parameters):
+        raise NotWrappable(f"{kernel_name} gives {len(arguments)} template arguments; "
+                           f"{name} takes {len(parameters)}")
+    values = {}
+    for i, param in enumerate(parameters):
+        head, _, default = param.partition("=")
+        found = re.match(r".*?(\w+)$", head.strip(), re.DOTALL)
+        if found is None:
+            raise NotWrappable(f"cannot read the template parameter {param!r} of {name}")
+        if i < len(arguments):
+            values[found.group(1)] = arguments[i]
+        elif default.strip():
+            values[found.group(1)] = default.strip()
+        else:
+            raise NotWrappable(f"{kernel_name} gives {len(arguments)} template arguments; "
+                               f"{name} takes {len(parameters)} (without defaults)")
+    return values
+
+
+def _instantiate(text: str, values: dict[str, str]) -> str:
+    """The template's parameters replaced by their values, token by token."""
+    for param, value in values.items():
+        text = re.sub(rf"\b{re.escape(param)}\b", value, text)
+    return text
+
+
+def _uncommented(text: str) -> str:
+    """C and C++ comments out (a // comment would swallow the rest of a joined line)."""
+    return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.DOTALL)
 
 
 def _split(text: str) -> list[str]:

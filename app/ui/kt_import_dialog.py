@@ -17,9 +17,10 @@ NO_CELL = "cannot run the script in a sandbox cell"
 
 
 class KtImport(QObject):
-    """One import at a time, off the GUI thread; `finished` carries (Imported | None, error)."""
+    """One import at a time, off the GUI thread; `finished` carries (script, Imported | None,
+    error). `running` is cleared by the receiver, on the GUI thread, once it has the result."""
 
-    finished = Signal(object, str)
+    finished = Signal(str, object, str)
 
     def __init__(self, parent: QObject | None = None) -> None:
         super().__init__(parent)
@@ -42,8 +43,10 @@ class KtImport(QObject):
             done, error = None, str(exc)
         except Exception as exc:  # noqa: BLE001 - one line for the user, never a dead thread
             done, error = None, f"{type(exc).__name__}: {exc}"
-        self.running = False
-        self.finished.emit(done, error)  # queued to the GUI thread
+        try:
+            self.finished.emit(script, done, error)  # queued to the GUI thread
+        except RuntimeError:  # the window, and this object with it, is gone
+            pass
 
 
 class KtImportMixin:
@@ -67,15 +70,15 @@ class KtImportMixin:
         if self._kt_import is None:
             self._kt_import = KtImport(self)
             self._kt_import.finished.connect(self._kt_imported)
-        self._kt_request = (str(path), str(out))
-        started = self._kt_import.start(str(path), str(out), trust)
-        if started:
-            self.statusBar().showMessage(f"Importing {path.name} in its sandbox cell…"
-                                         if not trust else f"Importing {path.name} with your rights…")
-        return started
+        if not self._kt_import.start(str(path), str(out), trust):
+            self.statusBar().showMessage(f"{path.name} not imported: another import is running", 6000)
+            return False
+        self.statusBar().showMessage(f"Importing {path.name} in its sandbox cell…"
+                                     if not trust else f"Importing {path.name} with your rights…")
+        return True
 
-    def _kt_imported(self, done: Any, error: str) -> None:
-        script, _ = self._kt_request
+    def _kt_imported(self, script: str, done: Any, error: str) -> None:
+        self._kt_import.running = False
         name = Path(script).name
         if done is None:
             self.statusBar().showMessage(f"{name} not imported", 6000)

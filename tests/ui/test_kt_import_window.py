@@ -42,12 +42,17 @@ def test_a_script_imports_off_the_gui_thread_and_opens_in_the_form(qtbot, window
     assert window.import_kt(str(script))
     assert time.monotonic() - started < 0.5  # the window did not wait for the script
     assert "Importing tune_scale.py" in window.statusBar().currentMessage()
-    assert not window.import_kt(str(script))  # one import at a time
+    other = tmp_path / "other.py"
+    other.write_text("print('never run')\n")
+    assert not window.import_kt(str(other))  # one import at a time, and it says so
+    assert "other.py not imported: another import is running" in window.statusBar().currentMessage()
     qtbot.waitUntil(lambda: bool(shown), timeout=120_000)
     _title, text, icon = shown[0]
     assert icon == QMessageBox.Information, text
     goal_file = tmp_path / "tune_scale_goal" / "goal.toml"
+    assert text.startswith("tune_scale.py became ")  # the script that ran, not the refused one
     assert str(goal_file) in text and "checked against this same kernel at block=1" in text
+    assert not (tmp_path / "other_goal").exists()
     goal = window.form.goal()
     assert goal.kernel is not None and goal.kernel.entry == "scale"
     assert window.form.source_path == str(goal_file.resolve())

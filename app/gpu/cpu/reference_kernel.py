@@ -23,7 +23,11 @@ _LOADED: dict[str, Any] = {}  # per process: build key -> the loaded function
 
 
 def reference_defines(op: CustomOperator, shape: Sequence[int]) -> dict[str, Any]:
-    return {**op.spec.param_defines(shape), **op.reference_config()}
+    try:
+        config = op.reference_config()
+    except ValueError as exc:
+        raise RuntimeError(f"{op.spec.reference_source_name}: {exc}") from None
+    return {**op.spec.param_defines(shape), **config}
 
 
 def _function(op: CustomOperator, shape: Sequence[int]) -> Any:
