@@ -171,12 +171,14 @@ class ndarray:
     ("x = np.zeros(10, np.float32)\nrun_kernel('k', '__global__ void k(float *x) {}', 10, [x], {'a': 1})",
      "needs a GPU"),
     ("print('no tuning here')", "never called kernel_tuner.tune_kernel"),
+    ("tune_kernel('k', '__global__ void k(float *x) {}', 10, [np.zeros(0, np.float32)], {'a': [1]})",
+     "argument 0 (arg0) is an empty array"),
     (("tune_kernel('k<float>', 'template <typename T> void k(T *x) {}', 10, [np.zeros(10, np.float32)], "
       "{'a': [1]}, lang='C')"), "builds C kernels as C11"),
     ("tune_kernel('k<float>', '__global__ void k(float *x) {}', 10, [np.zeros(10, np.float32)], {'a': [1]})",
      "no templated __global__ definition of k"),
 ], ids=["cupy-alloc", "pycuda-raw", "jinja", "callable-source", "closure-lambda", "opencl", "smem",
-        "run_kernel-cuda", "no-tune", "c-template", "cpp-template-missing"])
+        "run_kernel-cuda", "no-tune", "empty-array", "c-template", "cpp-template-missing"])
 def test_unsupported_scripts_are_refused_in_one_line(capsys, tmp_path, body, words):
     script = _script(tmp_path, "import numpy as np\nfrom kernel_tuner import tune_kernel, run_kernel\n" + body)
     rc = main(["import-kt", str(script), "-o", str(tmp_path / "goal")])
@@ -443,3 +445,25 @@ def test_templated_signatures_with_comments_defaults_and_bounds_compile():
         assert built.resource().registers > 0
     with pytest.raises(ValueError, match="gives 3 template arguments; scale takes 2"):
         wrap(source, "scale<float, 1, 2>")
+
+
+def test_a_cuda_kernel_that_nvrtc_cannot_build_is_imported_with_a_note(tmp_path):
+    """Kernel Tuner's expdist includes <cub/cub.cuh>, which NVRTC refuses (host code); the
+    machine the script came from may build it, so the import says so instead of refusing."""
+    nvrtc = pytest.importorskip("app.gpu.cuda.nvrtc")
+    try:
+        nvrtc.nvrtc_module()
+    except nvrtc.NvrtcUnavailable as exc:
+        pytest.skip(str(exc))
+    script = _script(tmp_path, '''
+        import numpy as np
+        from kernel_tuner import tune_kernel
+        kernel = "__global__ void k(float *y, const float *x) { y[threadIdx.x] = undeclared(x); }"
+        x = np.ones(64, np.float32)
+        tune_kernel("k", kernel, 64, [np.zeros(64, np.float32), x], {"block_size_x": [32, 64]},
+                    answer=[x, None])
+        ''')
+    done = import_script(script, tmp_path / "goal")
+    assert any(n.startswith("the kernel does not compile with NVRTC here at block_size_x=32")
+               for n in done.notes), done.notes
+    assert done.goal_path.exists()

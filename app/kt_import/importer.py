@@ -21,7 +21,7 @@ import numpy as np
 
 from app.catalog.custom.toml_text import goal_text
 from app.catalog.protocol import INT_OUTPUTS
-from app.goal import Goal, KernelTable
+from app.goal import Goal, GoalError, KernelTable
 
 DIMS = {1: ["n"], 2: ["nx", "ny"], 3: ["nx", "ny", "nz"]}
 
@@ -150,8 +150,13 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
                 kernel=table)  # [stop] and the rest: the goal's defaults (app.goal.ranges)
     goal_path = out / "goal.toml"
     goal_path.write_text(goal_text(goal, ""), encoding="utf-8")
-    if self_reference:
-        notes += self_ref.settle(goal, goal_path, outputs, self_ref.param_names(cap))
+    try:
+        if self_reference:
+            notes += self_ref.settle(goal, goal_path, outputs, self_ref.param_names(cap))
+        notes += self_ref.compile_check(goal, goal_path)
+    except (GoalError, ImportRefused) as exc:
+        goal_path.unlink()  # no goal file that does not load
+        raise ImportRefused(f"the script's kernel makes no valid goal: {exc}") from None
     header = (f"# Imported by `kernelswarm import-kt {script.name}` from Kernel Tuner's tune_kernel.\n"
               + "".join(f"# note: {n}\n" for n in notes))
     goal_path.write_text(goal_text(goal, header), encoding="utf-8")

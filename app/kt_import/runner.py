@@ -188,6 +188,8 @@ def capture(out_dir: Path, frame: Any, kernel_name: str, kernel_source: Any, pro
         if isinstance(value, np.generic) or value.ndim == 0:
             args.append({"name": name, "kind": "scalar", "dtype": dtype, "value": _plain(value)})
             continue
+        if value.size == 0:  # e.g. a size computed in int32 that overflowed to 0
+            raise Refused(f"argument {i} ({name}) is an empty array (shape {list(value.shape)})")
         entry = {"name": name, "kind": "array", "dtype": dtype, "shape": list(value.shape)}
         arrays[f"in_{name}"] = np.ascontiguousarray(value)
         if answer is not None and answer[i] is not None:
