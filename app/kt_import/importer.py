@@ -153,7 +153,7 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     try:
         if self_reference:
             notes += self_ref.settle(goal, goal_path, outputs, self_ref.param_names(cap))
-        notes += self_ref.compile_check(goal, goal_path)
+        self_ref.load_check(goal_path, goal.backend)
     except (GoalError, ImportRefused) as exc:
         goal_path.unlink()  # no goal file that does not load
         raise ImportRefused(f"the script's kernel makes no valid goal: {exc}") from None
