@@ -54,13 +54,6 @@ def _goal(tmp_path, toml: str = GOAL_TOML, kernel: str = KERNEL_CU) -> Goal:
     return Goal.load(tmp_path / "goal.toml")
 
 
-class _Symbol:
-    """What Module.get_global_var hands back, for this test: a pointer and the symbol's size."""
-
-    def __init__(self, size: int) -> None:
-        self.mem = type("Mem", (), {"size": size})()
-
-
 class _Module:
     def __init__(self, symbols: dict[str, object]) -> None:
         self.symbols = symbols
@@ -69,24 +62,78 @@ class _Module:
         return self.symbols[name]
 
 
+class _CupyLike:
+    """The calls constant_copy makes on CuPy when get_global_var hands back a bare address
+    (CuPy 14: an int), recorded; the "device" memory is a host buffer."""
+
+    def __init__(self, memory: bytearray) -> None:
+        self.memory, self.wrapped = memory, []
+        outer = self
+
+        class cuda:
+            class runtime:
+                @staticmethod
+                def getDevice():
+                    return 0
+
+            @staticmethod
+            def UnownedMemory(ptr, size, owner, device_id):
+                outer.wrapped.append((ptr, size, owner, device_id))
+                return outer.memory
+
+            @staticmethod
+            def MemoryPointer(mem, offset):
+                return mem
+
+        self.cuda = cuda
+
+    def ndarray(self, shape, dtype, memptr):
+        return np.ndarray(shape, dtype, memptr)
+
+
 def test_a_constant_array_is_no_parameter_and_is_copied_before_each_launch(tmp_path):
     goal = _goal(tmp_path)
     check_goal(goal)
     op = custom_operator(goal, "cuda")
+    assert op.has_constants
     inputs = op.make_inputs(np, [4096], "float32", np.random.default_rng(0))
     assert set(inputs) == {"x", "weights"} and inputs["weights"].shape == (9,)
     outputs = {"out": np.zeros(4096, np.float32)}
     args = op.kernel_args({"block_size_x": 64}, inputs, outputs, [4096])
     assert len(args) == 3 and not any(a is inputs["weights"] for a in args)
-    symbol = bytearray(9 * 4)  # the __constant__ array, as host memory here
-    copy = op.constant_copy(np, _Module({"weights": symbol}), inputs)
+    memory = bytearray(9 * 4)  # the __constant__ array, as host memory here
+    xp = _CupyLike(memory)
+    module = _Module({"weights": 0xDEAD00})
+    copy = op.constant_copy(xp, module, inputs, {"weights": 36})
+    assert xp.wrapped == [(0xDEAD00, 36, module, 0)]  # the bare address wrapped, with its size
     copy()
-    assert np.array_equal(np.frombuffer(symbol, np.float32), inputs["weights"])
+    assert np.array_equal(np.frombuffer(memory, np.float32), inputs["weights"])
     inputs["weights"][3] = 42.0  # the timer perturbs an input: the next launch sees it
     copy()
-    assert np.frombuffer(symbol, np.float32)[3] == 42.0
+    assert np.frombuffer(memory, np.float32)[3] == 42.0
     with pytest.raises(ValueError, match="weights holds 16 bytes; the argument has 36"):
-        op.constant_copy(np, _Module({"weights": _Symbol(16)}), inputs)
+        op.constant_copy(xp, module, inputs, {"weights": 16})
+    with pytest.raises(ValueError, match="has no __constant__ array weights"):
+        op.constant_copy(xp, module, inputs, {})
+
+
+def test_the_symbol_size_is_read_from_the_cubin(tmp_path):
+    from app.gpu.cuda.cubin_symbols import object_sizes
+
+    nvrtc = _nvrtc()
+    op = custom_operator(_goal(tmp_path), "cuda")
+    built = nvrtc.compile_source(op.render({"block_size_x": 64}, [4096]), "blur", "sm_80", cache=False)
+    assert object_sizes(built.cubin_path)["weights"] == 36
+    assert object_sizes(str(tmp_path / "missing.cubin")) == {}
+
+
+def test_the_llm_is_told_the_constant_is_no_parameter(tmp_path):
+    from app.llm.contract import _custom_arguments
+
+    op = custom_operator(_goal(tmp_path), "cuda")
+    lines = _custom_arguments(op.spec, [4096])
+    assert "weights" not in lines[0] and lines[0].startswith("arguments in call order")
+    assert lines[1].startswith("__constant__ arrays the kernel reads by name") and "weights" in lines[1]
 
 
 def test_constant_arrays_are_refused_where_they_cannot_be(tmp_path):
@@ -99,6 +146,10 @@ def test_constant_arrays_are_refused_where_they_cannot_be(tmp_path):
                        '{ name = "out", role = "output", shape = "n", check = false }'))
     with pytest.raises(GoalError, match="constant memory is CUDA's"):
         custom_operator(_goal(tmp_path, c_goal), "cpu")
+    (tmp_path / "ref.cu").write_text(KERNEL_CU.replace("__constant__ float weights[WIDTH];\n", ""))
+    with pytest.raises(GoalError, match="the reference_source declares no __constant__ array"):
+        custom_operator(_goal(tmp_path, GOAL_TOML.replace('reference_source = "blur.cu"',
+                                                          'reference_source = "ref.cu"')), "cuda")
 
 
 def _nvrtc():

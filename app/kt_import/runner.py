@@ -201,6 +201,9 @@ def capture(out_dir: Path, frame: Any, kernel_name: str, kernel_source: Any, pro
         value = _as_array(value, len(args))
         if str(value.dtype) not in ARG_DTYPES or value.ndim == 0 or not str(name).isidentifier():
             raise Refused(f"cmem_args[{name!r}] must be a numpy array of {', '.join(ARG_DTYPES)}")
+        if any(a["name"] == name for a in args):
+            raise Refused(f"cmem_args[{name!r}] has the name of a kernel argument; the "
+                          "__constant__ array needs a name of its own")
         arrays[f"in_{name}"] = np.ascontiguousarray(value)
         args.append({"name": str(name), "kind": "array", "dtype": str(value.dtype),
                      "shape": [int(value.size)], "constant": True})

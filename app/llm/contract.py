@@ -263,7 +263,8 @@ def _custom_arguments(spec, shape: list[int]) -> list[str]:
     from app.catalog.custom import expr
 
     env = spec.dims_env(shape)
-    parts = []
+    parts: list[str] = []
+    constants: list[str] = []
     for a in spec.args:
         if not a.is_array:
             try:
@@ -282,10 +283,17 @@ def _custom_arguments(spec, shape: list[int]) -> list[str]:
         if a.role == "output":
             parts.append(f"{a.name}: output {a.dtype} [{shape_text}]")
             continue
+        if a.role == "constant":  # not in the call: read from the __constant__ array
+            constants.append(f"{a.name} {a.dtype} [{shape_text}]")
+            continue
         fill = "from a file" if a.data is not None else (
             f"{a.fill} in [{a.low:g}, {a.high:g}]" if a.fill in ("uniform", "randint")
             else a.fill)
         parts.append(f"{a.name}: {a.role} {a.dtype} [{shape_text}], filled {fill}"
                      + ("; not perturbed by the timer" if a.fixed else ""))
     dims = ", ".join(f"{d}={v}" for d, v in env.items())
-    return [f"arguments in call order for {dims}: " + "; ".join(parts)] if parts else []
+    lines = [f"arguments in call order for {dims}: " + "; ".join(parts)] if parts else []
+    if constants:
+        lines.append("__constant__ arrays the kernel reads by name (not parameters; keep their "
+                     "declarations): " + "; ".join(constants))
+    return lines

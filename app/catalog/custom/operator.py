@@ -443,20 +443,31 @@ class CustomCudaOperator(CustomOperator, CudaOperator):
                 args.append(outputs[a.name])
         return tuple(args)
 
-    def constant_copy(self, xp: Any, module: Any, inputs: dict[str, Any]) -> Callable[[], None] | None:
+    @property
+    def has_constants(self) -> bool:
+        return any(a.role == "constant" for a in self.spec.args)
+
+    def constant_copy(self, xp: Any, module: Any, inputs: dict[str, Any],
+                      sizes: dict[str, int]) -> Callable[[], None] | None:
         """Run before every launch, beside launch_prelude: each constant array copied to the
         module's __constant__ symbol of its name (Kernel Tuner's cmem_args), so what the timer
-        perturbs reaches the kernel. ValueError names a symbol smaller than its array."""
+        perturbs reaches the kernel. `sizes`: the cubin's symbol sizes (cubin_symbols); a
+        symbol missing or smaller than its array is a ValueError naming it."""
         pairs = []
         for a in self.spec.args:
             if a.role != "constant":
                 continue
             src = inputs[a.name]
+            size = sizes.get(a.name)
+            if size is None:
+                raise ValueError(f"the compiled kernel has no __constant__ array {a.name}")
+            if size < src.nbytes:
+                raise ValueError(f"the __constant__ array {a.name} holds {size} bytes; the "
+                                 f"argument has {src.nbytes} ({src.size} x {src.dtype})")
             ptr = module.get_global_var(a.name)
-            size = getattr(getattr(ptr, "mem", None), "size", None)
-            if size is not None and 0 < size < src.nbytes:
-                raise ValueError(f"the __constant__ array {a.name} holds {size} bytes; the argument "
-                                 f"has {src.nbytes}")
+            if isinstance(ptr, int):  # CuPy: a bare device address (wrapped as RawModule does)
+                device = xp.cuda.runtime.getDevice()
+                ptr = xp.cuda.MemoryPointer(xp.cuda.UnownedMemory(ptr, src.nbytes, module, device), 0)
             pairs.append((xp.ndarray(src.shape, src.dtype, ptr), src))
         if not pairs:
             return None

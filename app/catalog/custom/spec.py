@@ -307,9 +307,11 @@ def _check_constants(spec: KernelSpec) -> None:
         if spec.language != "cuda":
             raise _err(f"args[{i}].role", "constant memory is CUDA's; pass the array to a C kernel "
                        "as an input")
-        if not re.search(rf"__constant__[^;=]*\b{re.escape(a.name)}\s*\[", spec.source):
-            raise _err(f"args[{i}].name", f"the kernel source declares no __constant__ array "
-                       f"{a.name!r} (for example: __constant__ float {a.name}[1024];)")
+        declared = rf"__constant__[^;=]*\b{re.escape(a.name)}\s*\["
+        for text, what in ((spec.source, "kernel source"), (spec.reference_source, "reference_source")):
+            if text and not re.search(declared, text):
+                raise _err(f"args[{i}].name", f"the {what} declares no __constant__ array "
+                           f"{a.name!r} (for example: __constant__ float {a.name}[1024];)")
 
 
 def _language(goal: Goal, table: KernelTable, backend: str) -> str:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from app.catalog.custom.operator import REFERENCE_KERNEL_RUNNERS
 from app.gpu.cuda import nvrtc
+from app.gpu.cuda.cubin_symbols import object_sizes
 from app.gpu.sandbox.private import private_dir
 
 if TYPE_CHECKING:
@@ -72,7 +73,7 @@ def device_arch(cp: Any) -> str:
     return f"sm_{cc}"
 
 
-def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[Any, Any, Any]:
+def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[Any, Any, Any, Any]:
     try:
         arch = nvrtc.target_arch(device_arch(cp), op.spec.reference_source)
     except nvrtc.CompileError as exc:  # Hopper-only instructions on another device
@@ -85,8 +86,9 @@ def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[An
         with open(built.cubin_path, "rb") as fh:
             module.load(fh.read())
         launch = op.launch(reference_config(op), list(shape), op.spec.dtype)
-        found = _LOADED[key] = (module.get_function(op.spec.reference_entry), launch, module)
-    return found[0], found[1], found[2]
+        found = _LOADED[key] = (module.get_function(op.spec.reference_entry), launch, module,
+                                object_sizes(built.cubin_path))
+    return found[0], found[1], found[2], found[3]
 
 
 def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
@@ -96,7 +98,7 @@ def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
     if not hasattr(xp, "cuda"):
         raise ReferenceKernelError(f"the reference kernel {op.spec.reference_source_name} runs on "
                                    "the GPU only (the verification here is not on a device)")
-    fn, launch, module = _function(op, xp, shape)
+    fn, launch, module, sizes = _function(op, xp, shape)
     spec = op.spec
     arrays = {a.name: xp.ascontiguousarray(xp.asarray(inputs[a.name]).astype(a.dtype))
               for a in spec.args if a.is_input}
@@ -104,7 +106,7 @@ def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
                       else xp.zeros(sizes, dtype=op._arg[name].dtype))
                for name, sizes in op.output_shapes(shape).items()}
     args = op.kernel_args(reference_config(op), arrays, outputs, list(shape))
-    constants = op.constant_copy(xp, module, arrays)  # its own __constant__ arrays, if any
+    constants = op.constant_copy(xp, module, arrays, sizes)  # its own __constant__ arrays
     if constants is not None:
         constants()
     fn(launch.grid, launch.block, args, shared_mem=launch.shared_bytes)

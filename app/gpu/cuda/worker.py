@@ -35,6 +35,7 @@ from app.core.types import (
 )
 from app.gpu.cascade import Built, CascadeRequest, StageFailed, TimerResult, run_cascade
 from app.gpu.cuda import nvrtc, telemetry
+from app.gpu.cuda.cubin_symbols import object_sizes
 from app.gpu.cuda.launch import DriverKernel, needs_driver
 from app.gpu.cuda.occupancy import device_limits, occupancy, occupancy_problem
 from app.gpu.cuda.roofline import cached_copy_bandwidth, device_key, measure_copy_bandwidth
@@ -182,8 +183,7 @@ class CudaKernelBackend:
                      for st in b["steps"]]
                for key, b in built.artifact.items()}
         self._fns = fns
-        self._modules = {key: self.worker.modules.get(b["built"].cubin_path)
-                         for key, b in built.artifact.items()}
+        self._cubins = {key: b["built"].cubin_path for key, b in built.artifact.items()}
         cp = self.xp
 
         def run(inputs: dict[str, Any], outputs: dict[str, GuardedOutput], shape: tuple[int, ...]) -> None:
@@ -203,9 +203,11 @@ class CudaKernelBackend:
         # your own kernel (app.catalog.custom): in/out arrays start from their inputs, and
         # __constant__ arrays are copied to their symbols, every launch
         prelude = self.op.launch_prelude(inputs, views)
-        copy_constants = getattr(self.op, "constant_copy", None)
-        constants = copy_constants(self.xp, self._modules.get(shape_key(shape)), inputs) \
-            if copy_constants is not None else None
+        constants = None
+        if getattr(self.op, "has_constants", False):
+            cubin = self._cubins[shape_key(shape)]
+            constants = self.op.constant_copy(self.xp, self.worker.modules[cubin], inputs,
+                                              object_sizes(cubin))
 
         def launch_once() -> None:
             if prelude is not None:
