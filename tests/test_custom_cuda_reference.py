@@ -194,3 +194,17 @@ def test_the_reference_runs_at_the_first_configuration_that_fits(tmp_path):
     op = custom_operator(goal, "cuda")
     with pytest.raises(ReferenceKernelError, match="ref.cu: none of the first 100,000 configurations.*fits a block"):
         compile_reference(op, [3000], cache=False)
+
+
+def test_the_preview_leaves_no_compiler_folder_behind(tmp_path, monkeypatch):
+    """Each "compile one configuration" click left a kernelswarm-nvrtc-* folder in /tmp."""
+    import tempfile
+
+    from app.gpu.custom_reference.preview import preview
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+    ok, text = preview(Goal.load(write_goal(tmp_path)))
+    assert ok, text
+    assert list(scratch.iterdir()) == []

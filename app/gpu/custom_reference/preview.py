@@ -10,6 +10,7 @@ import random
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from app.catalog.custom.operator import custom_operator
 from app.goal import Goal, GoalError
@@ -23,26 +24,36 @@ def preview(goal: Goal) -> tuple[bool, str]:
         return False, "no configuration satisfies the restrictions"
     head = "configuration: " + ", ".join(f"{k}={v}" for k, v in config.items()) + "\n"
     if op.language == "cuda":
-        from app.gpu.cuda import nvrtc
+        with tempfile.TemporaryDirectory(prefix="kernelswarm-preview-") as tmp:  # none left behind
+            return _preview_cuda(goal, op, config, head, Path(tmp))
+    return _preview_c(goal, op, config, head)
+
+
+def _preview_cuda(goal: Goal, op: Any, config: dict[str, Any], head: str, tmp: Path
+                  ) -> tuple[bool, str]:
+    from app.gpu.cuda import nvrtc
+
+    try:
+        built = nvrtc.compile_source(op.render(config, list(goal.shapes[0])), op.entry(),
+                                     "sm_80", cache=tmp)
+    except (nvrtc.CompileError, nvrtc.NvrtcUnavailable) as exc:
+        return False, head + f"{exc}\n{getattr(exc, 'log', '')}"
+    res = built.resource()
+    text = head + (f"compiled for sm_80 in {built.compile_s:.2f} s: {res.registers} registers, "
+                   f"{res.shared_bytes} bytes shared memory, {res.spill_stores} bytes spilled\n"
+                   + built.log)
+    if op.spec.reference_source:  # the reference kernel must compile too (it runs on the GPU)
+        from app.gpu.cuda.reference_kernel import ReferenceKernelError, compile_reference
 
         try:
-            built = nvrtc.compile_source(op.render(config, list(goal.shapes[0])), op.entry(),
-                                         "sm_80", cache=False)
-        except (nvrtc.CompileError, nvrtc.NvrtcUnavailable) as exc:
-            return False, head + f"{exc}\n{getattr(exc, 'log', '')}"
-        res = built.resource()
-        text = head + (f"compiled for sm_80 in {built.compile_s:.2f} s: {res.registers} registers, "
-                       f"{res.shared_bytes} bytes shared memory, {res.spill_stores} bytes spilled\n"
-                       + built.log)
-        if op.spec.reference_source:  # the reference kernel must compile too (it runs on the GPU)
-            from app.gpu.cuda.reference_kernel import ReferenceKernelError, compile_reference
+            compile_reference(op, list(goal.shapes[0]), cache=tmp)
+        except ReferenceKernelError as exc:
+            return False, text + f"reference kernel: {exc}\n"
+        text += f"reference kernel {op.spec.reference_source_name} compiled for sm_80\n"
+    return True, text
 
-            try:
-                compile_reference(op, list(goal.shapes[0]), cache=False)
-            except ReferenceKernelError as exc:
-                return False, text + f"reference kernel: {exc}\n"
-            text += f"reference kernel {op.spec.reference_source_name} compiled for sm_80\n"
-        return True, text
+
+def _preview_c(goal: Goal, op: Any, config: dict[str, Any], head: str) -> tuple[bool, str]:
     from app.gpu.cpu import compile_library, toolchain
 
     tc = toolchain()
