@@ -425,8 +425,8 @@ def test_writable_parameters_read_through_comments_arrays_and_const_pointers():
 
 
 def test_templated_signatures_with_comments_defaults_and_bounds_compile():
-    """What Kernel Tuner's own wrapper gets wrong or refuses: a // comment in the parameter
-    list, a defaulted template parameter left out, __launch_bounds__ of a template parameter."""
+    """Signatures a first version of the wrapper broke: a // comment in the parameter list, a
+    defaulted template parameter left out, __launch_bounds__ of a template parameter."""
     from app.kt_import.templated import wrap
 
     nvrtc = pytest.importorskip("app.gpu.cuda.nvrtc")
