@@ -151,9 +151,10 @@ def write_goal(cap: dict[str, Any], arrays: dict[str, np.ndarray], script: Path,
     goal_path = out / "goal.toml"
     goal_path.write_text(goal_text(goal, ""), encoding="utf-8")
     try:
-        if self_reference:
+        if self_reference:  # it loads the goal itself
             notes += self_ref.settle(goal, goal_path, outputs, self_ref.param_names(cap))
-        self_ref.load_check(goal_path, goal.backend)
+        else:
+            self_ref.load_check(goal_path, goal.backend)
     except (GoalError, ImportRefused) as exc:
         goal_path.unlink()  # no goal file that does not load
         raise ImportRefused(f"the script's kernel makes no valid goal: {exc}") from None

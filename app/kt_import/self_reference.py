@@ -17,6 +17,7 @@ import numpy as np
 
 from app.goal import Goal
 from app.kt_import.importer import ImportRefused
+from app.kt_import.templated import uncommented
 
 GRID_SCAN = 20_000  # configurations whose grid sizes are looked at for per-block outputs
 
@@ -52,14 +53,14 @@ def _params(source: str, name: str) -> list[str] | None:
     found = re.search(rf"\b{re.escape(name)}\s*\(([^()]*)\)\s*\{{", source)
     if found is None:
         return None
-    text = re.sub(r"/\*.*?\*/|//[^\n]*", " ", found.group(1), flags=re.DOTALL)
+    text = uncommented(found.group(1))
     return [p.strip() for p in text.split(",") if p.strip() and p.strip() != "void"]
 
 
 def settle(goal: Goal, goal_path: Path, outputs: list[dict[str, Any]],
            params: dict[str, str]) -> list[str]:
-    """Mark per-block outputs unchecked in `goal` (as written at goal_path; the caller writes
-    it again); the notes."""
+    """Mark per-block outputs unchecked in `goal` (as written at goal_path, which must load:
+    GoalError otherwise; the caller writes it again); the notes."""
     from app.catalog.custom.operator import custom_operator
 
     op = custom_operator(Goal.load(goal_path), goal.backend)
@@ -119,7 +120,6 @@ def param_names(cap: dict[str, Any]) -> dict[str, str]:
         return {}
     names = [re.search(r"(\w+)\s*(\[[^\]]*\])?$", p) for p in params]
     return {a["name"]: n.group(1) for a, n in zip(args, names) if n}
-
 
 
 def load_check(goal_path: Path, backend: str) -> None:

@@ -28,9 +28,9 @@ def wrap(source: str, kernel_name: str) -> tuple[str, str]:
     if definition is None:
         raise NotWrappable(f"no templated __global__ definition of {name} (template <...> "
                            f"__global__ void {name}(...) {{) in the kernel source")
-    values = _template_values(name, kernel_name, _split(_uncommented(definition.group(1))), arguments)
+    values = _template_values(name, kernel_name, _split(uncommented(definition.group(1))), arguments)
     types, names = [], []
-    for param in _split(_uncommented(definition.group(3))):
+    for param in _split(uncommented(definition.group(3))):
         found = re.match(r"(.*?[\s*&]+)(\w+)$", param, re.DOTALL)
         if found is None:
             raise NotWrappable(f"cannot read the parameter {param!r} of {name}")
@@ -77,7 +77,7 @@ def _instantiate(text: str, values: dict[str, str]) -> str:
     return text
 
 
-def _uncommented(text: str) -> str:
+def uncommented(text: str) -> str:
     """C and C++ comments out (a // comment would swallow the rest of a joined line)."""
     return re.sub(r"/\*.*?\*/|//[^\n]*", " ", text, flags=re.DOTALL)
 

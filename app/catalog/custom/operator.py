@@ -469,30 +469,28 @@ class CustomCudaOperator(CustomOperator, CudaOperator):
                 device = xp.cuda.runtime.getDevice()
                 ptr = xp.cuda.MemoryPointer(xp.cuda.UnownedMemory(ptr, src.nbytes, module, device), 0)
             pairs.append((xp.ndarray(src.shape, src.dtype, ptr), src))
-        if not pairs:
-            return None
-
-        def copy() -> None:
-            for dst, src in pairs:
-                dst[...] = src
-
-        return copy
+        return _copier(pairs)
 
     def launch_prelude(self, inputs: dict[str, Any], outputs: dict[str, Any]) -> Callable[[], None] | None:
         """Run before every launch (app.gpu.cuda.worker): in/out arrays start from their inputs
         (a device copy, part of the timed launch: the timer poisons outputs between calls)."""
-        pairs = [(outputs[a.name], inputs[a.name]) for a in self.spec.args if a.role == "inout"]
-        if not pairs:
-            return None
-
-        def copy() -> None:
-            for dst, src in pairs:
-                dst[...] = src
-
-        return copy
+        return _copier([(outputs[a.name], inputs[a.name]) for a in self.spec.args
+                        if a.role == "inout"])
 
     def template(self) -> str:
         return self.spec.source
+
+
+def _copier(pairs: list[tuple[Any, Any]]) -> Callable[[], None] | None:
+    """A call copying each (destination, source) pair; None when there are none."""
+    if not pairs:
+        return None
+
+    def copy() -> None:
+        for dst, src in pairs:
+            dst[...] = src
+
+    return copy
 
 
 def operator_from_spec(spec: KernelSpec) -> CustomOperator:

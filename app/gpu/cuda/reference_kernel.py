@@ -88,7 +88,7 @@ def _function(op: CustomCudaOperator, cp: Any, shape: Sequence[int]) -> tuple[An
         launch = op.launch(reference_config(op), list(shape), op.spec.dtype)
         found = _LOADED[key] = (module.get_function(op.spec.reference_entry), launch, module,
                                 object_sizes(built.cubin_path))
-    return found[0], found[1], found[2], found[3]
+    return found
 
 
 def run_reference_cuda(op: CustomCudaOperator, xp: Any, inputs: dict[str, Any],
